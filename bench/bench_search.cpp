@@ -1,0 +1,50 @@
+// Full strategy search for Llama 3 405B on 16,384 H100s (target: under 1 s on one core), and a
+// single estimate. Results and the command are in docs/benchmarks.md.
+#include <benchmark/benchmark.h>
+
+#include "core/presets.h"
+#include "plan/search.h"
+
+namespace {
+
+using namespace shardscope;
+
+PlanInputs llama405bInputs() {
+    PlanInputs in;
+    in.model = findModelPreset("llama3-405b");
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 2048);
+    in.parallel.globalBatch = 2048; // 16M tokens of 8192, as in Llama 3's Table 4
+    in.parallel.tp = 8;
+    in.parallel.pp = 16;
+    in.parallel.dp = 128;
+    in.parallel.zero = 1;
+    in.parallel.sequenceParallel = true;
+    in.train.trainTokens = 15.6e12;
+    return in;
+}
+
+void BM_FullSearchLlama405B(benchmark::State& state) {
+    const PlanInputs in = llama405bInputs();
+    long long evaluated = 0;
+    for (auto _ : state) {
+        const SearchResult r = searchLayouts(in.model, in.cluster, in.parallel, in.train,
+                                             in.assume, SearchSpace{}, SearchOptions{});
+        evaluated = r.evaluated;
+        benchmark::DoNotOptimize(r.top.data());
+    }
+    state.counters["layouts_evaluated"] = double(evaluated);
+}
+BENCHMARK(BM_FullSearchLlama405B)->Unit(benchmark::kMillisecond);
+
+void BM_EstimateLlama405B(benchmark::State& state) {
+    const PlanInputs in = llama405bInputs();
+    for (auto _ : state) {
+        const Estimate e = evaluate(in);
+        benchmark::DoNotOptimize(e.stepTime);
+    }
+}
+BENCHMARK(BM_EstimateLlama405B)->Unit(benchmark::kMicrosecond);
+
+} // namespace
+
+BENCHMARK_MAIN();

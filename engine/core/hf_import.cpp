@@ -1,0 +1,297 @@
+// Hugging Face transformers config.json -> ModelSpec.
+//
+// Only fields that change the parameter count, the FLOPs or the activation memory are read.
+// Everything the config leaves out falls back to the defaults transformers itself uses for that
+// model_type, so an imported model counts the same parameters the checkpoint holds.
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "error.h"
+#include "json_io.h"
+
+namespace shardscope {
+
+using nlohmann::json;
+
+namespace {
+
+// What transformers hard-codes (or defaults) per model_type.
+struct Family {
+    const char* modelType;
+    Activation activation; // Gelu: a two-matrix MLP; SwiGlu/GeGlu: gated, three matrices
+    Norm norm;
+    PositionEmbedding positions;
+    bool tiedEmbeddings; // default of tie_word_embeddings
+    bool qkvBias, outputBias, mlpBias;
+    bool biasFromConfig; // attention_bias / mlp_bias fields override the defaults
+};
+
+using enum Activation;
+constexpr Norm kRms = Norm::RmsNorm, kLn = Norm::LayerNorm;
+constexpr PositionEmbedding kRope = PositionEmbedding::Rope;
+constexpr PositionEmbedding kLearned = PositionEmbedding::Learned;
+
+constexpr Family kFamilies[] = {
+    {"llama", SwiGlu, kRms, kRope, false, false, false, false, true},
+    {"mistral", SwiGlu, kRms, kRope, false, false, false, false, true},
+    {"mixtral", SwiGlu, kRms, kRope, false, false, false, false, true},
+    // Qwen2 has bias on Q, K and V only, hard-coded.
+    {"qwen2", SwiGlu, kRms, kRope, false, true, false, false, false},
+    {"qwen2_moe", SwiGlu, kRms, kRope, false, true, false, false, false},
+    {"gemma", GeGlu, kRms, kRope, true, false, false, false, true},
+    {"gemma2", GeGlu, kRms, kRope, true, false, false, false, true},
+    {"phi3", SwiGlu, kRms, kRope, false, false, false, false, true},
+    {"gpt2", Gelu, kLn, kLearned, true, true, true, true, false},
+    // GPT-NeoX: embed_in and embed_out are separate matrices; attention_bias defaults to true.
+    {"gpt_neox", Gelu, kLn, kRope, false, true, true, true, true},
+};
+// Anything else is read as a Llama-like decoder, refined by the fields it does carry.
+constexpr Family kGeneric = {"", SwiGlu, kRms, kRope, false, false, false, false, true};
+
+const Family& familyOf(const std::string& modelType) {
+    for (const Family& f : kFamilies) {
+        if (modelType == f.modelType)
+            return f;
+    }
+    return kGeneric;
+}
+
+using Aliases = std::initializer_list<const char*>;
+
+// "hidden_size (or n_embd, d_model)": how a missing field is named to the user.
+std::string aliasText(Aliases names) {
+    std::string out = *names.begin();
+    if (names.size() > 1) {
+        out += " (or ";
+        for (auto it = names.begin() + 1; it != names.end(); ++it)
+            out += (it == names.begin() + 1 ? "" : ", ") + std::string(*it);
+        out += ")";
+    }
+    return out;
+}
+
+std::string shortDump(const json& v) {
+    std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+}
+
+// Reads config fields under any of their names, collecting every missing or invalid one so the
+// error lists them all at once. null reads as absent (GPT-2 writes "n_inner": null).
+class ConfigReader {
+public:
+    explicit ConfigReader(const json& config) : config_(config) {}
+
+    // The first alias present, or {nullptr, nullptr}.
+    std::pair<const char*, const json*> find(Aliases names) const {
+        for (const char* name : names) {
+            const auto it = config_.find(name);
+            if (it != config_.end() && !it->is_null())
+                return {name, &*it};
+        }
+        return {nullptr, nullptr};
+    }
+
+    std::optional<std::int64_t> whole(Aliases names, bool required, std::int64_t lo = 1) {
+        const auto [name, v] = find(names);
+        if (!v) {
+            if (required)
+                missing_.push_back(aliasText(names));
+            return std::nullopt;
+        }
+        double d = v->is_number() ? v->get<double>() : std::nan("");
+        if (v->is_number_integer()) // exact, where a double would round
+            d = v->is_number_unsigned() ? double(v->get<std::uint64_t>())
+                                        : double(v->get<std::int64_t>());
+        if (!std::isfinite(d) || d != std::floor(d) || d < double(lo) ||
+            d > double(std::numeric_limits<int>::max())) {
+            invalid_.push_back(std::string(name) + ": expected a whole number >= " +
+                               std::to_string(lo) + ", got " + shortDump(*v));
+            return std::nullopt;
+        }
+        return std::int64_t(d);
+    }
+
+    std::optional<double> number(Aliases names) {
+        const auto [name, v] = find(names);
+        if (!v)
+            return std::nullopt;
+        if (!v->is_number() || !std::isfinite(v->get<double>())) {
+            invalid_.push_back(std::string(name) + ": expected a number, got " + shortDump(*v));
+            return std::nullopt;
+        }
+        return v->get<double>();
+    }
+
+    std::optional<bool> boolean(Aliases names) {
+        const auto [name, v] = find(names);
+        if (!v)
+            return std::nullopt;
+        if (!v->is_boolean()) {
+            invalid_.push_back(std::string(name) + ": expected true or false, got " +
+                               shortDump(*v));
+            return std::nullopt;
+        }
+        return v->get<bool>();
+    }
+
+    std::optional<std::string> text(Aliases names) {
+        const auto [name, v] = find(names);
+        if (!v)
+            return std::nullopt;
+        if (!v->is_string()) {
+            invalid_.push_back(std::string(name) + ": expected a string, got " + shortDump(*v));
+            return std::nullopt;
+        }
+        return v->get<std::string>();
+    }
+
+    void missing(std::string text) { missing_.push_back(std::move(text)); }
+
+    void throwIfAny(const std::string& what) const {
+        if (missing_.empty() && invalid_.empty())
+            return;
+        std::string message = what + ":";
+        if (!missing_.empty()) {
+            message += " missing ";
+            for (std::size_t i = 0; i < missing_.size(); ++i)
+                message += (i ? ", " : "") + missing_[i];
+            message += invalid_.empty() ? "" : ";";
+        }
+        for (std::size_t i = 0; i < invalid_.size(); ++i)
+            message += (i ? "; " : " ") + invalid_[i];
+        throw InputError(message);
+    }
+
+private:
+    const json& config_;
+    std::vector<std::string> missing_, invalid_;
+};
+
+// Known families fix whether the MLP is gated; the activation name then only picks the gate's
+// function. For an unknown family the name decides: "silu" means a Llama-style gated MLP, "gelu"
+// or "relu" most likely a GPT-style two-matrix one.
+Activation activationFor(const Family& family, const std::optional<std::string>& name) {
+    if (!name || family.activation == GeGlu)
+        return family.activation;
+    const bool gelu = name->starts_with("gelu") || *name == "geglu";
+    if (&family != &kGeneric)
+        return family.activation == Gelu ? Gelu : (gelu ? GeGlu : SwiGlu);
+    if (*name == "geglu")
+        return GeGlu;
+    if (gelu || *name == "relu")
+        return Gelu;
+    return SwiGlu;
+}
+
+} // namespace
+
+ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
+    if (!config.is_object())
+        throw InputError("Hugging Face config: expected a JSON object, got " +
+                         std::string(config.type_name()));
+    ConfigReader r(config);
+    const std::string modelType = r.text({"model_type"}).value_or("");
+    const Family& family = familyOf(modelType);
+
+    ModelSpec m;
+    m.family = modelType;
+    m.name = name;
+    if (m.name.empty())
+        m.name = r.text({"_name_or_path"}).value_or("");
+    if (m.name.empty())
+        m.name = modelType.empty() ? "imported model" : modelType;
+    m.source = "Hugging Face config.json";
+    const std::string what = "Hugging Face config '" + m.name + "'";
+
+    const auto hidden = r.whole({"hidden_size", "n_embd", "d_model"}, true);
+    const auto layers = r.whole({"num_hidden_layers", "n_layer", "num_layers"}, true);
+    const auto heads = r.whole({"num_attention_heads", "n_head", "num_heads"}, true);
+    const auto vocab = r.whole({"vocab_size"}, true);
+    const auto maxPositions =
+        r.whole({"max_position_embeddings", "n_positions", "n_ctx", "seq_length"}, true);
+    // GPT-2 leaves n_inner null for the standard 4 x n_embd MLP.
+    const bool ffnDefaults = family.activation == Gelu && &family != &kGeneric;
+    auto ffn = r.whole({"intermediate_size", "n_inner", "ffn_dim"}, !ffnDefaults);
+    if (!ffn && ffnDefaults && hidden)
+        ffn = 4 * *hidden;
+    const auto headDim = r.whole({"head_dim"}, false);
+    auto kvHeads = r.whole({"num_key_value_heads", "num_kv_heads", "n_head_kv"}, false);
+    if (!kvHeads && r.boolean({"multi_query"}).value_or(false))
+        kvHeads = 1;
+
+    m.activation = activationFor(family, r.text({"hidden_act", "activation_function"}));
+    m.positions = family.positions;
+    m.norm = family.norm;
+    if (&family == &kGeneric) {
+        if (r.find({"layer_norm_eps", "layer_norm_epsilon"}).second)
+            m.norm = Norm::LayerNorm;
+        if (r.find({"rms_norm_eps"}).second)
+            m.norm = Norm::RmsNorm;
+    }
+    m.tiedEmbeddings = r.boolean({"tie_word_embeddings"}).value_or(family.tiedEmbeddings);
+    m.attentionBias = family.qkvBias;
+    m.outputBias = family.outputBias;
+    m.mlpBias = family.mlpBias;
+    if (family.biasFromConfig) {
+        if (const auto bias = r.boolean({"attention_bias"}))
+            m.attentionBias = m.outputBias = *bias;
+        if (const auto bias = r.boolean({"mlp_bias"}))
+            m.mlpBias = *bias;
+    }
+    for (const char* key : {"resid_pdrop", "attn_pdrop", "embd_pdrop", "attention_dropout",
+                            "hidden_dropout", "dropout"}) {
+        if (r.number({key}).value_or(0) > 0)
+            m.dropout = true;
+    }
+
+    // Mixture of experts: Mixtral (num_local_experts), Qwen2-MoE (num_experts, a shared expert
+    // as wide as shared_expert_intermediate_size), DeepSeek (n_routed_experts, n_shared_experts).
+    const auto experts = r.whole({"num_local_experts", "num_experts", "n_routed_experts"}, false, 0);
+    if (experts && *experts > 0) {
+        m.moe.experts = int(*experts);
+        if (const auto topK = r.whole({"num_experts_per_tok", "moe_top_k"}, true))
+            m.moe.topK = int(*topK);
+        if (const auto expertFfn = r.whole({"moe_intermediate_size"}, false))
+            m.moe.expertFfn = *expertFfn;
+        if (const auto shared = r.whole({"n_shared_experts"}, false, 0))
+            m.moe.sharedExperts = int(*shared);
+        const auto sharedFfn = r.whole({"shared_expert_intermediate_size"}, false, 0);
+        if (sharedFfn && *sharedFfn > 0) {
+            const std::int64_t width = m.moe.expertFfn > 0 ? m.moe.expertFfn : ffn.value_or(0);
+            // The model has one shared expert of that width; count it as that many expert widths.
+            if (width > 0)
+                m.moe.sharedExperts = int(std::max<std::int64_t>(1, (*sharedFfn + width / 2) / width));
+        }
+    }
+
+    r.throwIfAny(what);
+    m.hidden = int(*hidden);
+    m.layers = int(*layers);
+    m.heads = int(*heads);
+    m.vocab = *vocab;
+    m.ffnHidden = *ffn;
+    m.maxPositions = int(*maxPositions);
+    m.headDim = int(headDim.value_or(0));
+    m.kvHeads = int(kvHeads.value_or(*heads));
+    // Training runs rarely use the full context a model supports; 8192 keeps the default plan
+    // realistic. Callers that train at another length set seqLen themselves.
+    m.seqLen = std::min(m.maxPositions, 8192);
+
+    // The model file reader holds the range and consistency rules (heads divisible by KV heads,
+    // sizes within reason, at most 1e15 parameters); apply them to the imported model too.
+    try {
+        (void)json(m).get<ModelSpec>();
+    } catch (const InputError& e) {
+        throw InputError(what + ": " + e.what());
+    }
+    return m;
+}
+
+} // namespace shardscope

@@ -1,0 +1,86 @@
+#include "model_spec.h"
+
+namespace shardscope {
+
+namespace {
+
+double normParams(const ModelSpec& m) {
+    return m.norm == Norm::LayerNorm ? 2.0 * m.hidden : 1.0 * m.hidden; // weight (+ bias)
+}
+
+// One expert's (or a dense model's) MLP of width `ffn`.
+double mlpParams(const ModelSpec& m, double ffn) {
+    const double h = m.hidden;
+    const double matrices = m.gated() ? 3.0 : 2.0;
+    double bias = 0;
+    if (m.mlpBias)
+        bias = (m.gated() ? 2.0 * ffn : ffn) + h;
+    return matrices * h * ffn + bias;
+}
+
+} // namespace
+
+ParamCount countParameters(const ModelSpec& m) {
+    ParamCount c;
+    if (m.isBare()) {
+        c.total = c.active = *m.bareParams;
+        return c;
+    }
+    const double h = m.hidden, V = double(m.vocab), L = m.layers;
+    const double q = double(m.qDim()), kv = double(m.kvDim());
+
+    c.embeddings = V * h;
+    if (m.positions == PositionEmbedding::Learned)
+        c.embeddings += double(m.maxPositions) * h;
+    c.lmHead = m.tiedEmbeddings ? 0.0 : V * h;
+
+    c.attentionPerLayer = h * q + 2.0 * h * kv + q * h;
+    if (m.attentionBias)
+        c.attentionPerLayer += q + 2.0 * kv;
+    if (m.outputBias)
+        c.attentionPerLayer += h;
+
+    if (m.moe.enabled()) {
+        const double expert = mlpParams(m, double(m.expertFfn()));
+        const double router = h * m.moe.experts;
+        c.mlpPerLayer = expert * (m.moe.experts + m.moe.sharedExperts) + router;
+        c.mlpActivePerLayer = expert * (m.moe.topK + m.moe.sharedExperts) + router;
+    } else {
+        c.mlpPerLayer = c.mlpActivePerLayer = mlpParams(m, double(m.ffnHidden));
+    }
+
+    c.normsPerLayer = 2.0 * normParams(m);
+    c.finalNorm = normParams(m);
+
+    c.attention = L * c.attentionPerLayer;
+    c.mlp = L * c.mlpPerLayer;
+    c.norms = L * c.normsPerLayer + c.finalNorm;
+    c.total = c.embeddings + c.attention + c.mlp + c.norms + c.lmHead;
+    c.active = c.total - L * (c.mlpPerLayer - c.mlpActivePerLayer);
+    return c;
+}
+
+double matmulParamsPerToken(const ModelSpec& m) {
+    if (m.isBare())
+        return *m.bareParams;
+    const ParamCount c = countParameters(m);
+    const double lmHead = double(m.vocab) * m.hidden; // the output projection runs even when tied
+    return m.layers * (c.attentionPerLayer + c.mlpActivePerLayer) + lmHead;
+}
+
+std::string toString(Activation a) {
+    switch (a) {
+    case Activation::Gelu: return "gelu";
+    case Activation::SwiGlu: return "swiglu";
+    case Activation::GeGlu: return "geglu";
+    }
+    return "?";
+}
+
+std::string toString(Norm n) { return n == Norm::LayerNorm ? "layernorm" : "rmsnorm"; }
+
+std::string toString(PositionEmbedding p) {
+    return p == PositionEmbedding::Learned ? "learned" : "rope";
+}
+
+} // namespace shardscope

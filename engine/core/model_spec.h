@@ -1,0 +1,88 @@
+// A decoder-only transformer, as the planner and the engine both see it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace shardscope {
+
+enum class Activation { Gelu, SwiGlu, GeGlu }; // SwiGLU and GeGLU are gated: three MLP matrices
+enum class Norm { LayerNorm, RmsNorm };        // LayerNorm has a bias, RMSNorm does not
+enum class PositionEmbedding { Rope, Learned }; // learned adds a max_positions x hidden table
+
+struct MoeSpec {
+    int experts = 0;            // routed experts per MoE layer; 0 means a dense model
+    int topK = 0;               // experts each token is routed to
+    int sharedExperts = 0;      // always-on experts (DeepSeek/Qwen-MoE style)
+    std::int64_t expertFfn = 0; // FFN width of one expert; 0 means ffnHidden
+    bool enabled() const { return experts > 0; }
+};
+
+struct ModelSpec {
+    std::string id;      // preset id, "llama3-8b"; empty for custom or imported models
+    std::string name;
+    std::string family;  // "llama", "gpt2", ... (informational)
+    int layers = 0;
+    int hidden = 0;
+    int heads = 0;
+    int kvHeads = 0;     // == heads for multi-head attention, fewer for GQA, 1 for MQA
+    int headDim = 0;     // 0 means hidden / heads (Gemma sets it explicitly)
+    std::int64_t ffnHidden = 0;
+    std::int64_t vocab = 0;
+    int seqLen = 0;      // training sequence length
+    int maxPositions = 0;
+    bool tiedEmbeddings = false;
+    Activation activation = Activation::SwiGlu;
+    Norm norm = Norm::RmsNorm;
+    PositionEmbedding positions = PositionEmbedding::Rope;
+    bool attentionBias = false; // bias on Q, K, V (and O where outputBias)
+    bool outputBias = false;    // bias on the attention output projection
+    bool mlpBias = false;
+    bool dropout = false;       // dropout masks are stored as activations when on
+    MoeSpec moe;
+    double publishedParams = 0; // total the model's authors state, for checks; 0 if unknown
+    std::string source;         // where the numbers come from
+
+    // The quick form: only a parameter count is known ("a 7B model"). Model-state memory can be
+    // computed from it; activations, FLOPs per layer and TP rules cannot, and say so.
+    std::optional<double> bareParams;
+    bool isBare() const { return bareParams.has_value(); }
+
+    int effectiveHeadDim() const { return headDim > 0 ? headDim : (heads > 0 ? hidden / heads : 0); }
+    std::int64_t qDim() const { return std::int64_t(heads) * effectiveHeadDim(); }
+    std::int64_t kvDim() const { return std::int64_t(kvHeads) * effectiveHeadDim(); }
+    std::int64_t expertFfn() const { return moe.expertFfn > 0 ? moe.expertFfn : ffnHidden; }
+    bool gated() const { return activation != Activation::Gelu; }
+};
+
+// Exact parameter count by part. Embeddings include learned position tables; lmHead is zero when
+// tied to the embedding. Per-layer figures are for one transformer layer.
+struct ParamCount {
+    double embeddings = 0;
+    double attention = 0; // all layers
+    double mlp = 0;       // all layers, all experts (and the router)
+    double norms = 0;     // all layer norms plus the final norm
+    double lmHead = 0;
+    double total = 0;
+    double active = 0;    // parameters touched per token (MoE: top-k + shared experts only)
+
+    double attentionPerLayer = 0;
+    double mlpPerLayer = 0;        // all experts
+    double mlpActivePerLayer = 0;  // top-k + shared experts
+    double normsPerLayer = 0;
+    double finalNorm = 0;
+    double layer() const { return attentionPerLayer + mlpPerLayer + normsPerLayer; }
+};
+
+ParamCount countParameters(const ModelSpec& m);
+
+// Parameters that take part in matrix multiplies for one token (attention, active MLP, LM head),
+// i.e. what 2 x N FLOPs per token counts. Embedding lookups and norms are excluded.
+double matmulParamsPerToken(const ModelSpec& m);
+
+std::string toString(Activation a);
+std::string toString(Norm n);
+std::string toString(PositionEmbedding p);
+
+} // namespace shardscope

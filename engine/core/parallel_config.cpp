@@ -1,0 +1,396 @@
+#include "parallel_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+
+#include "error.h"
+
+namespace shardscope {
+
+namespace {
+
+double bytesOf(Precision p) {
+    switch (p) {
+    case Precision::Fp32:
+    case Precision::Tf32: return 4;
+    case Precision::Bf16:
+    case Precision::Fp16: return 2;
+    case Precision::Fp8: return 1;
+    }
+    return 4;
+}
+
+// Lower-case, with '_' read as '-', so "Zero_Bubble" and "zero-bubble" are the same spelling.
+std::string canonicalSpelling(const std::string& s) {
+    std::string out = s;
+    for (char& c : out)
+        c = c == '_' ? '-' : char(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+template <typename Enum, std::size_t N>
+Enum fromString(const std::string& s, const Enum (&values)[N], const char* what) {
+    const std::string wanted = canonicalSpelling(s);
+    std::string known;
+    for (Enum v : values) {
+        if (wanted == toString(v))
+            return v;
+        known += (known.empty() ? "" : ", ") + toString(v);
+    }
+    throw InputError("unknown " + std::string(what) + " '" + s + "'; expected one of " + known);
+}
+
+} // namespace
+
+// Weights are held in the compute dtype, except FP8: its weights stay BF16 and the FP8 copies
+// are a transient cast buffer the planner accounts for separately.
+double PrecisionPolicy::weightBytes() const { return compute == Precision::Fp8 ? 2 : bytesOf(compute); }
+double PrecisionPolicy::gradBytes() const { return bytesOf(grads); }
+double PrecisionPolicy::masterBytes() const { return fp32Master ? 4 : 0; }
+// FP8 recipes keep activations for the backward pass in BF16.
+double PrecisionPolicy::activationBytes() const {
+    return compute == Precision::Fp8 ? 2 : bytesOf(compute);
+}
+
+std::string PrecisionPolicy::name() const {
+    if (compute == Precision::Fp32 && grads == Precision::Fp32 && !fp32Master)
+        return "fp32";
+    std::string s = toString(compute) + " mixed (" + toString(grads) + " grads";
+    if (!fp32Master)
+        s += ", no fp32 master";
+    return s + ")";
+}
+
+PrecisionPolicy precisionPolicyFromString(const std::string& s) {
+    const std::string p = canonicalSpelling(s);
+    if (p == "fp32")
+        return PrecisionPolicy::fp32();
+    if (p == "bf16")
+        return PrecisionPolicy::bf16Mixed(true);
+    if (p == "bf16-bf16grads")
+        return PrecisionPolicy::bf16Mixed(false);
+    if (p == "fp8")
+        return PrecisionPolicy::fp8Mixed();
+    throw InputError("unknown precision '" + s +
+                     "'; expected one of fp32, bf16, bf16-bf16grads, fp8");
+}
+
+std::string toString(PipelineSchedule s) {
+    switch (s) {
+    case PipelineSchedule::Naive: return "naive";
+    case PipelineSchedule::GPipe: return "gpipe";
+    case PipelineSchedule::OneFOneB: return "1f1b";
+    case PipelineSchedule::Interleaved: return "interleaved";
+    case PipelineSchedule::ZeroBubble: return "zero-bubble";
+    }
+    return "?";
+}
+
+std::string toString(Recompute r) {
+    switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+    }
+    return "?";
+}
+
+std::string toString(Optimizer o) { return o == Optimizer::AdamW ? "adamw" : "sgd"; }
+
+PipelineSchedule scheduleFromString(const std::string& s) {
+    static constexpr PipelineSchedule all[] = {
+        PipelineSchedule::Naive, PipelineSchedule::GPipe, PipelineSchedule::OneFOneB,
+        PipelineSchedule::Interleaved, PipelineSchedule::ZeroBubble};
+    return fromString(s, all, "pipeline schedule");
+}
+
+Recompute recomputeFromString(const std::string& s) {
+    static constexpr Recompute all[] = {Recompute::None, Recompute::Selective, Recompute::Full};
+    return fromString(s, all, "recompute policy");
+}
+
+Optimizer optimizerFromString(const std::string& s) {
+    static constexpr Optimizer all[] = {Optimizer::AdamW, Optimizer::SgdMomentum};
+    return fromString(s, all, "optimizer");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+
+namespace {
+
+using std::to_string;
+
+// Products of degrees, saturated: validate promises not to fail on any values, however absurd.
+std::int64_t product(std::initializer_list<std::int64_t> factors) {
+    constexpr std::int64_t cap = std::int64_t(1) << 62;
+    std::int64_t p = 1;
+    for (std::int64_t f : factors) {
+        if (f > 0 && p > cap / f)
+            return cap;
+        p *= f;
+    }
+    return p;
+}
+
+// Divisors of n, ascending, for hints. Beyond 1e12 (no real model size) only 1 and n, so that
+// the O(sqrt n) search stays quick whatever it is given.
+std::vector<std::int64_t> divisors(std::int64_t n) {
+    if (n > 1'000'000'000'000)
+        return {1, n};
+    std::vector<std::int64_t> low, high;
+    for (std::int64_t d = 1; d * d <= n; ++d) {
+        if (n % d != 0)
+            continue;
+        low.push_back(d);
+        if (d != n / d)
+            high.push_back(n / d);
+    }
+    low.insert(low.end(), high.rbegin(), high.rend());
+    return low;
+}
+
+// "1, 2, 4, 5, 8, ..." for hints such as "divisors of 40 heads".
+std::string divisorList(std::int64_t n, std::size_t maxShown = 12) {
+    std::string out;
+    const std::vector<std::int64_t> all = divisors(n);
+    for (std::size_t i = 0; i < all.size() && i < maxShown; ++i)
+        out += (i ? ", " : "") + to_string(all[i]);
+    return all.size() > maxShown ? out + ", ..." : out;
+}
+
+// The largest divisor of n that is <= limit (at least 1): the nearest valid degree below a bad one.
+std::int64_t largestDivisorUpTo(std::int64_t n, std::int64_t limit) {
+    std::int64_t best = 1;
+    for (std::int64_t d : divisors(n)) {
+        if (d <= limit)
+            best = d;
+    }
+    return best;
+}
+
+class Checker {
+public:
+    Checker(const ModelSpec& model, const ParallelConfig& config) : m_(model), c_(config) {}
+
+    std::vector<Violation> run(const ClusterSpec* cluster) {
+        const bool degreesOk = degrees();
+        if (cluster)
+            worldSize(*cluster, degreesOk);
+        if (!degreesOk)
+            return std::move(out_); // every remaining rule divides by a degree
+        batch();
+        pipelineSchedule();
+        if (m_.isBare())
+            bareModel();
+        else
+            architecture();
+        flags();
+        return std::move(out_);
+    }
+
+private:
+    void add(std::string rule, std::string message, std::string hint) {
+        out_.push_back({std::move(rule), std::move(message), std::move(hint)});
+    }
+
+    bool degrees() {
+        bool ok = true;
+        const std::pair<const char*, int> all[] = {
+            {"dp", c_.dp}, {"tp", c_.tp}, {"pp", c_.pp}, {"vpp", c_.vpp}, {"cp", c_.cp}};
+        for (const auto& [name, value] : all) {
+            if (value >= 1)
+                continue;
+            ok = false;
+            add("degree", std::string(name) + " is " + to_string(value) + "; every degree must be >= 1",
+                std::string("set ") + name + " = 1 to leave that dimension unsplit");
+        }
+        if (c_.zero < 0 || c_.zero > 3)
+            add("zero-stage", "ZeRO stage is " + to_string(c_.zero) + "; stages are 0, 1, 2 and 3",
+                "use zero = 1 (optimizer state), 2 (+ gradients) or 3 (+ weights), or 0 for none");
+        if (c_.microBatch < 1 || c_.globalBatch < 1) {
+            ok = false;
+            add("batch-size",
+                "micro batch " + to_string(c_.microBatch) + " and global batch " +
+                    to_string(c_.globalBatch) + " must both be >= 1",
+                "set micro_batch = 1 and global_batch to the sequences per optimizer step");
+        }
+        return ok;
+    }
+
+    void worldSize(const ClusterSpec& cluster, bool degreesOk) {
+        const std::int64_t world = std::int64_t(cluster.gpusPerNode) * cluster.nodes;
+        if (cluster.gpusPerNode < 1 || cluster.nodes < 1) {
+            add("cluster-size",
+                "the cluster has " + to_string(cluster.nodes) + " nodes of " +
+                    to_string(cluster.gpusPerNode) + " GPUs",
+                "give at least one node with at least one GPU");
+            return;
+        }
+        if (!degreesOk)
+            return;
+        const std::int64_t model = product({c_.tp, c_.pp, c_.cp});
+        const std::int64_t used = product({model, c_.dp});
+        if (used == world)
+            return;
+        std::string hint;
+        if (world % model == 0)
+            hint = "set dp = " + to_string(world / model) + " (" + to_string(world) + " / tp*pp*cp " +
+                   to_string(model) + ")";
+        else
+            hint = "tp*pp*cp = " + to_string(model) + " does not divide " + to_string(world) +
+                   " GPUs; pick tp, pp and cp whose product divides it, or use " +
+                   to_string(used) + " GPUs";
+        add("world-size",
+            "dp*tp*pp*cp = " + to_string(c_.dp) + "*" + to_string(c_.tp) + "*" + to_string(c_.pp) +
+                "*" + to_string(c_.cp) + " = " + to_string(used) + " but the cluster has " +
+                to_string(world) + " GPUs",
+            hint);
+    }
+
+    void batch() {
+        const std::int64_t perStep = std::int64_t(c_.microBatch) * c_.dp;
+        const std::int64_t global = c_.globalBatch;
+        if (global >= perStep && global % perStep == 0)
+            return;
+        const std::int64_t down = global / perStep * perStep;
+        const std::int64_t up = down + perStep;
+        std::string hint = "set global_batch to a multiple of micro_batch*dp = " + to_string(perStep) +
+                           ", e.g. " + (down > 0 ? to_string(down) + " or " : "") + to_string(up);
+        if (global >= c_.dp && global % c_.dp == 0)
+            hint += ", or micro_batch = " +
+                    to_string(largestDivisorUpTo(global / c_.dp, c_.microBatch));
+        add("global-batch",
+            "global batch " + to_string(global) + " is not a positive multiple of micro_batch*dp = " +
+                to_string(c_.microBatch) + "*" + to_string(c_.dp) + " = " + to_string(perStep),
+            hint);
+    }
+
+    void pipelineSchedule() {
+        const bool interleaved = c_.schedule == PipelineSchedule::Interleaved;
+        if (c_.vpp > 1 && !interleaved)
+            add("vpp-schedule",
+                "vpp = " + to_string(c_.vpp) + " virtual stages need the interleaved schedule, not " +
+                    toString(c_.schedule),
+                "set schedule = interleaved, or vpp = 1");
+        if (!interleaved)
+            return;
+        if (c_.vpp < 2)
+            add("interleaved-vpp",
+                "the interleaved schedule needs vpp >= 2 model chunks per rank; vpp is " +
+                    to_string(c_.vpp),
+                "set vpp = 2 (or more), or use schedule = 1f1b");
+        if (c_.pp < 2) {
+            add("interleaved-pp",
+                "the interleaved schedule needs a pipeline (pp >= 2); pp is " + to_string(c_.pp),
+                "set pp >= 2, or use schedule = 1f1b");
+            return;
+        }
+        const std::int64_t microbatches = c_.globalBatch / (std::int64_t(c_.microBatch) * c_.dp);
+        if (microbatches > 0 && microbatches % c_.pp != 0) {
+            const std::int64_t next = (microbatches / c_.pp + 1) * c_.pp;
+            add("interleaved-microbatches",
+                "the interleaved schedule needs the microbatch count (" + to_string(microbatches) +
+                    " = global_batch / (micro_batch*dp)) to be a multiple of pp = " +
+                    to_string(c_.pp),
+                "set global_batch = " + to_string(product({next, c_.microBatch, c_.dp})) + " (" +
+                    to_string(next) + " microbatches)");
+        }
+    }
+
+    void bareModel() {
+        if (c_.tp == 1 && c_.pp == 1 && c_.cp == 1)
+            return;
+        add("bare-model",
+            "the model is given only as a parameter count, which cannot be split by tp = " +
+                to_string(c_.tp) + ", pp = " + to_string(c_.pp) + ", cp = " + to_string(c_.cp),
+            "give the architecture (a model preset or --hf-config), or use tp = pp = cp = 1");
+    }
+
+    void architecture() {
+        const int tp = c_.tp;
+        if (m_.heads > 0 && m_.heads % tp != 0)
+            add("tp-heads",
+                "tp = " + to_string(tp) + " does not divide " + to_string(m_.heads) +
+                    " attention heads",
+                "use tp = " + to_string(largestDivisorUpTo(m_.heads, tp)) + " (divisors of " +
+                    to_string(m_.heads) + ": " + divisorList(m_.heads) + ")");
+        // tp a multiple of the KV heads is fine too: each KV head is then replicated on tp/kv ranks.
+        const int kv = m_.kvHeads > 0 ? m_.kvHeads : m_.heads;
+        if (kv > 0 && kv % tp != 0 && tp % kv != 0)
+            add("tp-kv-heads",
+                "tp = " + to_string(tp) + " neither divides nor is a multiple of " + to_string(kv) +
+                    " KV heads",
+                "use tp = " + to_string(largestDivisorUpTo(kv, tp)) + " or a multiple of " +
+                    to_string(kv));
+        if (m_.ffnHidden > 0 && m_.ffnHidden % tp != 0)
+            add("tp-ffn",
+                "tp = " + to_string(tp) + " does not divide the FFN width " +
+                    to_string(m_.ffnHidden),
+                "use tp = " + to_string(largestDivisorUpTo(m_.ffnHidden, tp)));
+        if (m_.moe.enabled() && m_.expertFfn() != m_.ffnHidden && m_.expertFfn() % tp != 0)
+            add("tp-expert-ffn",
+                "tp = " + to_string(tp) + " does not divide the expert FFN width " +
+                    to_string(m_.expertFfn()),
+                "use tp = " + to_string(largestDivisorUpTo(m_.expertFfn(), tp)));
+
+        const std::int64_t stages = std::int64_t(c_.pp) * c_.vpp;
+        if (m_.layers > 0 && stages > m_.layers)
+            add("pp-layers",
+                "pp*vpp = " + to_string(c_.pp) + "*" + to_string(c_.vpp) + " = " +
+                    to_string(stages) + " model chunks but the model has only " +
+                    to_string(m_.layers) + " layers",
+                "use pp*vpp <= " + to_string(m_.layers) + ", e.g. pp = " +
+                    to_string(std::max<std::int64_t>(1, m_.layers / c_.vpp)));
+
+        // Load-balanced causal attention splits the sequence into 2*cp chunks, two per rank.
+        const std::int64_t chunks = 2 * std::int64_t(c_.cp);
+        if (c_.cp > 1 && m_.seqLen > 0 && m_.seqLen % chunks != 0)
+            add("cp-seq",
+                "context parallelism splits the sequence into 2*cp = " + to_string(chunks) +
+                    " chunks, which does not divide seq_len " + to_string(m_.seqLen),
+                m_.seqLen % 2 != 0
+                    ? "seq_len is odd, so only cp = 1 works; use an even seq_len for cp > 1"
+                    : "use cp = " + to_string(largestDivisorUpTo(m_.seqLen / 2, c_.cp)) +
+                          " (2*cp must divide seq_len)");
+    }
+
+    void flags() {
+        if (c_.sequenceParallel && c_.tp == 1)
+            add("sp-tp", "sequence parallelism splits activations across the TP group, but tp = 1",
+                "turn sequence_parallel off, or use tp > 1");
+        if (c_.offloadOptimizer && c_.zero < 1)
+            add("offload-zero",
+                "optimizer offload needs ZeRO (stage >= 1) to partition the state it moves; zero = " +
+                    to_string(c_.zero),
+                "set zero = 1 (or higher), or turn offload_optimizer off");
+    }
+
+    const ModelSpec& m_;
+    const ParallelConfig& c_;
+    std::vector<Violation> out_;
+};
+
+} // namespace
+
+std::vector<Violation> validate(const ModelSpec& model, const ClusterSpec& cluster,
+                                const ParallelConfig& config) {
+    try {
+        return Checker(model, config).run(&cluster);
+    } catch (const std::exception& e) { // only allocation can fail here; keep the promise anyway
+        return {{"internal", e.what(), "report this as a bug"}};
+    }
+}
+
+std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& config) {
+    try {
+        return Checker(model, config).run(nullptr);
+    } catch (const std::exception& e) {
+        return {{"internal", e.what(), "report this as a bug"}};
+    }
+}
+
+} // namespace shardscope

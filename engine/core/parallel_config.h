@@ -1,0 +1,80 @@
+// A parallelism layout, and the rules that make one valid for a model and a cluster.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cluster_spec.h"
+#include "model_spec.h"
+
+namespace shardscope {
+
+enum class PipelineSchedule { Naive, GPipe, OneFOneB, Interleaved, ZeroBubble };
+enum class Recompute { None, Selective, Full };
+enum class Optimizer { AdamW, SgdMomentum };
+
+// Which dtypes hold weights, gradients and optimizer state. Compute precision selects the peak
+// FLOP/s the planner uses; fp32Master keeps an fp32 copy of weights beside low-precision ones.
+struct PrecisionPolicy {
+    Precision compute = Precision::Bf16;
+    Precision grads = Precision::Fp32;
+    bool fp32Master = true;
+
+    static PrecisionPolicy fp32() { return {Precision::Fp32, Precision::Fp32, false}; }
+    static PrecisionPolicy bf16Mixed(bool fp32Grads = true) {
+        return {Precision::Bf16, fp32Grads ? Precision::Fp32 : Precision::Bf16, true};
+    }
+    static PrecisionPolicy fp8Mixed() { return {Precision::Fp8, Precision::Fp32, true}; }
+
+    double weightBytes() const;      // bytes per parameter of the working weights
+    double gradBytes() const;        // bytes per parameter of the gradient buffer
+    double masterBytes() const;      // 4 when an fp32 master copy is kept, else 0
+    double activationBytes() const;  // bytes per stored activation element
+    std::string name() const;        // "bf16 mixed (fp32 grads)", ...
+};
+PrecisionPolicy precisionPolicyFromString(const std::string& s); // "fp32", "bf16", "bf16-bf16grads", "fp8"
+
+struct ParallelConfig {
+    int dp = 1;
+    int tp = 1;
+    int pp = 1;
+    int vpp = 1; // virtual stages (model chunks) per pipeline rank; > 1 only when interleaved
+    int cp = 1;
+    int zero = 0; // ZeRO stage 0-3 across the data-parallel group (3 == FSDP full shard)
+    bool sequenceParallel = false;
+    PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+    int microBatch = 1;  // sequences per microbatch per data-parallel rank
+    int globalBatch = 1; // sequences per optimizer step across the whole job
+    Recompute recompute = Recompute::None;
+    PrecisionPolicy precision;
+    Optimizer optimizer = Optimizer::AdamW;
+    bool offloadOptimizer = false; // optimizer state (and fp32 grads/master) live in CPU memory
+    // Fused (Flash) attention never materialises the s x s scores: no score activations are
+    // stored and no memory-bound softmax/dropout passes run. Runs before 2022 did not have it.
+    bool flashAttention = true;
+
+    int worldSize() const { return dp * tp * pp * cp; }
+    // Microbatches each pipeline processes per step (gradient accumulation steps).
+    int microbatches() const { return (microBatch * dp) > 0 ? globalBatch / (microBatch * dp) : 0; }
+};
+
+struct Violation {
+    std::string rule;    // short id: "world-size", "tp-heads", ...
+    std::string message; // what is wrong, with the numbers
+    std::string hint;    // how to fix it
+};
+
+// Every rule the layout breaks, empty when valid. Never throws.
+std::vector<Violation> validate(const ModelSpec& model, const ClusterSpec& cluster,
+                                const ParallelConfig& config);
+// The same rules without a cluster (world size is then dp*tp*pp*cp by definition).
+std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& config);
+
+std::string toString(PipelineSchedule s);
+std::string toString(Recompute r);
+std::string toString(Optimizer o);
+PipelineSchedule scheduleFromString(const std::string& s);
+Recompute recomputeFromString(const std::string& s);
+Optimizer optimizerFromString(const std::string& s);
+
+} // namespace shardscope

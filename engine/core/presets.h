@@ -1,0 +1,29 @@
+// Built-in presets (compiled in from resources/presets) and lookup by name.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cluster_spec.h"
+#include "model_spec.h"
+
+namespace shardscope {
+
+const std::vector<ModelSpec>& modelPresets();
+const std::vector<GpuSpec>& gpuPresets();
+
+// Case-insensitive lookup by name or id ("llama3-70b", "Llama 3 70B", "h100-sxm"); throws
+// InputError listing the known names when there is no match.
+const ModelSpec& findModelPreset(const std::string& name);
+const GpuSpec& findGpuPreset(const std::string& name);
+
+// The GPU preset that matches a device name reported by the driver ("NVIDIA H100 80GB HBM3"),
+// or nullptr.
+const GpuSpec* matchGpuPreset(const std::string& deviceName);
+
+// A cluster of `nodes` x `gpusPerNode` of this GPU with its NVLink inside a node and the given
+// per-GPU network bandwidth across nodes (default: 400 Gb/s per GPU, i.e. 50 GB/s).
+ClusterSpec makeCluster(const GpuSpec& gpu, int gpusPerNode, int nodes,
+                        double interBandwidth = 50e9);
+
+} // namespace shardscope

@@ -1,0 +1,35 @@
+// The efficiency assumptions behind every time estimate, in one place, each with its reason.
+// docs/validation.md shows how these defaults compare with published training runs.
+#pragma once
+
+namespace shardscope {
+
+struct Assumptions {
+    // Achieved fraction of the dense tensor-core peak on the large GEMMs of a transformer layer.
+    // Well-shaped bf16 GEMMs reach 70-85 % of peak on A100/H100 (cuBLAS measurements).
+    double gemmEfficiency = 0.75;
+    // Achieved fraction of HBM bandwidth by memory-bound kernels (norms, activations, adds).
+    double memoryEfficiency = 0.7;
+    // Achieved fraction of link bandwidth by NCCL ring collectives (bus bandwidth / link rate).
+    double commEfficiency = 0.8;
+    // Attention score FLOPs: count only the causal half (what FlashAttention computes) or all.
+    bool causalAttention = true;
+    // Elements read + written by non-matmul kernels per token per layer, forward, as multiples
+    // of the hidden size (norms, residual adds, rotary) and of the FFN width (activation).
+    // Backward moves about twice as much. Counted from a Llama-style layer.
+    double elementwiseHiddenTerms = 12.0;
+    double elementwiseFfnTerms = 3.0;
+    // Share of each axis' communication that can hide behind compute (1 = fully overlappable
+    // within its window, 0 = always exposed). TP collectives sit between dependent GEMMs.
+    double dpOverlap = 1.0;
+    double tpOverlap = 0.0;
+    double cpOverlap = 1.0;
+    // Memory the planner cannot attribute to a tensor: CUDA context, cuBLAS workspaces, NCCL
+    // buffers (fixed), and caching-allocator fragmentation (fraction of everything else).
+    double runtimeOverheadBytes = 1.0e9;
+    double fragmentation = 0.05;
+    // Gradient communication buckets (PyTorch DDP bucket_cap_mb = 25), double-buffered.
+    double gradBucketBytes = 25.0 * 1024 * 1024;
+};
+
+} // namespace shardscope

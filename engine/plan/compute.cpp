@@ -1,0 +1,79 @@
+#include "compute.h"
+
+#include <algorithm>
+
+#include "layout.h"
+
+namespace shardscope {
+
+TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumptions& a) {
+    TokenFlops f;
+    if (m.isBare()) {
+        f.model = f.hardware = 6.0 * *m.bareParams; // only the 6N rule is possible
+        if (p.recompute == Recompute::Full)
+            f.hardware = 8.0 * *m.bareParams;
+        return f;
+    }
+    const ParamCount c = countParameters(m);
+    const double causal = a.causalAttention ? 0.5 : 1.0;
+    f.layerMatmul = 2.0 * (c.attentionPerLayer + c.mlpActivePerLayer);
+    f.attentionCore = 4.0 * m.seqLen * double(m.qDim()) * causal;
+    f.lmHead = 2.0 * double(m.vocab) * m.hidden;
+    const double forward = m.layers * (f.layerMatmul + f.attentionCore) + f.lmHead;
+    f.model = 3.0 * forward;
+    f.hardware = f.model;
+    if (p.recompute == Recompute::Full)
+        f.hardware += m.layers * (f.layerMatmul + f.attentionCore);
+    else if (p.recompute == Recompute::Selective)
+        f.hardware += m.layers * f.attentionCore;
+    return f;
+}
+
+StageCompute stageCompute(const PlanInputs& in, int stage) {
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    const Assumptions& a = in.assume;
+    const double peak = in.cluster.gpu.peak(p.precision.compute) * a.gemmEfficiency;
+    const double t = std::max(1, p.tp), cp = std::max(1, p.cp);
+    const double tokens = double(m.seqLen) * p.microBatch; // one microbatch, before CP splits it
+    const TokenFlops f = tokenFlops(m, p, a);
+
+    StageCompute s;
+    if (m.isBare()) {
+        s.flops = f.hardware * tokens / (t * std::max(1, p.pp) * cp);
+        s.gemmSeconds = peak > 0 ? s.flops / peak : 0.0;
+        return s;
+    }
+    const int layers = layersOnStage(m, p, stage);
+    const double recomputeLayer = f.hardware - f.model; // extra forward work, whole model
+    const double perLayer = 3.0 * (f.layerMatmul + f.attentionCore) + recomputeLayer / m.layers;
+    double flops = layers * perLayer;
+    if (stage == p.pp - 1)
+        flops += 3.0 * f.lmHead;
+    s.flops = flops * tokens / (t * cp);
+    s.gemmSeconds = peak > 0 ? s.flops / peak : 0.0;
+
+    const double coreRuns = 3.0 + (p.recompute != Recompute::None ? 1.0 : 0.0);
+    s.attentionSeconds =
+        peak > 0 ? layers * coreRuns * f.attentionCore * tokens / (t * cp) / peak : 0.0;
+
+    // Memory-bound kernels: norms and adds on the hidden state (split by TP only under SP) and
+    // the activation function on the FFN width (split by TP), forward once and backward twice.
+    const double ab = p.precision.activationBytes();
+    const double experts = m.moe.enabled() ? m.moe.topK + m.moe.sharedExperts : 1.0;
+    const double sp = p.sequenceParallel ? t : 1.0;
+    const double bytesPerToken = 3.0 * ab *
+                                 (a.elementwiseHiddenTerms * m.hidden / sp +
+                                  a.elementwiseFfnTerms * double(m.expertFfn()) * experts / t);
+    // Unfused attention writes the scores, then masks, softmaxes and drops them out in separate
+    // passes: about six reads or writes of every score, forward once and backward twice.
+    const double scoreBytesPerToken =
+        p.flashAttention ? 0.0 : 3.0 * 6.0 * ab * m.heads * double(m.seqLen) / t;
+    const double bandwidth = in.cluster.gpu.hbmBandwidth * a.memoryEfficiency;
+    s.elementwiseSeconds = bandwidth > 0 ? layers * (bytesPerToken + scoreBytesPerToken) * tokens /
+                                               cp / bandwidth
+                                         : 0.0;
+    return s;
+}
+
+} // namespace shardscope

@@ -1,0 +1,31 @@
+// FLOPs per token and compute time per microbatch.
+#pragma once
+
+#include "estimate.h"
+
+namespace shardscope {
+
+struct TokenFlops {
+    double layerMatmul = 0;    // forward FLOPs of one layer's projections, per token
+    double attentionCore = 0;  // forward FLOPs of QK^T and AV of one layer, per token
+    double lmHead = 0;         // forward FLOPs of the output projection, per token
+    double model = 0;          // forward + backward of the whole model, per token
+    double hardware = 0;       // model + recomputed forward work, per token
+};
+
+// Forward is 2 FLOPs per multiply-add; backward is twice the forward (Kaplan et al. 2020).
+// Attention scores cost 4 s q FLOPs per token per layer in full, half of that when only the
+// causal triangle is computed (Assumptions::causalAttention).
+TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumptions& a);
+
+struct StageCompute {
+    double flops = 0;          // one microbatch forward + backward (+ recompute) on one rank
+    double gemmSeconds = 0;
+    double elementwiseSeconds = 0;
+    double attentionSeconds = 0; // the attention-core share, which CP communication hides behind
+    double seconds() const { return gemmSeconds + elementwiseSeconds; }
+};
+
+StageCompute stageCompute(const PlanInputs& in, int stage);
+
+} // namespace shardscope

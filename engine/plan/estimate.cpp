@@ -1,0 +1,253 @@
+#include "estimate.h"
+
+#include <algorithm>
+
+#include "compute.h"
+#include "formulas.h"
+#include "layout.h"
+
+namespace shardscope {
+
+std::string toString(Axis a) {
+    switch (a) {
+    case Axis::DP: return "DP";
+    case Axis::TP: return "TP";
+    case Axis::PP: return "PP";
+    case Axis::CP: return "CP";
+    }
+    return "?";
+}
+
+namespace {
+
+void setPlacement(AxisComm& c, const GroupPlacement& g) {
+    c.groupSize = g.size;
+    c.crossesNodes = g.crossesNodes;
+    c.bandwidth = g.bandwidth;
+    c.latency = g.latency;
+}
+
+// Tensor parallelism: per layer and microbatch, two all-reduces forward and two backward of the
+// layer's output (Megatron-LM); with SP each becomes an all-gather plus a reduce-scatter of the
+// same total size. Full recompute repeats the forward pair.
+AxisComm tpComm(const PlanInputs& in, int layers, double computeTime) {
+    const ParallelConfig& p = in.parallel;
+    AxisComm c;
+    const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::TP);
+    setPlacement(c, g);
+    if (p.tp <= 1 || in.model.isBare())
+        return c;
+    const double size = localTokens(in.model, p) * in.model.hidden * p.precision.activationBytes();
+    const int perLayer = 4 + (p.recompute == Recompute::Full ? 2 : 0);
+    const double calls = double(p.microbatches()) * layers * perLayer;
+    c.collectives = int(calls * (p.sequenceParallel ? 2 : 1));
+    c.bytes = calls * ringAllReduceBytesPerRank(size, p.tp);
+    const double each = p.sequenceParallel ? 2.0 * ringAllGatherSeconds(size, p.tp, g.bandwidth, g.latency)
+                                           : ringAllReduceSeconds(size, p.tp, g.bandwidth, g.latency);
+    c.seconds = calls * each;
+    c.window = computeTime;
+    c.exposed = std::max(0.0, c.seconds - in.assume.tpOverlap * c.window);
+    return c;
+}
+
+// Context parallelism (ring attention): each layer passes K and V around the ring, cp-1 hops
+// forward; backward passes K, V and their gradients. It overlaps the attention computation.
+AxisComm cpComm(const PlanInputs& in, int layers, double attentionTime) {
+    const ParallelConfig& p = in.parallel;
+    const ModelSpec& m = in.model;
+    AxisComm c;
+    const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::CP);
+    setPlacement(c, g);
+    if (p.cp <= 1 || m.isBare())
+        return c;
+    const double t = std::max(1, p.tp);
+    const double kvPerRank = double(m.kvDim()) * std::max(1.0, t / std::max(1, m.kvHeads)) / t;
+    const double chunk = 2.0 * localTokens(m, p) * kvPerRank * p.precision.activationBytes();
+    const double sends = double(p.microbatches()) * layers * 3.0 * (p.cp - 1);
+    c.collectives = int(sends);
+    c.bytes = sends * chunk;
+    c.seconds = sends * (g.latency + chunk / g.bandwidth);
+    c.window = attentionTime;
+    c.exposed = std::max(0.0, c.seconds - in.assume.cpOverlap * c.window);
+    return c;
+}
+
+// Pipeline parallelism: each microbatch crosses each chunk boundary once forward (activations)
+// and once backward (their gradients). Only the fill and drain hops wait on the wire.
+AxisComm ppComm(const PlanInputs& in, double computeTime) {
+    const ParallelConfig& p = in.parallel;
+    AxisComm c;
+    const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::PP);
+    setPlacement(c, g);
+    if (p.pp <= 1 || in.model.isBare())
+        return c;
+    const double sp = p.sequenceParallel ? p.tp : 1.0;
+    const double message =
+        localTokens(in.model, p) * in.model.hidden * p.precision.activationBytes() / sp;
+    const double hop = g.latency + message / g.bandwidth;
+    const double sends = 2.0 * p.microbatches() * std::max(1, p.vpp);
+    c.collectives = int(sends);
+    c.bytes = sends * message;
+    c.seconds = sends * hop;
+    c.window = computeTime;
+    const double criticalHops = p.schedule == PipelineSchedule::Naive
+                                    ? 2.0 * (p.pp - 1) * p.microbatches()
+                                    : 2.0 * (p.pp - 1);
+    c.exposed = criticalHops * hop;
+    return c;
+}
+
+// Data parallelism over dp x cp ranks. ZeRO-0: all-reduce gradients once per step. ZeRO-1/2:
+// reduce-scatter gradients, all-gather updated parameters. ZeRO-3: every microbatch gathers
+// parameters for forward and again for backward, and reduce-scatters its gradients.
+AxisComm dpComm(const PlanInputs& in, double params, double microbatchTime, double computeTime) {
+    const ParallelConfig& p = in.parallel;
+    AxisComm c;
+    const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::DP);
+    setPlacement(c, g);
+    const int n = g.size;
+    if (n <= 1)
+        return c;
+    const double grads = params * p.precision.gradBytes();
+    const double weights = params * p.precision.weightBytes();
+    const double m = std::max(1, p.microbatches());
+    if (p.zero == 0) {
+        c.collectives = 1;
+        c.bytes = ringAllReduceBytesPerRank(grads, n);
+        c.seconds = ringAllReduceSeconds(grads, n, g.bandwidth, g.latency);
+        c.window = microbatchTime * 2.0 / 3.0; // the last backward, bucket by bucket
+    } else if (p.zero <= 2) {
+        c.collectives = 2;
+        c.bytes = ringAllGatherBytesPerRank(grads, n) + ringAllGatherBytesPerRank(weights, n);
+        c.seconds = ringAllGatherSeconds(grads, n, g.bandwidth, g.latency) +
+                    ringAllGatherSeconds(weights, n, g.bandwidth, g.latency);
+        c.window = microbatchTime; // last backward + next step's first forward
+    } else {
+        c.collectives = int(3 * m);
+        c.bytes = m * (2.0 * ringAllGatherBytesPerRank(weights, n) +
+                       ringAllGatherBytesPerRank(grads, n));
+        c.seconds = m * (2.0 * ringAllGatherSeconds(weights, n, g.bandwidth, g.latency) +
+                         ringAllGatherSeconds(grads, n, g.bandwidth, g.latency));
+        c.window = computeTime; // prefetching hides each gather behind the previous layer
+    }
+    c.exposed = std::max(0.0, c.seconds - in.assume.dpOverlap * c.window);
+    return c;
+}
+
+// The optimizer step is memory bound: it reads and writes every state byte it owns once.
+double optimizerSeconds(const PlanInputs& in, double params) {
+    const ParallelConfig& p = in.parallel;
+    const double shard = params / (p.zero >= 1 ? std::max(1, p.dp * p.cp) : 1);
+    const PrecisionPolicy& prec = p.precision;
+    const double bytes = 2.0 * shard *
+                         (prec.weightBytes() + prec.gradBytes() + prec.masterBytes() +
+                          optimizerStateBytes(p.optimizer));
+    const double bw = in.cluster.gpu.hbmBandwidth * in.assume.memoryEfficiency;
+    return bw > 0 ? bytes / bw : 0.0;
+}
+
+} // namespace
+
+Estimate evaluate(const PlanInputs& in) {
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    const ClusterSpec& cl = in.cluster;
+    Estimate e;
+    e.params = countParameters(m);
+    const int world = std::max(1, p.worldSize());
+    const int lastStage = std::max(0, p.pp - 1);
+
+    // Memory: the first and last stages are the candidates for the most loaded one.
+    e.memory = memoryForStage(in, 0);
+    e.worstStage = 0;
+    if (lastStage > 0) {
+        MemoryBreakdown last = memoryForStage(in, lastStage);
+        if (last.total() > e.memory.total()) {
+            e.memory = last;
+            e.worstStage = lastStage;
+        }
+    }
+    e.capacity = cl.gpu.memoryBytes;
+    e.fits = e.memory.total() <= e.capacity;
+
+    // FLOPs.
+    const TokenFlops f = tokenFlops(m, p, in.assume);
+    e.tokensPerStep = double(p.globalBatch) * m.seqLen;
+    e.modelFlopsPerToken = f.model;
+    e.hardwareFlopsPerToken = f.hardware;
+    e.modelFlopsPerStep = f.model * e.tokensPerStep;
+    e.hardwareFlopsPerStep = f.hardware * e.tokensPerStep;
+
+    // Compute: the slowest stage sets the pace of the pipeline.
+    StageCompute slow = stageCompute(in, 0);
+    int slowStage = 0;
+    if (lastStage > 0) {
+        const StageCompute last = stageCompute(in, lastStage);
+        if (last.seconds() > slow.seconds()) {
+            slow = last;
+            slowStage = lastStage;
+        }
+    }
+    const double mbs = std::max(1, p.microbatches());
+    e.microbatchCompute = slow.seconds();
+    e.computeTime = mbs * e.microbatchCompute;
+
+    // Communication per axis.
+    const int layers = layersOnStage(m, p, slowStage);
+    const double params = paramsOnStage(m, e.params, p, slowStage);
+    e.comm[int(Axis::TP)] = tpComm(in, layers, e.computeTime);
+    e.comm[int(Axis::CP)] = cpComm(in, layers, mbs * slow.attentionSeconds);
+    e.comm[int(Axis::PP)] = ppComm(in, e.computeTime);
+    e.comm[int(Axis::DP)] = dpComm(in, params, e.microbatchCompute, e.computeTime);
+    e.optimizerTime = p.offloadOptimizer ? 0.0 : optimizerSeconds(in, params);
+    if (p.offloadOptimizer) // gradients down and weights up over PCIe, Adam on the host
+        e.optimizerTime = params / std::max(1, p.dp * p.cp) *
+                          (p.precision.gradBytes() + p.precision.weightBytes()) / 25e9;
+
+    // Step time: microbatches paced by compute plus the per-microbatch TP/CP waits, the
+    // pipeline bubble at that pace, then the exposed PP and DP transfers and the optimizer.
+    const double perMicrobatchWait =
+        (e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed) / mbs;
+    const double paced = e.microbatchCompute + perMicrobatchWait;
+    e.bubbleTime = pipelineBubbleMicrobatches(p.schedule, p.pp, int(mbs), p.vpp) * paced;
+    e.bubbleFraction = e.bubbleTime / (mbs * paced + e.bubbleTime);
+    e.exposedComm = 0;
+    for (const AxisComm& c : e.comm)
+        e.exposedComm += c.exposed;
+    e.stepTime = mbs * paced + e.bubbleTime + e.axis(Axis::PP).exposed +
+                 e.axis(Axis::DP).exposed + e.optimizerTime;
+
+    const double peak = cl.gpu.peak(p.precision.compute);
+    if (e.stepTime > 0) {
+        e.tokensPerSecond = e.tokensPerStep / e.stepTime;
+        e.tflopsPerGpu = e.modelFlopsPerStep / e.stepTime / world;
+        e.mfu = peak > 0 ? e.tflopsPerGpu / peak : 0.0;
+        e.hfu = peak > 0 ? e.hardwareFlopsPerStep / e.stepTime / world / peak : 0.0;
+    }
+
+    // Time and cost to train, then the reliability view of the same run.
+    if (in.train.trainTokens > 0 && e.tokensPerSecond > 0) {
+        e.timeToTrain = in.train.trainTokens / e.tokensPerSecond;
+        e.gpuHours = e.timeToTrain * world / 3600.0;
+        e.cost = e.gpuHours * cl.gpuHourCost;
+    }
+    e.jobMtbf = jobMtbfSeconds(cl.gpuMtbfHours, world);
+    const PrecisionPolicy& prec = p.precision;
+    e.checkpointBytes = e.params.total * (prec.weightBytes() + prec.masterBytes() +
+                                          optimizerStateBytes(p.optimizer));
+    e.checkpointWrite = cl.checkpointBandwidth > 0 ? e.checkpointBytes / cl.checkpointBandwidth : 0;
+    e.checkpointInterval = optimalCheckpointIntervalSeconds(e.checkpointWrite, e.jobMtbf);
+    e.trainingFraction = trainingTimeFraction(e.checkpointInterval, e.checkpointWrite, e.jobMtbf,
+                                              cl.restartSeconds);
+    if (e.trainingFraction > 0)
+        e.wallTimeToTrain = e.timeToTrain / e.trainingFraction;
+    return e;
+}
+
+Estimate estimate(const PlanInputs& in) {
+    Estimate e = evaluate(in);
+    e.violations = validate(in.model, in.cluster, in.parallel);
+    return e;
+}
+
+} // namespace shardscope

@@ -1,0 +1,120 @@
+// What the planner predicts for one model, cluster and layout. Plain numbers only: explanations
+// are built on demand by explain.h, so the search can evaluate many layouts cheaply.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "assumptions.h"
+#include "core/cluster_spec.h"
+#include "core/model_spec.h"
+#include "core/parallel_config.h"
+#include "core/train_config.h"
+
+namespace shardscope {
+
+struct PlanInputs {
+    ModelSpec model;
+    ClusterSpec cluster;
+    ParallelConfig parallel;
+    TrainConfig train;
+    Assumptions assume;
+};
+
+// Bytes on one GPU by category. Optimizer state includes the fp32 master copy.
+struct MemoryBreakdown {
+    double parameters = 0;
+    double gradients = 0;
+    double optimizer = 0;
+    double activations = 0;
+    double temporary = 0;
+    double overhead = 0;
+    double total() const {
+        return parameters + gradients + optimizer + activations + temporary + overhead;
+    }
+
+    // What the categories are made of, for explanations and charts.
+    double paramsOnRank = 0;          // parameters this rank holds before ZeRO-3 sharding
+    int layersOnRank = 0;
+    double activationsPerLayer = 0;   // one microbatch, one layer
+    double inflightMicrobatches = 0;
+    double stageExtraActivations = 0; // embedding / LM-head inputs on first or last stage
+    double zero3Gather = 0;           // gathered parameters + unsharded grads of the largest layer
+    double gradBuckets = 0;
+    double logits = 0;
+    double fp8WeightCache = 0;
+    double recomputeLayer = 0;        // one layer's full activations while it is recomputed
+    double cpuOffloaded = 0;          // optimizer state moved to host memory
+};
+
+enum class Axis { DP, TP, PP, CP };
+inline constexpr std::array<Axis, 4> kAxes = {Axis::DP, Axis::TP, Axis::PP, Axis::CP};
+std::string toString(Axis a);
+
+struct AxisComm {
+    int groupSize = 1;
+    bool crossesNodes = false;
+    double bandwidth = 0;  // bytes/s per GPU used for this group
+    double latency = 0;
+    double bytes = 0;      // bytes each rank sends per step
+    double seconds = 0;    // time on the wire per step
+    double window = 0;     // compute time it may hide behind
+    double exposed = 0;    // what is left on the critical path
+    int collectives = 0;   // calls per step
+};
+
+struct Estimate {
+    ParamCount params;
+    std::vector<Violation> violations; // empty when the layout is valid
+
+    MemoryBreakdown memory; // the most loaded pipeline stage
+    int worstStage = 0;
+    double capacity = 0;
+    bool fits = false;
+
+    double modelFlopsPerToken = 0;    // forward + backward, no recompute
+    double hardwareFlopsPerToken = 0; // including recompute
+    double modelFlopsPerStep = 0;     // whole job
+    double hardwareFlopsPerStep = 0;
+    double tokensPerStep = 0;
+
+    double microbatchCompute = 0; // one microbatch forward + backward on the slowest stage
+    double computeTime = 0;       // all microbatches of a step on one rank, no waiting
+    double optimizerTime = 0;
+    std::array<AxisComm, 4> comm; // indexed by Axis
+    double bubbleFraction = 0;
+    double bubbleTime = 0;
+    double exposedComm = 0;
+    double stepTime = 0;
+
+    double tokensPerSecond = 0;
+    double tflopsPerGpu = 0; // model FLOP/s per GPU
+    double mfu = 0;
+    double hfu = 0;
+
+    double timeToTrain = 0; // seconds of training for TrainConfig::trainTokens, no failures
+    double gpuHours = 0;
+    double cost = 0;
+
+    double jobMtbf = 0;
+    double checkpointBytes = 0;
+    double checkpointWrite = 0;
+    double checkpointInterval = 0;
+    double trainingFraction = 0;
+    double wallTimeToTrain = 0; // timeToTrain / trainingFraction
+
+    const AxisComm& axis(Axis a) const { return comm[static_cast<int>(a)]; }
+    bool valid() const { return violations.empty(); }
+};
+
+// Validate and evaluate. An invalid layout still gets every figure that can be computed.
+Estimate estimate(const PlanInputs& in);
+// Evaluate without validation, for callers that already know the layout is valid (search).
+Estimate evaluate(const PlanInputs& in);
+
+// Pieces, exposed for tests and for the explanation of single figures.
+MemoryBreakdown memoryForStage(const PlanInputs& in, int stage);
+double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p);
+
+} // namespace shardscope

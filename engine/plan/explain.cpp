@@ -1,0 +1,433 @@
+#include "explain.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "compute.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "formulas.h"
+#include "layout.h"
+
+namespace shardscope {
+
+namespace {
+
+struct FigureInfo {
+    FigureId id;
+    const char* key;
+    const char* label;
+};
+
+constexpr std::array kFigures = {
+    FigureInfo{FigureId::ParamsTotal, "params.total", "Parameters (total)"},
+    FigureInfo{FigureId::ParamsPerGpu, "params.per_gpu", "Parameters per GPU"},
+    FigureInfo{FigureId::MemParameters, "memory.parameters", "Weights"},
+    FigureInfo{FigureId::MemGradients, "memory.gradients", "Gradients"},
+    FigureInfo{FigureId::MemOptimizer, "memory.optimizer", "Optimizer state"},
+    FigureInfo{FigureId::MemActivations, "memory.activations", "Activations"},
+    FigureInfo{FigureId::MemTemporary, "memory.temporary", "Temporary buffers"},
+    FigureInfo{FigureId::MemOverhead, "memory.overhead", "Runtime overhead"},
+    FigureInfo{FigureId::MemTotal, "memory.total", "Memory per GPU"},
+    FigureInfo{FigureId::FlopsPerToken, "flops.per_token", "Training FLOPs per token"},
+    FigureInfo{FigureId::FlopsPerStep, "flops.per_step", "Training FLOPs per step"},
+    FigureInfo{FigureId::ComputeTime, "time.compute", "Compute time per step"},
+    FigureInfo{FigureId::CommDP, "comm.dp", "Data-parallel communication"},
+    FigureInfo{FigureId::CommTP, "comm.tp", "Tensor-parallel communication"},
+    FigureInfo{FigureId::CommPP, "comm.pp", "Pipeline communication"},
+    FigureInfo{FigureId::CommCP, "comm.cp", "Context-parallel communication"},
+    FigureInfo{FigureId::Bubble, "pipeline.bubble", "Pipeline bubble"},
+    FigureInfo{FigureId::StepTime, "time.step", "Step time"},
+    FigureInfo{FigureId::TokensPerSecond, "throughput.tokens_per_s", "Throughput"},
+    FigureInfo{FigureId::TflopsPerGpu, "throughput.tflops_per_gpu", "Model FLOP/s per GPU"},
+    FigureInfo{FigureId::Mfu, "throughput.mfu", "MFU"},
+    FigureInfo{FigureId::TimeToTrain, "train.time", "Time to train"},
+    FigureInfo{FigureId::GpuHours, "train.gpu_hours", "GPU-hours"},
+    FigureInfo{FigureId::Cost, "train.cost", "Cost to train"},
+    FigureInfo{FigureId::JobMtbf, "reliability.mtbf", "Job mean time between failures"},
+    FigureInfo{FigureId::CheckpointWrite, "reliability.checkpoint_write", "Checkpoint write time"},
+    FigureInfo{FigureId::CheckpointInterval, "reliability.checkpoint_interval",
+               "Optimal checkpoint interval"},
+    FigureInfo{FigureId::TrainingFraction, "reliability.training_fraction",
+               "Expected training-time fraction"},
+};
+
+const FigureInfo& info(FigureId id) {
+    return *std::find_if(kFigures.begin(), kFigures.end(),
+                         [id](const FigureInfo& f) { return f.id == id; });
+}
+
+std::string n(double v) { return formatNumber(v); }
+std::string b(double v) { return formatBytes(v); }
+std::string s(double v) { return formatSeconds(v); }
+
+constexpr const char* kKorthikanti =
+    "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models, "
+    "Table 2 (generalised to GQA, gated MLPs and no-dropout models)";
+constexpr const char* kZero = "Rajbhandari et al. 2020, ZeRO: Memory Optimizations Toward Training "
+                              "Trillion Parameter Models, Section 5";
+constexpr const char* kAlphaBeta = "Ring collectives, alpha-beta model (Thakur et al. 2005; NCCL "
+                                   "bus bandwidth), link figures from the GPU and cluster presets";
+
+std::string zeroDivisor(int stage, int needed, int shards) {
+    return stage >= needed ? " / " + std::to_string(shards) + " (ZeRO-" + std::to_string(stage) + ")"
+                           : "";
+}
+
+void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
+    const ParallelConfig& p = in.parallel;
+    const MemoryBreakdown& m = e.memory;
+    const PrecisionPolicy& prec = p.precision;
+    const int shards = p.dp * p.cp;
+    const std::string stage = "pipeline stage " + std::to_string(e.worstStage) + ", " +
+                              n(m.paramsOnRank) + " parameters on this rank";
+    x.unit = "B";
+    switch (x.id) {
+    case FigureId::MemParameters:
+        x.value = m.parameters;
+        x.formula = "params_on_rank x weight_bytes [/ dp*cp under ZeRO-3]";
+        x.substituted = n(m.paramsOnRank) + " x " + n(prec.weightBytes()) + " B" +
+                        zeroDivisor(p.zero, 3, shards) + " = " + b(m.parameters) + " (" + stage + ")";
+        x.source = kZero;
+        break;
+    case FigureId::MemGradients:
+        x.value = m.gradients;
+        x.formula = "params_on_rank x grad_bytes [/ dp*cp under ZeRO-2/3]";
+        x.substituted = n(m.paramsOnRank) + " x " + n(prec.gradBytes()) + " B" +
+                        zeroDivisor(p.zero, 2, shards) + " = " + b(m.gradients) +
+                        (p.offloadOptimizer && p.zero >= 2 ? " (offloaded to the host)" : "");
+        x.source = kZero;
+        break;
+    case FigureId::MemOptimizer:
+        x.value = m.optimizer;
+        x.formula = "params_on_rank x (master_bytes + optimizer_state_bytes) [/ dp*cp under ZeRO>=1]";
+        x.substituted = n(m.paramsOnRank) + " x (" + n(prec.masterBytes()) + " + " +
+                        n(optimizerStateBytes(p.optimizer)) + ") B" + zeroDivisor(p.zero, 1, shards) +
+                        " = " + b(m.optimizer + m.cpuOffloaded) +
+                        (p.offloadOptimizer ? " (offloaded: " + b(m.cpuOffloaded) + " in host memory)"
+                                            : "");
+        x.source = std::string(kZero) + "; AdamW keeps m and v in fp32 (8 B), SGD momentum 4 B";
+        break;
+    case FigureId::MemActivations:
+        x.value = m.activations;
+        x.formula = "layers_on_rank x act_per_layer x in_flight_microbatches + stage_extras; "
+                    "act_per_layer = s*b/cp x [(4h x a_bytes + 2h dropout) / sp + "
+                    "(a_bytes (2q + 2kv) + ffn terms + attention scores) / tp]";
+        x.substituted = std::to_string(m.layersOnRank) + " x " + b(m.activationsPerLayer) + " x " +
+                        n(m.inflightMicrobatches) + " + " + b(m.stageExtraActivations) + " = " +
+                        b(m.activations) + " (recompute " + toString(p.recompute) + ", schedule " +
+                        toString(p.schedule) + ")";
+        x.source = std::string(kKorthikanti) + "; in-flight microbatches: GPipe m, 1F1B p, "
+                                               "interleaved p(1 + (p-1)/(p v))";
+        if (in.model.isBare())
+            x.substituted = "not computed: a bare parameter count has no architecture (give a "
+                            "preset or a config.json)";
+        break;
+    case FigureId::MemTemporary:
+        x.value = m.temporary;
+        x.formula = "ZeRO-3 gathered largest module (weights + grads) + gradient buckets + fp32 "
+                    "logits (last stage) + fp8 weight copies + one recomputed layer";
+        x.substituted = b(m.zero3Gather) + " + " + b(m.gradBuckets) + " + " + b(m.logits) + " + " +
+                        b(m.fp8WeightCache) + " + " + b(m.recomputeLayer) + " = " + b(m.temporary);
+        x.source = "DeepSpeed estimate_zero3_model_states_mem_needs (4 x largest layer); PyTorch DDP "
+                   "bucket_cap_mb = 25; Megatron-LM theoretical_memory_usage (logits)";
+        break;
+    case FigureId::MemOverhead:
+        x.value = m.overhead;
+        x.formula = "runtime_overhead + fragmentation x (everything else)";
+        x.substituted = b(in.assume.runtimeOverheadBytes) + " + " +
+                        n(in.assume.fragmentation) + " x " +
+                        b(m.total() - m.overhead) + " = " + b(m.overhead);
+        x.source = "Assumption: CUDA context, cuBLAS workspace and NCCL buffers (~1 GB) and "
+                   "caching-allocator fragmentation (~5 %); see docs/formulas.md";
+        break;
+    default: {
+        x.value = m.total();
+        x.formula = "weights + gradients + optimizer + activations + temporary + overhead";
+        x.substituted = b(m.parameters) + " + " + b(m.gradients) + " + " + b(m.optimizer) + " + " +
+                        b(m.activations) + " + " + b(m.temporary) + " + " + b(m.overhead) + " = " +
+                        b(m.total()) + " of " + b(e.capacity) + " (" + in.cluster.gpu.name + "): " +
+                        (e.fits ? "fits, " + b(e.capacity - m.total()) + " free"
+                                : "does not fit, " + b(m.total() - e.capacity) + " over");
+        x.source = "Sum of the categories above";
+    }
+    }
+}
+
+void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis axis) {
+    const AxisComm& c = e.axis(axis);
+    const ParallelConfig& p = in.parallel;
+    x.value = c.seconds;
+    x.unit = "s";
+    const std::string where = std::string(c.crossesNodes ? "across nodes" : "inside a node") +
+                              " at " + n(c.bandwidth / 1e9) + " GB/s effective, " +
+                              s(c.latency) + " latency";
+    const std::string tail = "; exposed = max(0, time - overlap x window) = max(0, " + s(c.seconds) +
+                             " - overlap x " + s(c.window) + ") = " + s(c.exposed);
+    x.source = kAlphaBeta;
+    if (c.groupSize <= 1) {
+        x.formula = "no " + toString(axis) + " group";
+        x.substituted = toString(axis) + " degree is 1: no communication";
+        return;
+    }
+    switch (axis) {
+    case Axis::DP:
+        x.formula = p.zero == 0   ? "all-reduce(grads): 2(n-1)/n x params x grad_bytes, once per step"
+                    : p.zero <= 2 ? "reduce-scatter(grads) + all-gather(weights): (n-1)/n x params x "
+                                    "(grad_bytes + weight_bytes), once per step"
+                                  : "per microbatch: 2 all-gathers(weights) + reduce-scatter(grads)";
+        x.source += "; " + std::string(kZero);
+        break;
+    case Axis::TP:
+        x.formula = "per layer and microbatch: 4 all-reduces (6 with full recompute) of s*b/cp x h "
+                    "x a_bytes" + std::string(p.sequenceParallel ? ", as all-gather + reduce-scatter under SP" : "");
+        x.source += "; Shoeybi et al. 2019 (Megatron-LM), Section 3";
+        break;
+    case Axis::PP:
+        x.formula = "per microbatch and chunk: send activations forward and gradients backward, "
+                    "s*b/cp x h x a_bytes [/ tp under SP]; 2(p-1) hops are exposed";
+        x.source += "; Narayanan et al. 2021, Section 2.2";
+        break;
+    case Axis::CP:
+        x.formula = "per layer and microbatch: 3 (cp-1) ring hops of K and V (2 x s*b/cp x kv_dim/tp "
+                    "x a_bytes); hidden behind attention compute";
+        x.source += "; Liu et al. 2023 (Ring Attention)";
+        break;
+    }
+    x.substituted = std::to_string(c.collectives) + " transfers, " + b(c.bytes) +
+                    " sent per rank per step, group of " + std::to_string(c.groupSize) + " " +
+                    where + " -> " + s(c.seconds) + tail;
+}
+
+} // namespace
+
+const std::vector<FigureId>& allFigures() {
+    static const std::vector<FigureId> ids = [] {
+        std::vector<FigureId> v;
+        for (const FigureInfo& f : kFigures)
+            v.push_back(f.id);
+        return v;
+    }();
+    return ids;
+}
+
+std::string figureKey(FigureId id) { return info(id).key; }
+
+FigureId figureFromKey(const std::string& key) {
+    for (const FigureInfo& f : kFigures)
+        if (key == f.key)
+            return f.id;
+    std::string known;
+    for (const FigureInfo& f : kFigures)
+        known += std::string(known.empty() ? "" : ", ") + f.key;
+    throw InputError("unknown figure '" + key + "'; known figures: " + known);
+}
+
+Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
+    Explanation x;
+    x.id = id;
+    x.key = info(id).key;
+    x.label = info(id).label;
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    const ClusterSpec& cl = in.cluster;
+    const int world = p.worldSize();
+    const double peak = cl.gpu.peak(p.precision.compute);
+
+    switch (id) {
+    case FigureId::ParamsTotal:
+        x.value = e.params.total;
+        x.unit = "params";
+        if (m.isBare()) {
+            x.formula = "given as a bare count";
+            x.substituted = n(e.params.total) + " (the quick form omits the architecture: no "
+                                                "activations, TP/PP/CP rules or per-layer FLOPs)";
+        } else {
+            x.formula = "embeddings + L x (attention + mlp + norms) + final norm + lm_head";
+            x.substituted = n(e.params.embeddings) + " + " + std::to_string(m.layers) + " x (" +
+                            n(e.params.attentionPerLayer) + " + " + n(e.params.mlpPerLayer) + " + " +
+                            n(e.params.normsPerLayer) + ") + " + n(e.params.finalNorm) + " + " +
+                            n(e.params.lmHead) + " = " + n(e.params.total) +
+                            (m.moe.enabled() ? "; active per token " + n(e.params.active) : "");
+        }
+        x.source = m.source.empty() ? "Counted from the model's shapes" : m.source;
+        break;
+    case FigureId::ParamsPerGpu:
+        x.value = e.memory.paramsOnRank / (p.zero >= 3 ? std::max(1, p.dp * p.cp) : 1);
+        x.unit = "params";
+        x.formula = "(layers_on_stage x layer/tp + embeddings/tp on the first stage + lm_head/tp on "
+                    "the last) [/ dp*cp under ZeRO-3]";
+        x.substituted = std::to_string(e.memory.layersOnRank) + " layers on stage " +
+                        std::to_string(e.worstStage) + " -> " + n(e.memory.paramsOnRank) +
+                        zeroDivisor(p.zero, 3, p.dp * p.cp) + " = " + n(x.value);
+        x.source = "Megatron-LM theoretical_memory_usage.py (most loaded shard)";
+        break;
+    case FigureId::MemParameters:
+    case FigureId::MemGradients:
+    case FigureId::MemOptimizer:
+    case FigureId::MemActivations:
+    case FigureId::MemTemporary:
+    case FigureId::MemOverhead:
+    case FigureId::MemTotal: explainMemory(x, in, e); break;
+    case FigureId::FlopsPerToken: {
+        const TokenFlops f = tokenFlops(m, p, in.assume);
+        x.value = e.modelFlopsPerToken;
+        x.unit = "FLOP";
+        x.formula = "3 x [L x (2 x matmul_params_per_layer + attention) + 2 V h]; attention = 4 s q" +
+                    std::string(in.assume.causalAttention ? " / 2 (causal half counted)"
+                                                          : " (full square counted)");
+        x.substituted = m.isBare() ? "6 x " + n(*m.bareParams) + " = " + n(f.model)
+                                   : "3 x [" + std::to_string(m.layers) + " x (" + n(f.layerMatmul) +
+                                         " + " + n(f.attentionCore) + ") + " + n(f.lmHead) + "] = " +
+                                         n(f.model) + "; with recompute " + n(f.hardware);
+        x.source = "Kaplan et al. 2020 (6N); Narayanan et al. 2021 Appendix (attention and LM head)";
+        break;
+    }
+    case FigureId::FlopsPerStep:
+        x.value = e.modelFlopsPerStep;
+        x.unit = "FLOP";
+        x.formula = "flops_per_token x global_batch x seq_len";
+        x.substituted = n(e.modelFlopsPerToken) + " x " + std::to_string(p.globalBatch) + " x " +
+                        std::to_string(m.seqLen) + " = " + n(e.modelFlopsPerStep) +
+                        " (hardware, with recompute: " + n(e.hardwareFlopsPerStep) + ")";
+        x.source = "Kaplan et al. 2020";
+        break;
+    case FigureId::ComputeTime:
+        x.value = e.computeTime;
+        x.unit = "s";
+        x.formula = "microbatches x (stage_flops / (peak x gemm_efficiency) + elementwise_bytes / "
+                    "(HBM x memory_efficiency))";
+        x.substituted = std::to_string(p.microbatches()) + " x " + s(e.microbatchCompute) +
+                        " (peak " + formatRate(peak) + " x " + n(in.assume.gemmEfficiency) +
+                        ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) + " GB/s x " +
+                        n(in.assume.memoryEfficiency) + ") = " + s(e.computeTime);
+        x.source = "Roofline model (Williams et al. 2009); peak from " +
+                   (cl.gpu.sources.count("peak_tflops") ? cl.gpu.sources.at("peak_tflops")
+                                                        : std::string("the GPU preset"));
+        break;
+    case FigureId::CommDP: explainComm(x, in, e, Axis::DP); break;
+    case FigureId::CommTP: explainComm(x, in, e, Axis::TP); break;
+    case FigureId::CommPP: explainComm(x, in, e, Axis::PP); break;
+    case FigureId::CommCP: explainComm(x, in, e, Axis::CP); break;
+    case FigureId::Bubble:
+        x.value = e.bubbleFraction;
+        x.unit = "fraction";
+        x.formula = "bubble / (m x t_mb + bubble); bubble = (p-1) t_mb (GPipe, 1F1B), (p-1) t_mb / v "
+                    "(interleaved), (p-1) t_mb / 3 (zero bubble ZB-H1), (p-1) m t_mb (naive)";
+        x.substituted = "p=" + std::to_string(p.pp) + ", m=" + std::to_string(p.microbatches()) +
+                        ", v=" + std::to_string(p.vpp) + ", " + toString(p.schedule) + ": " +
+                        s(e.bubbleTime) + " idle per step = " + formatPercent(e.bubbleFraction);
+        x.source = "Huang et al. 2019 (GPipe); Narayanan et al. 2021 (interleaved); Qi et al. 2023 "
+                   "(zero bubble)";
+        break;
+    case FigureId::StepTime:
+        x.value = e.stepTime;
+        x.unit = "s";
+        x.formula = "compute + exposed TP/CP + bubble + exposed PP + exposed DP + optimizer";
+        x.substituted = s(e.computeTime) + " + " + s(e.axis(Axis::TP).exposed) + " + " +
+                        s(e.axis(Axis::CP).exposed) + " + " + s(e.bubbleTime) + " + " +
+                        s(e.axis(Axis::PP).exposed) + " + " + s(e.axis(Axis::DP).exposed) + " + " +
+                        s(e.optimizerTime) + " = " + s(e.stepTime);
+        x.source = "Shardscope step model, docs/formulas.md";
+        break;
+    case FigureId::TokensPerSecond:
+        x.value = e.tokensPerSecond;
+        x.unit = "tokens/s";
+        x.formula = "global_batch x seq_len / step_time";
+        x.substituted = std::to_string(p.globalBatch) + " x " + std::to_string(m.seqLen) + " / " +
+                        s(e.stepTime) + " = " + n(e.tokensPerSecond) + " tokens/s";
+        x.source = "Definition";
+        break;
+    case FigureId::TflopsPerGpu:
+        x.value = e.tflopsPerGpu;
+        x.unit = "FLOP/s";
+        x.formula = "model_flops_per_step / step_time / gpus";
+        x.substituted = n(e.modelFlopsPerStep) + " / " + s(e.stepTime) + " / " +
+                        std::to_string(world) + " = " + formatRate(e.tflopsPerGpu);
+        x.source = "Definition";
+        break;
+    case FigureId::Mfu:
+        x.value = e.mfu;
+        x.unit = "fraction";
+        x.formula = "model_flops_per_step / (gpus x dense_peak x step_time)";
+        x.substituted = n(e.modelFlopsPerStep) + " / (" + std::to_string(world) + " x " +
+                        formatRate(peak) + " x " + s(e.stepTime) + ") = " + formatPercent(e.mfu) +
+                        " (HFU with recompute " + formatPercent(e.hfu) + ")";
+        x.source = "Chowdhery et al. 2022 (PaLM), Appendix B";
+        break;
+    case FigureId::TimeToTrain:
+        x.value = e.timeToTrain;
+        x.unit = "s";
+        x.formula = "train_tokens / tokens_per_second";
+        x.substituted = n(in.train.trainTokens) + " / " + n(e.tokensPerSecond) + " = " +
+                        s(e.timeToTrain) + " (" + s(e.wallTimeToTrain) +
+                        " of wall time with failures and checkpoints)";
+        x.source = "Definition";
+        break;
+    case FigureId::GpuHours:
+        x.value = e.gpuHours;
+        x.unit = "GPU-h";
+        x.formula = "time_to_train x gpus / 3600";
+        x.substituted = s(e.timeToTrain) + " x " + std::to_string(world) + " = " + n(e.gpuHours) +
+                        " GPU-hours";
+        x.source = "Definition";
+        break;
+    case FigureId::Cost:
+        x.value = e.cost;
+        x.unit = "$";
+        x.formula = "gpu_hours x price_per_gpu_hour";
+        x.substituted = n(e.gpuHours) + " x " + n(cl.gpuHourCost) + " = " + n(e.cost);
+        x.source = "Price from the cluster settings";
+        break;
+    case FigureId::JobMtbf:
+        x.value = e.jobMtbf;
+        x.unit = "s";
+        x.formula = "gpu_mtbf / gpus";
+        x.substituted = n(cl.gpuMtbfHours) + " h / " + std::to_string(world) + " = " + s(e.jobMtbf);
+        x.source = "Independent failures; default per-GPU MTBF from Llama 3's 466 interruptions in "
+                   "54 days on 16,384 GPUs (Dubey et al. 2024, Section 3.3.4)";
+        break;
+    case FigureId::CheckpointWrite:
+        x.value = e.checkpointWrite;
+        x.unit = "s";
+        x.formula = "params x (weight + master + optimizer bytes) / storage_bandwidth";
+        x.substituted = b(e.checkpointBytes) + " / " + n(cl.checkpointBandwidth / 1e9) + " GB/s = " +
+                        s(e.checkpointWrite);
+        x.source = "Checkpoint holds weights and optimizer state, not gradients";
+        break;
+    case FigureId::CheckpointInterval:
+        x.value = e.checkpointInterval;
+        x.unit = "s";
+        x.formula = "sqrt(2 x write x mtbf) - write";
+        x.substituted = "sqrt(2 x " + s(e.checkpointWrite) + " x " + s(e.jobMtbf) + ") - " +
+                        s(e.checkpointWrite) + " = " + s(e.checkpointInterval);
+        x.source = "Young 1974; Daly 2006, A higher order estimate of the optimum checkpoint interval";
+        break;
+    case FigureId::TrainingFraction:
+        x.value = e.trainingFraction;
+        x.unit = "fraction";
+        x.formula = "tau / (tau + write) x (1 - (restart + (tau + write)/2) / mtbf)";
+        x.substituted = "tau " + s(e.checkpointInterval) + ", write " + s(e.checkpointWrite) +
+                        ", restart " + s(cl.restartSeconds) + ", mtbf " + s(e.jobMtbf) + " -> " +
+                        formatPercent(e.trainingFraction);
+        x.source = "First-order checkpoint/restart model (Young 1974, Daly 2006)";
+        break;
+    }
+
+    if (x.unit == "B")
+        x.display = formatBytes(x.value);
+    else if (x.unit == "s")
+        x.display = formatSeconds(x.value);
+    else if (x.unit == "fraction")
+        x.display = formatPercent(x.value);
+    else if (x.unit == "FLOP/s")
+        x.display = formatRate(x.value);
+    else if (x.unit == "params")
+        x.display = formatCount(x.value);
+    else
+        x.display = formatNumber(x.value) + " " + x.unit;
+    return x;
+}
+
+} // namespace shardscope

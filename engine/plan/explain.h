@@ -1,0 +1,39 @@
+// Every figure the planner shows, with its formula, the numbers substituted and its source.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "estimate.h"
+
+namespace shardscope {
+
+enum class FigureId {
+    ParamsTotal, ParamsPerGpu,
+    MemParameters, MemGradients, MemOptimizer, MemActivations, MemTemporary, MemOverhead, MemTotal,
+    FlopsPerToken, FlopsPerStep, ComputeTime,
+    CommDP, CommTP, CommPP, CommCP,
+    Bubble, StepTime, TokensPerSecond, TflopsPerGpu, Mfu,
+    TimeToTrain, GpuHours, Cost,
+    JobMtbf, CheckpointWrite, CheckpointInterval, TrainingFraction,
+};
+
+struct Explanation {
+    FigureId id{};
+    std::string key;         // "memory.activations": stable, used by `explain <figure>` and JSON
+    std::string label;       // "Activations"
+    double value = 0;        // in `unit`
+    std::string unit;        // "B", "s", "FLOP", "tokens/s", "FLOP/s", "fraction", "GPU-h", ...
+    std::string display;     // the value formatted for people, with its unit
+    std::string formula;     // symbolic
+    std::string substituted; // the same with this plan's numbers
+    std::string source;      // paper, datasheet or lesson the formula comes from
+};
+
+const std::vector<FigureId>& allFigures();
+std::string figureKey(FigureId id);
+FigureId figureFromKey(const std::string& key); // throws InputError listing the known keys
+
+Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id);
+
+} // namespace shardscope

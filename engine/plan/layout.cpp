@@ -1,0 +1,67 @@
+#include "layout.h"
+
+#include <algorithm>
+
+namespace shardscope {
+
+int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage) {
+    if (m.isBare())
+        return 0;
+    const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp);
+    const int chunks = pp * vpp;
+    const int base = m.layers / chunks, extra = m.layers % chunks;
+    int layers = 0;
+    for (int v = 0; v < vpp; ++v) {
+        const int chunk = v * pp + stage;
+        layers += base + (chunk < extra ? 1 : 0);
+    }
+    return layers;
+}
+
+double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp) {
+    const double t = std::max(1, tp);
+    double attention = c.attentionPerLayer;
+    if (m.kvHeads > 0 && t > m.kvHeads) // each rank keeps a whole KV head: replicas add weights
+        attention += 2.0 * m.hidden * double(m.kvDim()) * (t / m.kvHeads - 1.0);
+    return (attention + c.mlpPerLayer) / t + c.normsPerLayer;
+}
+
+double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage) {
+    const double t = std::max(1, p.tp);
+    if (m.isBare())
+        return c.total / (t * std::max(1, p.pp));
+    double params = layersOnStage(m, p, stage) * layerParamsPerTpRank(m, c, p.tp);
+    const bool first = stage == 0, last = stage == p.pp - 1;
+    if (first)
+        params += c.embeddings / t;
+    if (last) {
+        // A tied LM head on a separate last stage keeps its own copy of the embedding matrix.
+        const double head = c.lmHead > 0 ? c.lmHead : (p.pp > 1 ? double(m.vocab) * m.hidden : 0.0);
+        params += head / t + c.finalNorm;
+    }
+    return params;
+}
+
+GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int size, int stride) {
+    GroupPlacement g;
+    g.size = std::max(1, size);
+    g.stride = std::max(1, stride);
+    g.crossesNodes = double(g.size) * g.stride > cluster.gpusPerNode;
+    const double link = g.crossesNodes ? cluster.interBandwidth : cluster.intraBandwidth;
+    g.bandwidth = link * a.commEfficiency;
+    g.latency = g.crossesNodes ? cluster.interLatency : cluster.intraLatency;
+    return g;
+}
+
+GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, const Assumptions& a,
+                         Axis axis) {
+    switch (axis) {
+    case Axis::TP: return placeGroup(cluster, a, p.tp, 1);
+    case Axis::CP: return placeGroup(cluster, a, p.cp, p.tp);
+    case Axis::DP: return placeGroup(cluster, a, p.dp * p.cp, p.tp); // ZeRO shards over dp x cp
+    case Axis::PP: return placeGroup(cluster, a, p.pp, p.tp * p.cp * p.dp);
+    }
+    return {};
+}
+
+} // namespace shardscope

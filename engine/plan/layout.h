@@ -1,0 +1,38 @@
+// How a layout places the model on ranks: layers and parameters per pipeline stage, and where
+// each parallel group sits in the cluster. Shared by the memory, compute and communication models.
+#pragma once
+
+#include "estimate.h"
+
+namespace shardscope {
+
+// Transformer layers held by pipeline rank `stage` (chunks dealt round-robin, the remainder to
+// the first chunks, so stage 0 is never lighter than the others).
+int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage);
+
+// Parameters of one transformer layer held by one tensor-parallel rank. Norms are replicated;
+// K/V projections are replicated when tp exceeds the KV head count.
+double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp);
+
+// Parameters held by one rank of pipeline stage `stage` (before ZeRO-3 sharding).
+double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage);
+
+// Ranks are numbered tp fastest, then cp, dp, pp (Megatron's default order), so TP groups are
+// contiguous and a group crosses nodes when its span exceeds a node.
+struct GroupPlacement {
+    int size = 1;
+    int stride = 1;
+    bool crossesNodes = false;
+    double bandwidth = 0; // per GPU, after commEfficiency
+    double latency = 0;
+};
+GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int size, int stride);
+GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, const Assumptions& a,
+                         Axis axis);
+
+// Tokens of one microbatch on one context-parallel rank.
+inline double localTokens(const ModelSpec& m, const ParallelConfig& p) {
+    return double(m.seqLen) / std::max(1, p.cp) * p.microBatch;
+}
+
+} // namespace shardscope

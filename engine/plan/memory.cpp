@@ -1,0 +1,133 @@
+// Memory per GPU by category. Activations follow Korthikanti et al. 2022, "Reducing Activation
+// Recomputation in Large Transformer Models" (Table 2), generalised to GQA, gated MLPs, MoE and
+// models without dropout; model state follows Rajbhandari et al. 2020 (ZeRO).
+#include <algorithm>
+
+#include "estimate.h"
+#include "formulas.h"
+#include "layout.h"
+
+namespace shardscope {
+
+double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p) {
+    if (m.isBare())
+        return 0.0;
+    const double ab = p.precision.activationBytes();
+    const double t = std::max(1, p.tp);
+    const double sp = p.sequenceParallel ? t : 1.0; // SP shards what TP leaves replicated
+    const double T = localTokens(m, p);
+    const double h = m.hidden, q = double(m.qDim());
+    const double kv = double(m.kvDim()) * std::max(1.0, t / std::max(1, m.kvHeads)); // replicas
+
+    if (p.recompute == Recompute::Full)
+        return ab * T * h / sp; // only the layer input is kept
+
+    // Inputs of the two norms, of the QKV projection and of the first MLP projection.
+    double replicated = 4.0 * ab * T * h;
+    if (m.dropout)
+        replicated += 2.0 * T * h; // one-byte masks after attention and after the MLP
+
+    // Q, K, V kept for the attention backward, and the input of the output projection.
+    double split = ab * T * (q + 2.0 * kv) + ab * T * q;
+
+    const double experts = m.moe.enabled() ? m.moe.topK + m.moe.sharedExperts : 1.0;
+    const double f = double(m.expertFfn()) * experts;
+    split += (m.gated() ? 3.0 : 2.0) * ab * T * f; // gate/up outputs (or GELU input) + down input
+
+    if (p.recompute == Recompute::None && !p.flashAttention) {
+        // Materialised attention scores: softmax output, and with dropout its mask and output.
+        const double scores = double(m.heads) * T * m.seqLen; // local queries x all keys
+        split += m.dropout ? (2.0 * ab + 1.0) * scores : ab * scores;
+    }
+    return replicated / sp + split / t;
+}
+
+namespace {
+
+double inflightOnStage(const ParallelConfig& p, int stage) {
+    const int m = std::max(1, p.microbatches());
+    switch (p.schedule) {
+    case PipelineSchedule::Naive: return 1.0;
+    case PipelineSchedule::GPipe: return m;
+    case PipelineSchedule::OneFOneB:
+    case PipelineSchedule::ZeroBubble: return std::min(p.pp - stage, m);
+    case PipelineSchedule::Interleaved:
+        return std::min<double>(m, (p.pp - stage) + (p.pp - 1.0) / std::max(1, p.vpp));
+    }
+    return 1.0;
+}
+
+} // namespace
+
+MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    const Assumptions& a = in.assume;
+    const PrecisionPolicy& prec = p.precision;
+    const ParamCount c = countParameters(m);
+    const double shards = std::max(1, p.dp * p.cp);
+    const double t = std::max(1, p.tp);
+    const bool first = stage == 0, last = stage == p.pp - 1;
+
+    MemoryBreakdown mem;
+    const double params = paramsOnStage(m, c, p, stage);
+    mem.paramsOnRank = params;
+    mem.layersOnRank = layersOnStage(m, p, stage);
+
+    // Model state, sharded by ZeRO stage; offload moves the optimizer's share to the host.
+    mem.parameters = params * prec.weightBytes() / (p.zero >= 3 ? shards : 1.0);
+    const double grads = params * prec.gradBytes() / (p.zero >= 2 ? shards : 1.0);
+    const double optimizer = params * (prec.masterBytes() + optimizerStateBytes(p.optimizer)) /
+                             (p.zero >= 1 ? shards : 1.0);
+    if (p.offloadOptimizer) {
+        mem.optimizer = 0;
+        mem.gradients = p.zero >= 2 ? 0.0 : grads;
+        mem.cpuOffloaded = optimizer + (p.zero >= 2 ? grads : 0.0);
+    } else {
+        mem.optimizer = optimizer;
+        mem.gradients = grads;
+    }
+
+    // Activations of the microbatches this stage holds at its peak.
+    const double ab = prec.activationBytes();
+    const double T = localTokens(m, p);
+    const double sp = p.sequenceParallel ? t : 1.0;
+    mem.activationsPerLayer = activationBytesPerLayer(m, p);
+    mem.inflightMicrobatches = inflightOnStage(p, stage);
+    if (!m.isBare()) {
+        if (first) // token ids (int64) and, with dropout, the embedding dropout mask
+            mem.stageExtraActivations += mem.inflightMicrobatches * T * (8.0 + (m.dropout ? m.hidden : 0.0)) / sp;
+        if (last) // final norm input and LM head input
+            mem.stageExtraActivations += 2.0 * ab * T * m.hidden / sp;
+    }
+    mem.activations = mem.layersOnRank * mem.activationsPerLayer * mem.inflightMicrobatches +
+                      mem.stageExtraActivations;
+
+    // Temporary buffers.
+    if (p.zero >= 3 && shards > 1 && !m.isBare()) {
+        // The largest module gathered whole, with its gradient before the reduce-scatter (the
+        // 4 x largest-layer term of DeepSpeed's estimate_zero3_model_states_mem_needs).
+        const double largest = std::max(layerParamsPerTpRank(m, c, p.tp), c.embeddings / t);
+        mem.zero3Gather = largest * 2.0 * prec.weightBytes();
+    }
+    if (shards > 1 && p.zero < 3)
+        mem.gradBuckets = 2.0 * a.gradBucketBytes;
+    if (last && !m.isBare())
+        mem.logits = 4.0 * T * double(m.vocab) / t; // fp32 logits for the cross-entropy
+    if (prec.compute == Precision::Fp8)
+        mem.fp8WeightCache = params / (p.zero >= 3 ? shards : 1.0);
+    if (p.recompute == Recompute::Full && !m.isBare()) {
+        ParallelConfig none = p;
+        none.recompute = Recompute::None;
+        mem.recomputeLayer = activationBytesPerLayer(m, none);
+    }
+    mem.temporary =
+        mem.zero3Gather + mem.gradBuckets + mem.logits + mem.fp8WeightCache + mem.recomputeLayer;
+
+    const double attributed =
+        mem.parameters + mem.gradients + mem.optimizer + mem.activations + mem.temporary;
+    mem.overhead = a.runtimeOverheadBytes + a.fragmentation * attributed;
+    return mem;
+}
+
+} // namespace shardscope

@@ -1,0 +1,49 @@
+// Published large training runs (tests/data/published_runs.csv) and the planner's prediction of
+// each, in the FLOP-counting convention its authors used. docs/validation.md is made from this.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "estimate.h"
+
+namespace shardscope {
+
+enum class FlopsConvention {
+    Megatron, // Narayanan et al. 2021: 96 B s l h^2 (1 + s/6h + V/16lh) per step, recompute included
+    Palm,     // Chowdhery et al. 2022: 6N + 12 L H Q T per token (model FLOPs)
+    SixN,     // 6N per token
+};
+
+struct PublishedRun {
+    std::string name;
+    std::string source;
+    std::string gpuId;
+    ModelSpec model;
+    ParallelConfig parallel;
+    double reportedTflops = 0; // per GPU; 0 when not reported
+    double reportedMfu = 0;    // 0..1; 0 when not reported
+    FlopsConvention convention = FlopsConvention::Palm;
+};
+
+// Parse the CSV. Throws InputError naming the line and column of anything malformed.
+std::vector<PublishedRun> loadPublishedRuns(const std::string& path);
+std::vector<PublishedRun> parsePublishedRuns(const std::string& csvText);
+
+// Training FLOPs per token as the run's authors counted them.
+double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c);
+
+struct RunComparison {
+    std::string metric;    // "TFLOP/s per GPU" or "MFU"
+    double reported = 0;
+    double predicted = 0;
+    double error = 0;      // (predicted - reported) / reported
+    Estimate estimate;
+};
+
+RunComparison compareRun(const PublishedRun& run, const Assumptions& assume = {});
+double medianAbsoluteError(const std::vector<RunComparison>& comparisons);
+
+std::string toString(FlopsConvention c);
+
+} // namespace shardscope

@@ -1,0 +1,147 @@
+#include "search.h"
+
+#include <algorithm>
+#include <queue>
+
+namespace shardscope {
+
+namespace {
+
+std::vector<int> divisorsOf(int n) {
+    std::vector<int> d;
+    for (int i = 1; i * i <= n; ++i)
+        if (n % i == 0) {
+            d.push_back(i);
+            if (i != n / i)
+                d.push_back(n / i);
+        }
+    std::sort(d.begin(), d.end());
+    return d;
+}
+
+bool better(const Candidate& a, const Candidate& b) {
+    if (a.tokensPerSecond != b.tokensPerSecond)
+        return a.tokensPerSecond > b.tokensPerSecond;
+    return a.memory < b.memory;
+}
+
+// The structural rules of validate(), as cheap integer tests: the search calls this for every
+// layout, so it must not allocate. The rule ids match validate()'s.
+const char* firstBrokenRule(const ModelSpec& m, const ParallelConfig& p, int gpusPerNode,
+                            bool tpWithinNode) {
+    if (m.heads % p.tp != 0)
+        return "tp-heads";
+    if (m.kvHeads % p.tp != 0 && p.tp % m.kvHeads != 0)
+        return "tp-kv-heads";
+    if (m.ffnHidden % p.tp != 0 || (m.moe.enabled() && m.expertFfn() % p.tp != 0))
+        return "tp-ffn";
+    if (tpWithinNode && p.tp > gpusPerNode)
+        return "tp-crosses-node";
+    if (p.pp * p.vpp > m.layers)
+        return "pp-layers";
+    if (p.cp > 1 && m.seqLen % (2 * p.cp) != 0)
+        return "cp-seq";
+    if (p.globalBatch % (p.microBatch * p.dp) != 0)
+        return "batch";
+    if (p.schedule == PipelineSchedule::Interleaved && p.microbatches() % p.pp != 0)
+        return "interleaved-microbatches";
+    return nullptr;
+}
+
+} // namespace
+
+SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
+                           const ParallelConfig& base, const TrainConfig& train,
+                           const Assumptions& assume, const SearchSpace& space,
+                           const SearchOptions& options) {
+    SearchResult r;
+    const int world = cluster.worldSize();
+    if (world <= 0 || model.isBare() || base.globalBatch <= 0)
+        return r;
+
+    auto worse = [](const Candidate& a, const Candidate& b) { return better(a, b); };
+    std::priority_queue<Candidate, std::vector<Candidate>, decltype(worse)> best(worse);
+
+    PlanInputs in{model, cluster, base, train, assume};
+    const std::vector<int> worldDivisors = divisorsOf(world);
+    std::vector<int> microBatches;
+    for (int mb = 1; mb <= space.maxMicroBatch; mb *= 2)
+        microBatches.push_back(mb);
+
+    std::size_t tpDone = 0;
+    for (int tp : worldDivisors) {
+        for (int pp : worldDivisors) {
+            if (pp > model.layers || world % (tp * pp) != 0)
+                continue;
+            for (int cp : worldDivisors) {
+                if (cp > 1 && !space.tryContextParallel)
+                    break;
+                if (world % (tp * pp * cp) != 0)
+                    continue;
+                const int dp = world / (tp * pp * cp);
+                for (int vpp = 1; vpp <= (pp > 1 && space.tryInterleaved ? space.maxVirtualStages : 1);
+                     ++vpp) {
+                    for (int mb : microBatches) {
+                        for (int zero : space.zeroStages) {
+                            for (int sp = 0; sp <= (tp > 1 && space.trySequenceParallel ? 1 : 0); ++sp) {
+                                for (Recompute rc : space.recompute) {
+                                    if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
+                                        r.cancelled = true;
+                                        goto done;
+                                    }
+                                    ParallelConfig& p = in.parallel;
+                                    p = base;
+                                    p.tp = tp;
+                                    p.pp = pp;
+                                    p.cp = cp;
+                                    p.dp = dp;
+                                    p.vpp = vpp;
+                                    p.microBatch = mb;
+                                    p.zero = zero;
+                                    p.sequenceParallel = sp != 0;
+                                    p.recompute = rc;
+                                    p.schedule = pp == 1 ? PipelineSchedule::OneFOneB
+                                                 : vpp > 1 ? PipelineSchedule::Interleaved
+                                                 : space.tryZeroBubble ? PipelineSchedule::ZeroBubble
+                                                                       : PipelineSchedule::OneFOneB;
+                                    ++r.considered;
+                                    if (const char* rule = firstBrokenRule(model, p, cluster.gpusPerNode,
+                                                                           space.tpWithinNode)) {
+                                        ++r.rejected[rule];
+                                        continue;
+                                    }
+                                    const Estimate e = evaluate(in);
+                                    ++r.evaluated;
+                                    Candidate c{p, e.memory.total(), e.tokensPerSecond, e.stepTime,
+                                                e.mfu, e.fits};
+                                    if (options.keepAll)
+                                        r.all.push_back(c);
+                                    if (!e.fits) {
+                                        ++r.rejected["memory"];
+                                        continue;
+                                    }
+                                    ++r.fitting;
+                                    best.push(c);
+                                    if (int(best.size()) > options.topK)
+                                        best.pop();
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        ++tpDone;
+        if (options.progress)
+            options.progress(double(tpDone) / double(worldDivisors.size()));
+    }
+done:
+    while (!best.empty()) {
+        r.top.push_back(best.top());
+        best.pop();
+    }
+    std::reverse(r.top.begin(), r.top.end());
+    return r;
+}
+
+} // namespace shardscope

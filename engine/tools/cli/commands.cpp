@@ -1,0 +1,225 @@
+#include "commands.h"
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+
+#include "core/error.h"
+#include "inputs.h"
+#include "core/json_io.h"
+#include "core/presets.h"
+#include "plan/explain.h"
+#include "plan/published_runs.h"
+#include "plan/search.h"
+#include "report.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+struct Options {
+    ModelFlags model;
+    ClusterFlags cluster;
+    LayoutFlags layout;
+    bool json = false;
+    bool explainAll = false;
+    std::string figure;
+    int topK = 10;
+    bool tpWithinNode = false;
+};
+
+PlanInputs buildInputs(const Options& o) {
+    PlanInputs in;
+    in.model = buildModel(o.model);
+    in.cluster = buildCluster(o.cluster);
+    in.parallel = buildLayout(o.layout, in.cluster);
+    in.train = buildTrain(o.layout);
+    return in;
+}
+
+void printViolations(std::ostream& err, const std::vector<Violation>& violations) {
+    err << "error: the layout is not valid for this model and cluster:\n";
+    for (const Violation& v : violations)
+        err << "  - [" << v.rule << "] " << v.message << "\n    fix: " << v.hint << '\n';
+}
+
+int runPlan(const Options& o, std::ostream& out, std::ostream& err) {
+    const PlanInputs in = buildInputs(o);
+    const Estimate e = estimate(in);
+    if (!e.valid()) {
+        printViolations(err, e.violations);
+        return 2;
+    }
+    if (o.json)
+        out << planJson(in, e).dump(2) << '\n';
+    else
+        printPlan(out, in, e, o.explainAll);
+    return 0;
+}
+
+int runExplain(const Options& o, std::ostream& out, std::ostream& err) {
+    const FigureId id = figureFromKey(o.figure);
+    const PlanInputs in = buildInputs(o);
+    const Estimate e = estimate(in);
+    if (!e.valid()) {
+        printViolations(err, e.violations);
+        return 2;
+    }
+    if (o.json)
+        out << explanationJson(explain(in, e, id)).dump(2) << '\n';
+    else
+        printExplanation(out, explain(in, e, id));
+    return 0;
+}
+
+int runSearch(const Options& o, std::ostream& out, std::ostream& err) {
+    PlanInputs in = buildInputs(o);
+    if (in.model.isBare()) {
+        err << "error: search needs the model's architecture; give --model or --hf-config instead "
+               "of --params\n";
+        return 2;
+    }
+    if (in.parallel.globalBatch <= 0) {
+        err << "error: --global-batch must be positive, e.g. --global-batch 512\n";
+        return 2;
+    }
+    if (o.topK <= 0) {
+        err << "error: --top must be positive, e.g. --top 10\n";
+        return 2;
+    }
+    SearchSpace space;
+    space.tpWithinNode = o.tpWithinNode;
+    SearchOptions options;
+    options.topK = o.topK;
+    const SearchResult r =
+        searchLayouts(in.model, in.cluster, in.parallel, in.train, in.assume, space, options);
+    if (o.json)
+        out << searchJson(in, r).dump(2) << '\n';
+    else
+        printSearch(out, in, r);
+    return 0;
+}
+
+int runValidate(const std::string& path, bool markdown, bool json, std::ostream& out) {
+    const std::vector<PublishedRun> runs = loadPublishedRuns(path);
+    std::vector<RunComparison> results;
+    for (const PublishedRun& run : runs)
+        results.push_back(compareRun(run));
+    if (json)
+        out << validationJson(runs, results).dump(2) << '\n';
+    else
+        printValidation(out, runs, results, markdown);
+    return 0;
+}
+
+} // namespace
+
+int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+    CLI::App app{"Shardscope: plan distributed training of large language models.\n"
+                 "Run `shardscope-cli <command> --help` for a command's flags."};
+    app.require_subcommand(1);
+    Options o;
+
+    auto* plan = app.add_subcommand("plan", "Memory, communication, bubble, step time, MFU and "
+                                            "time to train for one layout");
+    addModelFlags(*plan, o.model);
+    addClusterFlags(*plan, o.cluster);
+    addLayoutFlags(*plan, o.layout);
+    plan->add_flag("--json", o.json, "Machine-readable output (schema in docs/cli.md)");
+    plan->add_flag("--explain", o.explainAll, "Show the formula and source of every figure");
+
+    auto* search = app.add_subcommand("search", "Rank every valid layout by predicted throughput");
+    addModelFlags(*search, o.model);
+    addClusterFlags(*search, o.cluster);
+    addLayoutFlags(*search, o.layout, true);
+    search->add_option("--top", o.topK, "How many layouts to show")->capture_default_str();
+    search->add_flag("--tp-within-node", o.tpWithinNode, "Reject TP groups larger than a node");
+    search->add_flag("--json", o.json, "Machine-readable output");
+
+    auto* explainCmd = app.add_subcommand("explain", "The formula, numbers and source of one figure");
+    explainCmd->add_option("figure", o.figure, "Figure key, e.g. memory.activations")->required();
+    addModelFlags(*explainCmd, o.model);
+    addClusterFlags(*explainCmd, o.cluster);
+    addLayoutFlags(*explainCmd, o.layout);
+    explainCmd->add_flag("--json", o.json, "Machine-readable output");
+
+    auto* models = app.add_subcommand("models", "List model presets");
+    models->add_flag("--json", o.json, "Machine-readable output");
+    auto* gpus = app.add_subcommand("gpus", "List GPU presets");
+    gpus->add_flag("--json", o.json, "Machine-readable output");
+    auto* devices = app.add_subcommand("devices", "List this machine's CUDA GPUs");
+    devices->add_flag("--json", o.json, "Machine-readable output");
+
+    std::string runsPath;
+    bool markdown = false;
+    auto* validateCmd = app.add_subcommand(
+        "validate", "Compare the planner with published training runs (docs/validation.md)");
+    validateCmd->add_option("runs", runsPath, "CSV of published runs (tests/data/published_runs.csv)")
+        ->required();
+    validateCmd->add_flag("--markdown", markdown, "Write the table as Markdown");
+    validateCmd->add_flag("--json", o.json, "Machine-readable output");
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        out << app.help(e.get_name() == "--help" ? "" : "", CLI::AppFormatMode::Normal);
+        return 0;
+    } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() == 0) {
+            app.exit(e, out, err);
+            return 0;
+        }
+        // CLI11 reports a misspelt command as "A subcommand is required"; name it instead.
+        if (app.get_subcommands().empty() && argc > 1 && argv[1][0] != '-') {
+            std::string known;
+            for (const CLI::App* sub : app.get_subcommands(nullptr))
+                known += (known.empty() ? "" : ", ") + sub->get_name();
+            err << "error: unknown command '" << argv[1] << "'; known commands: " << known
+                << "\nRun with --help to see what each one does.\n";
+            return 2;
+        }
+        err << "error: " << e.what() << "\nRun with --help to see the accepted flags.\n";
+        return 2;
+    }
+
+    try {
+        if (plan->parsed())
+            return runPlan(o, out, err);
+        if (search->parsed())
+            return runSearch(o, out, err);
+        if (explainCmd->parsed())
+            return runExplain(o, out, err);
+        if (validateCmd->parsed())
+            return runValidate(runsPath, markdown, o.json, out);
+        if (models->parsed()) {
+            if (o.json) {
+                nlohmann::json j = nlohmann::json::array();
+                for (const ModelSpec& m : modelPresets())
+                    j.push_back(m);
+                out << j.dump(2) << '\n';
+            } else {
+                printModels(out);
+            }
+        } else if (gpus->parsed()) {
+            if (o.json) {
+                nlohmann::json j = nlohmann::json::array();
+                for (const GpuSpec& g : gpuPresets())
+                    j.push_back(g);
+                out << j.dump(2) << '\n';
+            } else {
+                printGpus(out);
+            }
+        } else if (devices->parsed()) {
+            const DeviceReport r = queryDevices();
+            if (o.json)
+                out << devicesJson(r).dump(2) << '\n';
+            else
+                printDevices(out, r);
+        }
+        return 0;
+    } catch (const InputError& e) {
+        err << "error: " << e.what() << '\n';
+        return 2;
+    }
+}
+
+} // namespace shardscope::cli

@@ -1,0 +1,154 @@
+#include "inputs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/json_io.h"
+#include "core/presets.h"
+#include "core/units.h"
+
+namespace shardscope::cli {
+
+void addModelFlags(CLI::App& app, ModelFlags& f) {
+    app.add_option("-m,--model", f.preset, "Model preset id or name (see `models`)")
+        ->capture_default_str();
+    app.add_option("--params", f.params,
+                   "Bare parameter count, e.g. 7e9 (model-state memory only; no architecture)");
+    app.add_option("--hf-config", f.hfConfig, "Hugging Face config.json to import");
+    app.add_option("--seq", f.seqLen, "Training sequence length (default: the model's)");
+}
+
+void addClusterFlags(CLI::App& app, ClusterFlags& f) {
+    app.add_option("-g,--gpu", f.gpu, "GPU preset id or name (see `gpus`)")->capture_default_str();
+    app.add_option("--gpus-per-node", f.gpusPerNode, "GPUs per node")->capture_default_str();
+    app.add_option("--nodes", f.nodes, "Number of nodes")->capture_default_str();
+    app.add_option("--inter-bw", f.interGBps, "Network bandwidth per GPU across nodes, GB/s")
+        ->capture_default_str();
+    app.add_option("--mtbf-hours", f.mtbfHours, "Mean time between failures of one GPU, hours");
+    app.add_option("--ckpt-bw", f.checkpointGBps, "Checkpoint storage write bandwidth, GB/s");
+    app.add_option("--price", f.price, "Price per GPU-hour");
+}
+
+void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
+    if (!searchOnly) {
+        app.add_option("--dp", f.dp, "Data-parallel degree (default: gpus / (tp pp cp))");
+        app.add_option("--tp", f.tp, "Tensor-parallel degree")->capture_default_str();
+        app.add_option("--pp", f.pp, "Pipeline-parallel degree")->capture_default_str();
+        app.add_option("--vpp", f.vpp, "Virtual stages per pipeline rank (interleaved)")
+            ->capture_default_str();
+        app.add_option("--cp", f.cp, "Context-parallel degree")->capture_default_str();
+        app.add_option("--zero", f.zero, "ZeRO stage 0-3 (3 = FSDP full shard)")
+            ->capture_default_str();
+        app.add_option("--sp", f.sp, "Sequence parallelism (true/false)")->capture_default_str();
+        app.add_option("--schedule", f.schedule, "naive, gpipe, 1f1b, interleaved, zero-bubble")
+            ->capture_default_str();
+        app.add_option("--micro-batch", f.microBatch, "Sequences per microbatch")
+            ->capture_default_str();
+        app.add_option("--recompute", f.recompute, "none, selective or full")->capture_default_str();
+    }
+    app.add_option("--global-batch", f.globalBatch, "Sequences per optimizer step")
+        ->capture_default_str();
+    app.add_option("--precision", f.precision, "fp32, bf16, bf16-bf16grads or fp8")
+        ->capture_default_str();
+    app.add_option("--optimizer", f.optimizer, "adamw or sgd")->capture_default_str();
+    app.add_option("--offload", f.offload, "Offload optimizer state to CPU memory (true/false)")
+        ->capture_default_str();
+    app.add_option("--tokens", f.trainTokens, "Tokens to train on, for time and cost")
+        ->capture_default_str();
+}
+
+namespace {
+
+// "0", "-5", "1e+30": the value as given, not std::to_string's "0.000000".
+std::string shortNumber(double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+}
+
+void requirePositive(double v, const std::string& flag, const std::string& example) {
+    if (!std::isfinite(v) || v <= 0)
+        throw InputError(flag + " must be a positive number (got " + shortNumber(v) + "), e.g. " +
+                         flag + " " + example);
+}
+
+} // namespace
+
+ModelSpec buildModel(const ModelFlags& f) {
+    ModelSpec m;
+    if (!f.hfConfig.empty()) {
+        m = modelFromHuggingFace(readJsonFile(f.hfConfig), f.hfConfig);
+    } else if (f.params) {
+        requirePositive(*f.params, "--params", "7e9");
+        if (*f.params > 1e15)
+            throw InputError("--params " + shortNumber(*f.params) +
+                             " is beyond any trainable model; give a count such as 7e9");
+        m.name = formatCount(*f.params) + " parameters";
+        m.bareParams = *f.params;
+        m.seqLen = 4096;
+    } else {
+        m = findModelPreset(f.preset);
+    }
+    if (f.seqLen) {
+        requirePositive(*f.seqLen, "--seq", "8192");
+        m.seqLen = *f.seqLen;
+    }
+    return m;
+}
+
+ClusterSpec buildCluster(const ClusterFlags& f) {
+    requirePositive(f.gpusPerNode, "--gpus-per-node", "8");
+    requirePositive(f.nodes, "--nodes", "8");
+    requirePositive(f.interGBps, "--inter-bw", "50");
+    if (double(f.gpusPerNode) * f.nodes > 1e7)
+        throw InputError("--gpus-per-node x --nodes is more than ten million GPUs; check the flags");
+    ClusterSpec c = makeCluster(findGpuPreset(f.gpu), f.gpusPerNode, f.nodes, f.interGBps * 1e9);
+    if (f.mtbfHours != 0) {
+        requirePositive(f.mtbfHours, "--mtbf-hours", "45600");
+        c.gpuMtbfHours = f.mtbfHours;
+    }
+    if (f.checkpointGBps != 0) {
+        requirePositive(f.checkpointGBps, "--ckpt-bw", "100");
+        c.checkpointBandwidth = f.checkpointGBps * 1e9;
+    }
+    if (f.price != 0) {
+        requirePositive(f.price, "--price", "2.5");
+        c.gpuHourCost = f.price;
+    }
+    return c;
+}
+
+ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
+    ParallelConfig p;
+    p.tp = f.tp;
+    p.pp = f.pp;
+    p.vpp = f.vpp;
+    p.cp = f.cp;
+    p.zero = f.zero;
+    p.sequenceParallel = f.sp && f.tp > 1;
+    p.schedule = scheduleFromString(f.schedule);
+    if (f.vpp > 1 && f.schedule == "1f1b")
+        p.schedule = PipelineSchedule::Interleaved; // --vpp implies the interleaved schedule
+    p.microBatch = f.microBatch;
+    p.globalBatch = f.globalBatch;
+    p.recompute = recomputeFromString(f.recompute);
+    p.precision = precisionPolicyFromString(f.precision);
+    p.optimizer = optimizerFromString(f.optimizer);
+    p.offloadOptimizer = f.offload;
+    const long long inner = 1LL * std::max(1, f.tp) * std::max(1, f.pp) * std::max(1, f.cp);
+    p.dp = f.dp > 0 ? f.dp : int(std::max(1LL, cluster.worldSize() / inner));
+    return p;
+}
+
+TrainConfig buildTrain(const LayoutFlags& f) {
+    if (!std::isfinite(f.trainTokens) || f.trainTokens < 0)
+        throw InputError("--tokens must be zero or positive, e.g. --tokens 15e12");
+    TrainConfig t;
+    t.trainTokens = f.trainTokens;
+    return t;
+}
+
+} // namespace shardscope::cli

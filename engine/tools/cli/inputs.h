@@ -1,0 +1,54 @@
+// Command-line flags -> the shared specs. Every flag has a default so that a bare `plan` is a
+// useful example (Llama 3 70B on 8 nodes x 8 H100).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+#include "plan/estimate.h"
+
+namespace shardscope::cli {
+
+struct ModelFlags {
+    std::string preset = "llama3-70b";
+    std::optional<double> params; // --params: the quick form
+    std::string hfConfig;         // --hf-config FILE
+    std::optional<int> seqLen;    // --seq overrides the model's training sequence length
+};
+
+struct ClusterFlags {
+    std::string gpu = "h100-sxm";
+    int gpusPerNode = 8;
+    int nodes = 8;
+    double interGBps = 50;   // per GPU across nodes
+    double mtbfHours = 0;    // 0: keep the default
+    double checkpointGBps = 0;
+    double price = 0;
+};
+
+struct LayoutFlags {
+    int dp = 0; // 0: world / (tp pp cp)
+    int tp = 8, pp = 4, vpp = 1, cp = 1, zero = 1;
+    bool sp = true;
+    std::string schedule = "1f1b";
+    int microBatch = 1;
+    int globalBatch = 512;
+    std::string recompute = "selective";
+    std::string precision = "bf16";
+    std::string optimizer = "adamw";
+    bool offload = false;
+    double trainTokens = 15e12;
+};
+
+void addModelFlags(CLI::App& app, ModelFlags& f);
+void addClusterFlags(CLI::App& app, ClusterFlags& f);
+void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly = false);
+
+// Throw InputError with a message that names the flag when a value is unusable.
+ModelSpec buildModel(const ModelFlags& f);
+ClusterSpec buildCluster(const ClusterFlags& f);
+ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster);
+TrainConfig buildTrain(const LayoutFlags& f);
+
+} // namespace shardscope::cli

@@ -1,0 +1,326 @@
+#include "report.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
+
+#include "core/json_io.h"
+#include "core/presets.h"
+#include "core/units.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+// A plain text table: columns padded to their widest cell, numbers right-aligned.
+class Table {
+public:
+    explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+    void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+    void print(std::ostream& out) const {
+        std::vector<std::size_t> width;
+        for (const auto& r : rows_)
+            for (std::size_t i = 0; i < r.size(); ++i) {
+                width.resize(std::max(width.size(), r.size()));
+                width[i] = std::max(width[i], r[i].size());
+            }
+        for (std::size_t r = 0; r < rows_.size(); ++r) {
+            for (std::size_t i = 0; i < rows_[r].size(); ++i) {
+                const bool right = i > 0;
+                out << (i ? "  " : "") << (right ? std::right : std::left)
+                    << std::setw(int(width[i])) << rows_[r][i];
+            }
+            out << '\n';
+            if (r == 0) {
+                std::size_t total = 0;
+                for (std::size_t w : width)
+                    total += w + 2;
+                out << std::string(total - 2, '-') << '\n';
+            }
+        }
+    }
+
+private:
+    std::vector<std::vector<std::string>> rows_;
+};
+
+} // namespace
+
+std::string layoutSummary(const ParallelConfig& p) {
+    std::ostringstream s;
+    s << "dp" << p.dp << " tp" << p.tp << " pp" << p.pp;
+    if (p.vpp > 1)
+        s << "x" << p.vpp;
+    s << " cp" << p.cp << " zero" << p.zero << (p.sequenceParallel ? " sp" : "") << " mb"
+      << p.microBatch << " " << toString(p.schedule) << " recompute-" << toString(p.recompute);
+    return s.str();
+}
+
+nlohmann::json explanationJson(const Explanation& x) {
+    return {{"key", x.key},         {"label", x.label},   {"value", x.value},
+            {"unit", x.unit},       {"display", x.display}, {"formula", x.formula},
+            {"substituted", x.substituted}, {"source", x.source}};
+}
+
+nlohmann::json planJson(const PlanInputs& in, const Estimate& e) {
+    nlohmann::json j;
+    j["schema"] = kPlanSchema;
+    j["model"] = in.model;
+    j["cluster"] = in.cluster;
+    j["parallel"] = in.parallel;
+    j["train"] = in.train;
+    j["valid"] = e.valid();
+    j["violations"] = nlohmann::json::array();
+    for (const Violation& v : e.violations)
+        j["violations"].push_back({{"rule", v.rule}, {"message", v.message}, {"hint", v.hint}});
+    j["params"] = {{"total", e.params.total},           {"active", e.params.active},
+                   {"embeddings", e.params.embeddings}, {"attention", e.params.attention},
+                   {"mlp", e.params.mlp},               {"norms", e.params.norms},
+                   {"lm_head", e.params.lmHead}};
+    const MemoryBreakdown& m = e.memory;
+    j["memory"] = {{"parameters", m.parameters}, {"gradients", m.gradients},
+                   {"optimizer", m.optimizer},   {"activations", m.activations},
+                   {"temporary", m.temporary},   {"overhead", m.overhead},
+                   {"total", m.total()},         {"capacity", e.capacity},
+                   {"fits", e.fits},             {"worst_stage", e.worstStage},
+                   {"cpu_offloaded", m.cpuOffloaded}};
+    for (Axis a : kAxes) {
+        const AxisComm& c = e.axis(a);
+        std::string key = toString(a);
+        std::transform(key.begin(), key.end(), key.begin(), ::tolower);
+        j["comm"][key] = {{"group_size", c.groupSize}, {"crosses_nodes", c.crossesNodes},
+                          {"bytes", c.bytes},          {"seconds", c.seconds},
+                          {"exposed_seconds", c.exposed}};
+    }
+    j["summary"] = {{"step_time_s", e.stepTime},
+                    {"compute_time_s", e.computeTime},
+                    {"bubble_fraction", e.bubbleFraction},
+                    {"tokens_per_second", e.tokensPerSecond},
+                    {"tflops_per_gpu", e.tflopsPerGpu / 1e12},
+                    {"mfu", e.mfu},
+                    {"time_to_train_s", e.timeToTrain},
+                    {"wall_time_to_train_s", e.wallTimeToTrain},
+                    {"gpu_hours", e.gpuHours},
+                    {"cost", e.cost},
+                    {"training_fraction", e.trainingFraction}};
+    j["figures"] = nlohmann::json::array();
+    for (FigureId id : allFigures())
+        j["figures"].push_back(explanationJson(explain(in, e, id)));
+    return j;
+}
+
+void printExplanation(std::ostream& out, const Explanation& x) {
+    out << x.label << " (" << x.key << "): " << x.display << '\n'
+        << "  formula:     " << x.formula << '\n'
+        << "  substituted: " << x.substituted << '\n'
+        << "  source:      " << x.source << '\n';
+}
+
+void printPlan(std::ostream& out, const PlanInputs& in, const Estimate& e, bool explainAll) {
+    const ParallelConfig& p = in.parallel;
+    out << in.model.name << " on " << in.cluster.nodes << " x " << in.cluster.gpusPerNode << " "
+        << in.cluster.gpu.name << "\n"
+        << "Layout: " << layoutSummary(p) << ", global batch " << p.globalBatch << " x "
+        << in.model.seqLen << " tokens, " << p.precision.name() << ", " << toString(p.optimizer)
+        << (p.offloadOptimizer ? " (offloaded)" : "") << "\n\n";
+
+    out << "Memory per GPU (pipeline stage " << e.worstStage << ")\n";
+    Table mem({"category", "bytes", "share"});
+    const double total = e.memory.total();
+    for (FigureId id : {FigureId::MemParameters, FigureId::MemGradients, FigureId::MemOptimizer,
+                        FigureId::MemActivations, FigureId::MemTemporary, FigureId::MemOverhead}) {
+        const Explanation x = explain(in, e, id);
+        mem.add({x.label, x.display, formatPercent(total > 0 ? x.value / total : 0)});
+    }
+    mem.add({"total", formatBytes(total), formatPercent(e.capacity > 0 ? total / e.capacity : 0) + " of " + formatBytes(e.capacity)});
+    mem.print(out);
+    out << (e.fits ? "Fits: " + formatBytes(e.capacity - total) + " free on each GPU\n"
+                   : "Does NOT fit: " + formatBytes(total - e.capacity) + " over the capacity\n");
+    if (e.memory.cpuOffloaded > 0)
+        out << "Host memory per GPU for offloaded state: " << formatBytes(e.memory.cpuOffloaded) << '\n';
+
+    out << "\nCommunication per step\n";
+    Table comm({"axis", "group", "link", "sent/rank", "time", "exposed"});
+    for (Axis a : kAxes) {
+        const AxisComm& c = e.axis(a);
+        comm.add({toString(a), std::to_string(c.groupSize),
+                  c.groupSize <= 1 ? "-" : (c.crossesNodes ? "network" : "in node"),
+                  formatBytes(c.bytes), formatSeconds(c.seconds), formatSeconds(c.exposed)});
+    }
+    comm.print(out);
+
+    out << "\nTime\n";
+    Table time({"figure", "value"});
+    time.add({"compute", formatSeconds(e.computeTime)});
+    time.add({"pipeline bubble", formatSeconds(e.bubbleTime) + " (" + formatPercent(e.bubbleFraction) + ")"});
+    time.add({"exposed communication", formatSeconds(e.exposedComm)});
+    time.add({"optimizer step", formatSeconds(e.optimizerTime)});
+    time.add({"step time", formatSeconds(e.stepTime)});
+    time.add({"throughput", formatNumber(e.tokensPerSecond) + " tokens/s"});
+    time.add({"model FLOP/s per GPU", formatRate(e.tflopsPerGpu)});
+    time.add({"MFU", formatPercent(e.mfu)});
+    if (in.train.trainTokens > 0) {
+        time.add({"time to train " + formatCount(in.train.trainTokens) + " tokens",
+                  formatSeconds(e.timeToTrain)});
+        time.add({"  with failures and checkpoints", formatSeconds(e.wallTimeToTrain)});
+        time.add({"GPU-hours", formatNumber(e.gpuHours)});
+        time.add({"cost", formatNumber(e.cost) + " at " + formatNumber(in.cluster.gpuHourCost) + " per GPU-hour"});
+    }
+    time.add({"job MTBF", formatSeconds(e.jobMtbf)});
+    time.add({"checkpoint write", formatSeconds(e.checkpointWrite) + " (" + formatBytes(e.checkpointBytes) + ")"});
+    time.add({"optimal checkpoint interval", formatSeconds(e.checkpointInterval)});
+    time.add({"expected training-time fraction", formatPercent(e.trainingFraction)});
+    time.print(out);
+
+    if (explainAll) {
+        out << "\nHow each figure is computed\n";
+        for (FigureId id : allFigures()) {
+            out << '\n';
+            printExplanation(out, explain(in, e, id));
+        }
+    } else {
+        out << "\nRun with --explain for every formula, or `explain <figure>` for one.\n";
+    }
+}
+
+nlohmann::json searchJson(const PlanInputs& in, const SearchResult& r) {
+    nlohmann::json j;
+    j["schema"] = kSearchSchema;
+    j["model"] = in.model;
+    j["cluster"] = in.cluster;
+    j["considered"] = r.considered;
+    j["evaluated"] = r.evaluated;
+    j["fitting"] = r.fitting;
+    j["cancelled"] = r.cancelled;
+    j["rejected"] = r.rejected;
+    j["top"] = nlohmann::json::array();
+    for (const Candidate& c : r.top)
+        j["top"].push_back({{"parallel", c.config}, {"memory_bytes", c.memory},
+                            {"tokens_per_second", c.tokensPerSecond}, {"step_time_s", c.stepTime},
+                            {"mfu", c.mfu}});
+    return j;
+}
+
+void printSearch(std::ostream& out, const PlanInputs& in, const SearchResult& r) {
+    out << "Search: " << in.model.name << " on " << in.cluster.worldSize() << " x "
+        << in.cluster.gpu.name << ", global batch " << in.parallel.globalBatch << " x "
+        << in.model.seqLen << " tokens\n"
+        << r.considered << " layouts considered, " << r.evaluated << " valid, " << r.fitting
+        << " fit in memory\n";
+    if (!r.rejected.empty()) {
+        out << "Rejected:";
+        for (const auto& [rule, count] : r.rejected)
+            out << ' ' << rule << '=' << count;
+        out << '\n';
+    }
+    out << '\n';
+    if (r.top.empty()) {
+        out << "No layout fits. Try more GPUs, ZeRO-3, full recompute, or a smaller micro batch.\n";
+        return;
+    }
+    Table t({"#", "layout", "memory/GPU", "step", "tokens/s", "MFU"});
+    int rank = 1;
+    for (const Candidate& c : r.top)
+        t.add({std::to_string(rank++), layoutSummary(c.config), formatBytes(c.memory),
+               formatSeconds(c.stepTime), formatNumber(c.tokensPerSecond), formatPercent(c.mfu)});
+    t.print(out);
+}
+
+nlohmann::json validationJson(const std::vector<PublishedRun>& runs,
+                              const std::vector<RunComparison>& results) {
+    nlohmann::json j;
+    j["median_absolute_error"] = medianAbsoluteError(results);
+    j["runs"] = nlohmann::json::array();
+    for (std::size_t i = 0; i < runs.size(); ++i)
+        j["runs"].push_back({{"name", runs[i].name},
+                             {"metric", results[i].metric},
+                             {"reported", results[i].reported},
+                             {"predicted", results[i].predicted},
+                             {"error", results[i].error},
+                             {"convention", toString(runs[i].convention)},
+                             {"source", runs[i].source}});
+    return j;
+}
+
+void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
+                     const std::vector<RunComparison>& results, bool markdown) {
+    auto metricText = [](const RunComparison& c, double v) {
+        return c.metric == "MFU" ? formatPercent(v) : formatNumber(v) + " TFLOP/s";
+    };
+    if (markdown) {
+        out << "| run | GPU | GPUs | layout | metric | reported | predicted | error |\n"
+            << "|---|---|---|---|---|---|---|---|\n";
+        for (std::size_t i = 0; i < runs.size(); ++i) {
+            const RunComparison& c = results[i];
+            out << "| " << runs[i].name << " | " << runs[i].gpuId << " | "
+                << runs[i].parallel.worldSize() << " | " << layoutSummary(runs[i].parallel) << " | "
+                << c.metric << " (" << toString(runs[i].convention) << ") | "
+                << metricText(c, c.reported) << " | " << metricText(c, c.predicted) << " | "
+                << formatPercent(c.error) << " |\n";
+        }
+        out << "\nMedian absolute error: " << formatPercent(medianAbsoluteError(results)) << " over "
+            << runs.size() << " runs.\n";
+        return;
+    }
+    Table t({"run", "metric", "reported", "predicted", "error"});
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        const RunComparison& c = results[i];
+        t.add({runs[i].name, c.metric, metricText(c, c.reported), metricText(c, c.predicted),
+               formatPercent(c.error)});
+    }
+    t.print(out);
+    out << "Median absolute error: " << formatPercent(medianAbsoluteError(results)) << '\n';
+}
+
+void printModels(std::ostream& out) {
+    Table t({"id", "name", "params", "layers", "hidden", "heads/kv", "ffn", "vocab", "seq"});
+    for (const ModelSpec& m : modelPresets()) {
+        const ParamCount c = countParameters(m);
+        t.add({m.id, m.name,
+               formatCount(c.total) + (m.moe.enabled() ? " (" + formatCount(c.active) + " active)" : ""),
+               std::to_string(m.layers), std::to_string(m.hidden),
+               std::to_string(m.heads) + "/" + std::to_string(m.kvHeads),
+               std::to_string(m.ffnHidden), std::to_string(m.vocab), std::to_string(m.seqLen)});
+    }
+    t.print(out);
+}
+
+void printGpus(std::ostream& out) {
+    Table t({"id", "name", "memory", "HBM", "NVLink/dir", "bf16 dense", "fp8 dense"});
+    for (const GpuSpec& g : gpuPresets()) {
+        const auto fp8 = g.peakFlops.find(Precision::Fp8);
+        t.add({g.id, g.name, formatBytes(g.memoryBytes), formatNumber(g.hbmBandwidth / 1e9) + " GB/s",
+               formatNumber(g.nvlinkBandwidth / 1e9) + " GB/s", formatRate(g.peak(Precision::Bf16)),
+               fp8 == g.peakFlops.end() ? "-" : formatRate(fp8->second)});
+    }
+    t.print(out);
+}
+
+nlohmann::json devicesJson(const DeviceReport& r) {
+    nlohmann::json j;
+    j["built_with_cuda"] = r.builtWithCuda;
+    j["versions"] = r.versions;
+    j["reason"] = r.reason;
+    j["devices"] = nlohmann::json::array();
+    for (const DeviceInfo& d : r.devices)
+        j["devices"].push_back({{"index", d.index}, {"name", d.name}, {"memory_bytes", d.memoryBytes},
+                                {"sms", d.sms}, {"compute_capability", d.computeCapability},
+                                {"preset", d.preset ? d.preset->id : ""}});
+    return j;
+}
+
+void printDevices(std::ostream& out, const DeviceReport& r) {
+    if (!r.versions.empty())
+        out << r.versions << '\n';
+    if (r.devices.empty()) {
+        out << "No CUDA GPU: " << r.reason << '\n';
+        return;
+    }
+    Table t({"#", "name", "memory", "SMs", "compute capability", "preset"});
+    for (const DeviceInfo& d : r.devices)
+        t.add({std::to_string(d.index), d.name, formatBytes(d.memoryBytes), std::to_string(d.sms),
+               d.computeCapability, d.preset ? d.preset->id : "(no matching preset)"});
+    t.print(out);
+}
+
+} // namespace shardscope::cli

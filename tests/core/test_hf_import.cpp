@@ -1,0 +1,228 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json_io.h"
+#include "core_test_support.h"
+#include "json_mutation.h"
+
+namespace shardscope {
+namespace {
+
+using nlohmann::json;
+using test::withinRelative;
+
+ModelSpec importFixture(const std::string& stem) {
+    const auto path = test::hfDataDir() / (stem + ".json");
+    return modelFromHuggingFace(readJsonFile(path.string()), stem);
+}
+
+std::string importError(const json& config) {
+    try {
+        modelFromHuggingFace(config, "test");
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    ADD_FAILURE() << "expected an InputError for " << config.dump();
+    return {};
+}
+
+json llamaConfig() {
+    return json::parse(R"({
+        "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+        "vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+        "hidden_act": "silu", "tie_word_embeddings": false})");
+}
+
+// tests/data/hf/expected.json: {"<fixture stem>": {"total": N, "active": N (MoE), "source": ...}}
+TEST(HfImport, EveryFixtureMatchesItsPublishedCount) {
+    const auto expectedPath = test::hfDataDir() / "expected.json";
+    ASSERT_TRUE(std::filesystem::exists(expectedPath))
+        << expectedPath << " is missing: it lists the published parameter count of each fixture";
+    const json expected = json::parse(test::readText(expectedPath));
+    ASSERT_FALSE(expected.empty());
+    for (const auto& [stem, published] : expected.items()) {
+        SCOPED_TRACE(stem);
+        const ParamCount c = countParameters(importFixture(stem));
+        EXPECT_TRUE(withinRelative(c.total, published.at("total").get<double>(), 0.005));
+        if (published.contains("active")) {
+            EXPECT_TRUE(withinRelative(c.active, published["active"].get<double>(), 0.005));
+        }
+    }
+    // A fixture without an expected count would go unchecked.
+    for (const auto& file : test::jsonFiles(test::hfDataDir(), "expected.json"))
+        EXPECT_TRUE(expected.contains(file.stem().string()))
+            << file.filename() << " has no entry in expected.json";
+}
+
+TEST(HfImport, Gpt2) {
+    const ModelSpec m = importFixture("gpt2");
+    EXPECT_EQ(countParameters(m).total, 124'439'808);
+    EXPECT_EQ(m.family, "gpt2");
+    EXPECT_EQ(m.name, "gpt2");
+    EXPECT_EQ(m.ffnHidden, 4 * 768); // n_inner is null
+    EXPECT_EQ(m.positions, PositionEmbedding::Learned);
+    EXPECT_EQ(m.norm, Norm::LayerNorm);
+    EXPECT_EQ(m.activation, Activation::Gelu);
+    EXPECT_TRUE(m.tiedEmbeddings);
+    EXPECT_TRUE(m.attentionBias && m.outputBias && m.mlpBias);
+    EXPECT_TRUE(m.dropout);
+    EXPECT_EQ(m.seqLen, 1024);
+    EXPECT_EQ(m.maxPositions, 1024);
+}
+
+TEST(HfImport, LlamaFamilies) {
+    const ModelSpec llama = importFixture("llama-3-8b");
+    EXPECT_EQ(llama.family, "llama");
+    EXPECT_EQ(llama.kvHeads, 8);
+    EXPECT_EQ(llama.activation, Activation::SwiGlu);
+    EXPECT_EQ(llama.norm, Norm::RmsNorm);
+    EXPECT_FALSE(llama.tiedEmbeddings);
+    EXPECT_FALSE(llama.attentionBias || llama.outputBias || llama.mlpBias);
+    EXPECT_EQ(llama.seqLen, 8192);
+
+    const ModelSpec mistral = importFixture("mistral-7b-v0.1");
+    EXPECT_EQ(mistral.maxPositions, 32768);
+    EXPECT_EQ(mistral.seqLen, 8192); // capped
+
+    const ModelSpec mixtral = importFixture("mixtral-8x7b-v0.1");
+    EXPECT_EQ(mixtral.moe.experts, 8);
+    EXPECT_EQ(mixtral.moe.topK, 2);
+    EXPECT_EQ(mixtral.expertFfn(), 14336);
+}
+
+TEST(HfImport, Qwen2HasBiasOnQkvOnly) {
+    const ModelSpec m = importFixture("qwen2-7b");
+    EXPECT_TRUE(m.attentionBias);
+    EXPECT_FALSE(m.outputBias);
+    EXPECT_FALSE(m.mlpBias);
+    EXPECT_TRUE(importFixture("qwen2-0.5b").tiedEmbeddings); // per the config field
+}
+
+TEST(HfImport, GemmaUsesGegluExplicitHeadDimAndTiedEmbeddings) {
+    const ModelSpec m = importFixture("gemma-7b");
+    EXPECT_EQ(m.activation, Activation::GeGlu);
+    EXPECT_EQ(m.headDim, 256);
+    EXPECT_TRUE(m.tiedEmbeddings);
+}
+
+TEST(HfImport, GptNeoX) {
+    const ModelSpec m = importFixture("pythia-1.4b");
+    EXPECT_EQ(m.positions, PositionEmbedding::Rope);
+    EXPECT_EQ(m.norm, Norm::LayerNorm);
+    EXPECT_EQ(m.activation, Activation::Gelu);
+    EXPECT_FALSE(m.tiedEmbeddings);
+    EXPECT_TRUE(m.attentionBias && m.outputBias && m.mlpBias);
+}
+
+TEST(HfImport, NameFallsBackToNameOrPathThenModelType) {
+    json config = llamaConfig();
+    EXPECT_EQ(modelFromHuggingFace(config, "given").name, "given");
+    EXPECT_EQ(modelFromHuggingFace(config).name, "llama");
+    config["_name_or_path"] = "meta-llama/Meta-Llama-3-8B";
+    EXPECT_EQ(modelFromHuggingFace(config).name, "meta-llama/Meta-Llama-3-8B");
+}
+
+TEST(HfImport, DefaultsAndAliases) {
+    json config = llamaConfig();
+    config.erase("num_key_value_heads");
+    EXPECT_EQ(modelFromHuggingFace(config).kvHeads, 32);
+    config["multi_query"] = true;
+    EXPECT_EQ(modelFromHuggingFace(config).kvHeads, 1);
+    config["d_model"] = config["hidden_size"];
+    config.erase("hidden_size");
+    EXPECT_EQ(modelFromHuggingFace(config).hidden, 4096);
+}
+
+TEST(HfImport, UnknownModelTypeImportsLikeLlama) {
+    json config = llamaConfig();
+    config["model_type"] = "some_new_llm";
+    const ModelSpec m = modelFromHuggingFace(config);
+    EXPECT_EQ(m.family, "some_new_llm");
+    EXPECT_EQ(countParameters(m).total, 8'030'261'248);
+
+    config["hidden_act"] = "gelu";
+    config.erase("rms_norm_eps");
+    config["layer_norm_eps"] = 1e-5;
+    const ModelSpec gptLike = modelFromHuggingFace(config);
+    EXPECT_EQ(gptLike.activation, Activation::Gelu);
+    EXPECT_EQ(gptLike.norm, Norm::LayerNorm);
+}
+
+TEST(HfImport, ListsAllMissingFieldsAtOnce) {
+    const std::string message = importError(json{{"model_type", "llama"}});
+    for (const char* field : {"hidden_size", "num_hidden_layers", "num_attention_heads",
+                              "vocab_size", "intermediate_size", "max_position_embeddings"})
+        EXPECT_NE(message.find(field), std::string::npos) << field << " in: " << message;
+    // Mixtral needs its router's top-k as well.
+    json mixtral = llamaConfig();
+    mixtral["num_local_experts"] = 8;
+    EXPECT_NE(importError(mixtral).find("num_experts_per_tok"), std::string::npos);
+}
+
+TEST(HfImport, InvalidFieldsAreNamed) {
+    json config = llamaConfig();
+    config["hidden_size"] = "4096";
+    config["num_hidden_layers"] = -2;
+    config["vocab_size"] = 1e300;
+    config["tie_word_embeddings"] = "no";
+    const std::string message = importError(config);
+    for (const char* field : {"hidden_size", "num_hidden_layers", "vocab_size", "tie_word_embeddings"})
+        EXPECT_NE(message.find(field), std::string::npos) << field << " in: " << message;
+
+    config = llamaConfig();
+    config["num_key_value_heads"] = 5; // does not divide 32 heads
+    EXPECT_NE(importError(config).find("kv_heads"), std::string::npos);
+    config = llamaConfig();
+    config["num_hidden_layers"] = 1000000;
+    EXPECT_NE(importError(config).find("layers"), std::string::npos);
+}
+
+TEST(HfImport, NotAnObject) {
+    for (const json& bad : {json::array(), json(nullptr), json("config"), json(3)})
+        EXPECT_NE(importError(bad).find("object"), std::string::npos);
+}
+
+TEST(HfFuzz, MutatedFixturesOnlyEverThrowInputError) {
+    const auto files = test::jsonFiles(test::hfDataDir(), "expected.json");
+    ASSERT_FALSE(files.empty()) << "no Hugging Face fixtures in " << test::hfDataDir();
+    test::JsonMutator mutator(1234);
+    for (const auto& file : files) {
+        const json original = json::parse(test::readText(file));
+        for (int i = 0; i < 2000; ++i) {
+            const std::string text = mutator.damage(original);
+            const json edited = mutator.edit(original);
+            try {
+                (void)modelFromHuggingFace(edited);
+            } catch (const InputError&) {
+            } catch (const std::exception& e) {
+                FAIL() << file.filename() << ": " << e.what() << " for " << edited.dump();
+            }
+            try {
+                (void)modelFromHuggingFace(parseJson(text, "fuzz"));
+            } catch (const InputError&) {
+            } catch (const std::exception& e) {
+                FAIL() << file.filename() << ": " << e.what();
+            }
+        }
+    }
+}
+
+TEST(HfFuzz, RandomBytesOnlyEverThrowInputError) {
+    test::JsonMutator mutator(99);
+    for (int i = 0; i < 2000; ++i) {
+        for (const std::string& text : {mutator.randomBytes(300), mutator.randomTokens(80)}) {
+            try {
+                (void)modelFromHuggingFace(parseJson(text, "fuzz"));
+            } catch (const InputError&) {
+            } catch (const std::exception& e) {
+                FAIL() << e.what();
+            }
+        }
+    }
+}
+
+} // namespace
+} // namespace shardscope

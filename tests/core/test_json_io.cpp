@@ -1,0 +1,444 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json_io.h"
+#include "core/presets.h"
+#include "core_test_support.h"
+#include "json_mutation.h"
+
+namespace shardscope {
+namespace {
+
+using nlohmann::json;
+using test::expectSame;
+
+// The InputError message of f(), or a failure when f() does not throw one.
+template <typename F>
+std::string inputErrorOf(F&& f) {
+    try {
+        f();
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    ADD_FAILURE() << "expected an InputError";
+    return {};
+}
+
+template <typename T>
+T roundTrip(const T& value) {
+    return json(value).get<T>();
+}
+
+json llamaJson() {
+    return json::parse(R"({
+        "id": "test-llama", "name": "Test Llama", "family": "llama",
+        "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
+        "vocab": 128256, "seq_len": 8192, "max_positions": 8192,
+        "activation": "swiglu", "norm": "rmsnorm", "positions": "rope"
+    })");
+}
+
+// ---- model ----
+
+TEST(ModelJson, ReadsSnakeCaseFields) {
+    const ModelSpec m = llamaJson().get<ModelSpec>();
+    EXPECT_EQ(m.id, "test-llama");
+    EXPECT_EQ(m.layers, 32);
+    EXPECT_EQ(m.kvHeads, 8);
+    EXPECT_EQ(m.ffnHidden, 14336);
+    EXPECT_EQ(m.vocab, 128256);
+    EXPECT_EQ(m.activation, Activation::SwiGlu);
+    EXPECT_FALSE(m.isBare());
+}
+
+TEST(ModelJson, MissingOptionalFieldsKeepDefaults) {
+    const ModelSpec m =
+        json::parse(R"({"layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 100})")
+            .get<ModelSpec>();
+    const ModelSpec defaults;
+    EXPECT_EQ(m.kvHeads, 4); // multi-head attention unless told otherwise
+    EXPECT_EQ(m.activation, defaults.activation);
+    EXPECT_EQ(m.norm, defaults.norm);
+    EXPECT_EQ(m.positions, defaults.positions);
+    EXPECT_EQ(m.tiedEmbeddings, defaults.tiedEmbeddings);
+    EXPECT_EQ(m.headDim, 0);
+    EXPECT_FALSE(m.moe.enabled());
+    EXPECT_EQ(m.seqLen, 0);
+}
+
+TEST(ModelJson, OneLengthStandsInForTheOther) {
+    json j = llamaJson();
+    j.erase("seq_len");
+    j["max_positions"] = 131072;
+    EXPECT_EQ(j.get<ModelSpec>().seqLen, 8192); // capped, as for Hugging Face imports
+    j = llamaJson();
+    j.erase("max_positions");
+    EXPECT_EQ(j.get<ModelSpec>().maxPositions, 8192);
+}
+
+TEST(ModelJson, RoundTripsEveryField) {
+    ModelSpec m = llamaJson().get<ModelSpec>();
+    m.headDim = 256;
+    m.tiedEmbeddings = true;
+    m.activation = Activation::GeGlu;
+    m.norm = Norm::LayerNorm;
+    m.positions = PositionEmbedding::Learned;
+    m.attentionBias = m.outputBias = m.mlpBias = m.dropout = true;
+    m.moe = {16, 2, 1, 2048};
+    m.publishedParams = 1.25e10;
+    m.source = "a test";
+    expectSame(roundTrip(m), m);
+}
+
+TEST(ModelJson, RoundTripsEveryPreset) {
+    for (const ModelSpec& m : modelPresets()) {
+        SCOPED_TRACE(m.id);
+        expectSame(roundTrip(m), m);
+    }
+}
+
+TEST(ModelJson, BareForm) {
+    const ModelSpec m = json::parse(R"({"name": "a 7B model", "params": 7e9})").get<ModelSpec>();
+    ASSERT_TRUE(m.isBare());
+    EXPECT_EQ(*m.bareParams, 7e9);
+    EXPECT_EQ(m.name, "a 7B model");
+    expectSame(roundTrip(m), m);
+    EXPECT_FALSE(json(m).contains("layers"));
+}
+
+TEST(ModelJson, BareFormRejectsArchitectureAndBadCounts) {
+    EXPECT_NE(inputErrorOf([] {
+                  json::parse(R"({"params": 7e9, "layers": 32})").get<ModelSpec>();
+              }).find("params"),
+              std::string::npos);
+    for (const char* bad : {"0", "-7e9", "2e15", "\"7B\"", "[7e9]"}) {
+        SCOPED_TRACE(bad);
+        const std::string message = inputErrorOf(
+            [&] { json::parse(std::string(R"({"params": )") + bad + "}").get<ModelSpec>(); });
+        EXPECT_NE(message.find("params"), std::string::npos) << message;
+    }
+}
+
+TEST(ModelJson, ListsEveryMissingRequiredField) {
+    const std::string message =
+        inputErrorOf([] { json::parse(R"({"name": "x", "heads": 8})").get<ModelSpec>(); });
+    EXPECT_NE(message.find("model 'x'"), std::string::npos) << message;
+    for (const char* field : {"layers", "hidden", "ffn_hidden", "vocab"})
+        EXPECT_NE(message.find(field), std::string::npos) << field << " in: " << message;
+}
+
+TEST(ModelJson, WrongTypeNamesFieldValueAndExpectation) {
+    json j = llamaJson();
+    j["layers"] = "32";
+    const std::string message = inputErrorOf([&] { j.get<ModelSpec>(); });
+    EXPECT_NE(message.find("layers"), std::string::npos) << message;
+    EXPECT_NE(message.find("\"32\""), std::string::npos) << message;
+    EXPECT_NE(message.find("whole number"), std::string::npos) << message;
+}
+
+TEST(ModelJson, RejectsNegativeZeroAndAbsurdSizes) {
+    const std::pair<const char*, json> cases[] = {
+        {"hidden", -4096},  {"hidden", 0},          {"layers", 100001},     {"hidden", 2e6},
+        {"vocab", 2e8},     {"heads", 32.5},        {"kv_heads", 0},        {"ffn_hidden", -1},
+        {"seq_len", 0},     {"tied_embeddings", 1}, {"activation", "relu"}, {"norm", 3},
+        {"moe", "dense"},   {"head_dim", -128},     {"published_params", -1},
+    };
+    for (const auto& [field, value] : cases) {
+        SCOPED_TRACE(std::string(field) + " = " + value.dump());
+        json j = llamaJson();
+        j[field] = value;
+        const std::string message = inputErrorOf([&] { j.get<ModelSpec>(); });
+        EXPECT_NE(message.find(field), std::string::npos) << message;
+        if (value.is_number()) {
+            EXPECT_NE(message.find(value.dump()), std::string::npos) << message;
+        }
+    }
+}
+
+TEST(ModelJson, RejectsNanAndInfinity) {
+    for (double bad : {std::numeric_limits<double>::quiet_NaN(),
+                       std::numeric_limits<double>::infinity()}) {
+        json j = llamaJson();
+        j["hidden"] = bad;
+        EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("hidden"), std::string::npos);
+        j = json{{"params", bad}};
+        EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("params"), std::string::npos);
+    }
+    // Text cannot hold NaN; an overflowing literal must still end as an InputError.
+    EXPECT_THROW(parseJson(R"({"params": 1e400})", "test").get<ModelSpec>(), InputError);
+}
+
+TEST(ModelJson, RejectsMoreThanAQuadrillionParameters) {
+    json j = llamaJson();
+    j["layers"] = 100000;
+    j["hidden"] = 1000000;
+    j["heads"] = 1000;
+    j["kv_heads"] = 1000;
+    const std::string message = inputErrorOf([&] { j.get<ModelSpec>(); });
+    EXPECT_NE(message.find("parameters"), std::string::npos) << message;
+}
+
+TEST(ModelJson, ChecksFieldsAgainstEachOther) {
+    json j = llamaJson();
+    j["kv_heads"] = 5;
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("kv_heads"), std::string::npos);
+    j = llamaJson();
+    j["heads"] = 30;
+    j["kv_heads"] = 30;
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("head_dim"), std::string::npos);
+    j["head_dim"] = 128; // an explicit head size makes any head count fine
+    EXPECT_NO_THROW(j.get<ModelSpec>());
+    j = llamaJson();
+    j["moe"] = {{"experts", 8}, {"top_k", 9}};
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("top_k"), std::string::npos);
+}
+
+TEST(ModelJson, NotAnObject) {
+    EXPECT_NE(inputErrorOf([] { json::array().get<ModelSpec>(); }).find("object"),
+              std::string::npos);
+}
+
+// ---- GPU ----
+
+TEST(GpuJson, ConvertsUnits) {
+    const GpuSpec g = json::parse(R"({
+        "id": "x", "name": "X", "memory_gb": 80, "hbm_bandwidth_gbps": 3350,
+        "nvlink_bandwidth_gbps": 450, "compute_capability": 9.0,
+        "peak_tflops": {"bf16": 989.4, "fp32": 66.9}, "match": ["X 80GB"]})")
+                          .get<GpuSpec>();
+    EXPECT_EQ(g.memoryBytes, 80e9);
+    EXPECT_EQ(g.hbmBandwidth, 3350e9);
+    EXPECT_EQ(g.nvlinkBandwidth, 450e9);
+    EXPECT_DOUBLE_EQ(g.peakFlops.at(Precision::Bf16), 989.4e12);
+    EXPECT_EQ(g.peakFlops.count(Precision::Fp8), 0u);
+    EXPECT_EQ(g.computeCapability, "9.0");
+    EXPECT_EQ(g.matchNames, std::vector<std::string>{"X 80GB"});
+}
+
+TEST(GpuJson, RoundTripsEveryPreset) {
+    ASSERT_FALSE(gpuPresets().empty());
+    for (const GpuSpec& g : gpuPresets()) {
+        SCOPED_TRACE(g.id);
+        expectSame(roundTrip(g), g);
+    }
+}
+
+TEST(GpuJson, RequiresMemoryBandwidthAndAPeak) {
+    const std::string message = inputErrorOf([] { json{{"name", "bare"}}.get<GpuSpec>(); });
+    for (const char* field : {"memory_gb", "hbm_bandwidth_gbps", "peak_tflops"})
+        EXPECT_NE(message.find(field), std::string::npos) << field << " in: " << message;
+    EXPECT_THROW(json::parse(R"({"memory_gb": 80, "hbm_bandwidth_gbps": 1000,
+                                 "peak_tflops": {}})")
+                     .get<GpuSpec>(),
+                 InputError);
+    EXPECT_THROW(json::parse(R"({"memory_gb": 80, "hbm_bandwidth_gbps": 1000,
+                                 "peak_tflops": {"bf16": -1}})")
+                     .get<GpuSpec>(),
+                 InputError);
+}
+
+// ---- cluster ----
+
+TEST(ClusterJson, NamesAGpuPresetAndDefaultsItsLinks) {
+    const ClusterSpec c =
+        json::parse(R"({"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 4, "inter_latency_us": 5})")
+            .get<ClusterSpec>();
+    EXPECT_EQ(c.gpu.id, "h100-sxm");
+    EXPECT_EQ(c.worldSize(), 32);
+    EXPECT_EQ(c.intraBandwidth, c.gpu.nvlinkBandwidth);
+    EXPECT_EQ(c.interBandwidth, 50e9);
+    EXPECT_DOUBLE_EQ(c.interLatency, 5e-6);
+    EXPECT_EQ(c.gpuMtbfHours, ClusterSpec{}.gpuMtbfHours);
+}
+
+TEST(ClusterJson, RoundTrips) {
+    ClusterSpec c = makeCluster(findGpuPreset("a100-80gb"), 4, 16, 25e9);
+    c.intraLatency = 2.5e-6;
+    c.interLatency = 12e-6;
+    c.gpuMtbfHours = 50000;
+    c.checkpointBandwidth = 40e9;
+    c.restartSeconds = 300;
+    c.gpuHourCost = 1.75;
+    expectSame(roundTrip(c), c);
+}
+
+TEST(ClusterJson, Errors) {
+    EXPECT_NE(inputErrorOf([] { json{{"gpu", "no-such-gpu"}}.get<ClusterSpec>(); })
+                  .find("h100-sxm"), // the message lists the known presets
+              std::string::npos);
+    EXPECT_NE(inputErrorOf([] { json{{"nodes", 2}}.get<ClusterSpec>(); }).find("gpu"),
+              std::string::npos);
+    EXPECT_NE(inputErrorOf([] { json{{"gpu", "h100-sxm"}, {"nodes", 0}}.get<ClusterSpec>(); })
+                  .find("nodes"),
+              std::string::npos);
+    EXPECT_NE(inputErrorOf([] { json{{"gpu", 3}}.get<ClusterSpec>(); }).find("gpu"),
+              std::string::npos);
+}
+
+// ---- parallel layout and training run ----
+
+TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
+    ParallelConfig p;
+    p.dp = 16;
+    p.tp = 8;
+    p.pp = 4;
+    p.vpp = 2;
+    p.cp = 2;
+    p.zero = 1;
+    p.sequenceParallel = true;
+    p.microBatch = 2;
+    p.globalBatch = 1024;
+    p.offloadOptimizer = true;
+    for (auto s : {PipelineSchedule::Naive, PipelineSchedule::GPipe, PipelineSchedule::OneFOneB,
+                   PipelineSchedule::Interleaved, PipelineSchedule::ZeroBubble}) {
+        p.schedule = s;
+        expectSame(roundTrip(p), p);
+    }
+    for (auto r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+        p.recompute = r;
+        expectSame(roundTrip(p), p);
+    }
+    for (const char* name : {"fp32", "bf16", "bf16-bf16grads", "fp8"}) {
+        p.precision = precisionPolicyFromString(name);
+        expectSame(roundTrip(p), p);
+        EXPECT_EQ(json(p)["precision"], name);
+    }
+    p.precision = {Precision::Fp16, Precision::Fp32, true}; // no short name: written as an object
+    expectSame(roundTrip(p), p);
+    p.optimizer = Optimizer::SgdMomentum;
+    expectSame(roundTrip(p), p);
+}
+
+TEST(ParallelConfigJson, ReadsStringsAndRejectsBadValues) {
+    const ParallelConfig p = json::parse(R"({"tp": 8, "schedule": "Zero-Bubble",
+        "recompute": "selective", "precision": "fp8", "optimizer": "sgd"})")
+                                 .get<ParallelConfig>();
+    EXPECT_EQ(p.tp, 8);
+    EXPECT_EQ(p.dp, 1);
+    EXPECT_EQ(p.schedule, PipelineSchedule::ZeroBubble);
+    EXPECT_EQ(p.recompute, Recompute::Selective);
+    EXPECT_EQ(p.precision.compute, Precision::Fp8);
+    EXPECT_EQ(p.optimizer, Optimizer::SgdMomentum);
+
+    const std::string message =
+        inputErrorOf([] { json::parse(R"({"schedule": "pipedream"})").get<ParallelConfig>(); });
+    EXPECT_NE(message.find("interleaved"), std::string::npos) << message; // lists spellings
+    for (const char* bad : {R"({"dp": 0})", R"({"zero": 4})", R"({"tp": "8"})",
+                            R"({"precision": "int4"})", R"({"micro_batch": -1})",
+                            R"({"dp": 1000000, "tp": 1000})", R"({"offload_optimizer": "yes"})"})
+        EXPECT_THROW(json::parse(bad).get<ParallelConfig>(), InputError) << bad;
+}
+
+TEST(TrainConfigJson, RoundTripsAndRejectsBadValues) {
+    TrainConfig t;
+    t.trainTokens = 15e12;
+    t.steps = 1'000'000;
+    t.learningRate = 1.5e-4;
+    t.weightDecay = 0.05;
+    t.seed = std::numeric_limits<std::uint64_t>::max();
+    t.dataPath = "/data/tokens.bin";
+    expectSame(roundTrip(t), t);
+    EXPECT_THROW(json::parse(R"({"seed": -1})").get<TrainConfig>(), InputError);
+    EXPECT_THROW(json::parse(R"({"steps": 1.5})").get<TrainConfig>(), InputError);
+    EXPECT_THROW(json::parse(R"({"learning_rate": "high"})").get<TrainConfig>(), InputError);
+    EXPECT_EQ(json::object().get<TrainConfig>().seed, TrainConfig{}.seed);
+}
+
+// ---- text and files ----
+
+TEST(ParseJson, SyntaxErrorNamesTheInputAndByte) {
+    const std::string message = inputErrorOf([] { parseJson("{\"a\": x}", "my.json"); });
+    EXPECT_EQ(message.rfind("my.json: not valid JSON at byte 7", 0), 0u) << message;
+    EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
+    EXPECT_THROW(parseJson("", "empty"), InputError);
+    EXPECT_EQ(parseJson("[1, 2]", "ok").size(), 2u);
+}
+
+TEST(ReadJsonFile, ReportsUnreadableFiles) {
+    EXPECT_NE(inputErrorOf([] { readJsonFile("/nonexistent/x.json"); })
+                  .find("cannot open /nonexistent/x.json: No such file"),
+              std::string::npos);
+    EXPECT_NE(inputErrorOf([] { readJsonFile(SHARDSCOPE_TEST_DATA); }).find("directory"),
+              std::string::npos);
+
+    const auto path = std::filesystem::temp_directory_path() / "shardscope_test_json_io.json";
+    std::ofstream(path) << R"({"layers": 2,)";
+    EXPECT_NE(inputErrorOf([&] { readJsonFile(path.string()); }).find(path.string()),
+              std::string::npos);
+    std::ofstream(path) << R"({"tp": 2})";
+    EXPECT_EQ(readJsonFile(path.string()).get<ParallelConfig>().tp, 2);
+    std::filesystem::remove(path);
+}
+
+// ---- robustness ----
+
+// Feeds a document to every reader: each may accept it or throw InputError, nothing else.
+void readEverything(const json& j) {
+    auto expectOnlyInputError = [&](const char* reader, auto&& read) {
+        try {
+            read();
+        } catch (const InputError&) {
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << reader << " threw " << e.what() << " for "
+                          << j.dump(-1, ' ', false, json::error_handler_t::replace);
+        }
+    };
+    expectOnlyInputError("model", [&] {
+        const ModelSpec m = j.get<ModelSpec>();
+        (void)validate(m, ParallelConfig{});
+    });
+    expectOnlyInputError("gpu", [&] { (void)j.get<GpuSpec>(); });
+    expectOnlyInputError("cluster", [&] { (void)j.get<ClusterSpec>(); });
+    expectOnlyInputError("parallel", [&] { (void)j.get<ParallelConfig>(); });
+    expectOnlyInputError("train", [&] { (void)j.get<TrainConfig>(); });
+    expectOnlyInputError("hf", [&] { (void)modelFromHuggingFace(j); });
+}
+
+void readText(const std::string& text) {
+    try {
+        readEverything(parseJson(text, "fuzz"));
+    } catch (const InputError&) {
+    } catch (const std::exception& e) {
+        ADD_FAILURE() << "parseJson threw " << e.what();
+    }
+}
+
+TEST(JsonFuzz, MutatedPresetsOnlyEverThrowInputError) {
+    std::vector<json> documents;
+    for (const char* kind : {"models", "gpus"})
+        for (const auto& file : test::jsonFiles(test::presetDir(kind)))
+            documents.push_back(json::parse(test::readText(file)));
+    documents.push_back(json(makeCluster(gpuPresets().front(), 8, 2)));
+    documents.push_back(json(ParallelConfig{}));
+    documents.push_back(json(TrainConfig{}));
+    ASSERT_GT(documents.size(), 3u);
+
+    test::JsonMutator mutator(20240601);
+    for (const json& original : documents) {
+        for (int i = 0; i < 2000; ++i) {
+            if (i % 2 == 0)
+                readEverything(mutator.edit(original));
+            else
+                readText(mutator.damage(original));
+            if (::testing::Test::HasFailure())
+                return; // one report is enough
+        }
+    }
+}
+
+TEST(JsonFuzz, RandomBytesOnlyEverThrowInputError) {
+    test::JsonMutator mutator(7);
+    for (int i = 0; i < 2000 && !::testing::Test::HasFailure(); ++i) {
+        readText(mutator.randomBytes(200));
+        readText(mutator.randomTokens(60));
+    }
+}
+
+} // namespace
+} // namespace shardscope

@@ -1,0 +1,423 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <random>
+
+#include "core/error.h"
+#include "core/parallel_config.h"
+#include "core/presets.h"
+
+namespace shardscope {
+namespace {
+
+ModelSpec llama3_405b() {
+    ModelSpec m;
+    m.name = "Llama 3 405B";
+    m.layers = 126;
+    m.hidden = 16384;
+    m.heads = 128;
+    m.kvHeads = 8;
+    m.ffnHidden = 53248;
+    m.vocab = 128256;
+    m.seqLen = m.maxPositions = 8192;
+    return m;
+}
+
+ClusterSpec clusterOf(int gpus) {
+    GpuSpec gpu;
+    gpu.nvlinkBandwidth = 450e9;
+    return makeCluster(gpu, 8, gpus / 8);
+}
+
+// Meta's Llama 3 405B pre-training layout: 16K GPUs, tp 8 x pp 16 x dp 128.
+ParallelConfig llama405bLayout() {
+    ParallelConfig p;
+    p.tp = 8;
+    p.pp = 16;
+    p.dp = 128;
+    p.globalBatch = 2048;
+    p.microBatch = 1;
+    p.schedule = PipelineSchedule::OneFOneB;
+    return p;
+}
+
+std::vector<std::string> ruleIds(const std::vector<Violation>& violations) {
+    std::vector<std::string> ids;
+    for (const Violation& v : violations)
+        ids.push_back(v.rule);
+    return ids;
+}
+
+std::string describe(const std::vector<Violation>& violations) {
+    std::string out;
+    for (const Violation& v : violations)
+        out += "\n  [" + v.rule + "] " + v.message + " -- " + v.hint;
+    return out.empty() ? " (none)" : out;
+}
+
+// The violation with that rule id, checked for a message and a hint.
+const Violation* expectRule(const std::vector<Violation>& violations, const std::string& rule) {
+    const auto it = std::find_if(violations.begin(), violations.end(),
+                                 [&](const Violation& v) { return v.rule == rule; });
+    if (it == violations.end()) {
+        ADD_FAILURE() << "no '" << rule << "' violation among:" << describe(violations);
+        return nullptr;
+    }
+    EXPECT_FALSE(it->message.empty()) << rule;
+    EXPECT_FALSE(it->hint.empty()) << rule;
+    return &*it;
+}
+
+bool hasRule(const std::vector<Violation>& violations, const std::string& rule) {
+    const auto ids = ruleIds(violations);
+    return std::find(ids.begin(), ids.end(), rule) != ids.end();
+}
+
+// ---- precision policies and names ----
+
+TEST(PrecisionPolicy, BytesPerParameterAndActivation) {
+    const PrecisionPolicy fp32 = PrecisionPolicy::fp32();
+    EXPECT_EQ(fp32.weightBytes(), 4);
+    EXPECT_EQ(fp32.gradBytes(), 4);
+    EXPECT_EQ(fp32.masterBytes(), 0);
+    EXPECT_EQ(fp32.activationBytes(), 4);
+
+    const PrecisionPolicy bf16 = PrecisionPolicy::bf16Mixed();
+    EXPECT_EQ(bf16.weightBytes(), 2);
+    EXPECT_EQ(bf16.gradBytes(), 4);
+    EXPECT_EQ(bf16.masterBytes(), 4);
+    EXPECT_EQ(bf16.activationBytes(), 2);
+    EXPECT_EQ(PrecisionPolicy::bf16Mixed(false).gradBytes(), 2);
+
+    const PrecisionPolicy fp8 = PrecisionPolicy::fp8Mixed();
+    EXPECT_EQ(fp8.weightBytes(), 2); // BF16 weights; the FP8 copies are a transient buffer
+    EXPECT_EQ(fp8.gradBytes(), 4);
+    EXPECT_EQ(fp8.masterBytes(), 4);
+    EXPECT_EQ(fp8.activationBytes(), 2);
+}
+
+TEST(PrecisionPolicy, NamesAndSpellings) {
+    EXPECT_EQ(PrecisionPolicy::fp32().name(), "fp32");
+    EXPECT_EQ(PrecisionPolicy::bf16Mixed().name(), "bf16 mixed (fp32 grads)");
+    EXPECT_EQ(PrecisionPolicy::bf16Mixed(false).name(), "bf16 mixed (bf16 grads)");
+    EXPECT_EQ(PrecisionPolicy::fp8Mixed().name(), "fp8 mixed (fp32 grads)");
+
+    EXPECT_EQ(precisionPolicyFromString("fp32").compute, Precision::Fp32);
+    EXPECT_EQ(precisionPolicyFromString("BF16").grads, Precision::Fp32);
+    EXPECT_EQ(precisionPolicyFromString("bf16-bf16grads").grads, Precision::Bf16);
+    EXPECT_EQ(precisionPolicyFromString("fp8").compute, Precision::Fp8);
+    try {
+        precisionPolicyFromString("int4");
+        ADD_FAILURE() << "int4 accepted";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("bf16-bf16grads"), std::string::npos) << e.what();
+    }
+}
+
+TEST(ParallelEnums, RoundTripThroughStrings) {
+    for (auto s : {PipelineSchedule::Naive, PipelineSchedule::GPipe, PipelineSchedule::OneFOneB,
+                   PipelineSchedule::Interleaved, PipelineSchedule::ZeroBubble})
+        EXPECT_EQ(scheduleFromString(toString(s)), s);
+    for (auto r : {Recompute::None, Recompute::Selective, Recompute::Full})
+        EXPECT_EQ(recomputeFromString(toString(r)), r);
+    for (auto o : {Optimizer::AdamW, Optimizer::SgdMomentum})
+        EXPECT_EQ(optimizerFromString(toString(o)), o);
+    EXPECT_EQ(toString(PipelineSchedule::ZeroBubble), "zero-bubble");
+    EXPECT_EQ(scheduleFromString("Zero_Bubble"), PipelineSchedule::ZeroBubble);
+    EXPECT_EQ(scheduleFromString("1F1B"), PipelineSchedule::OneFOneB);
+}
+
+TEST(ParallelEnums, UnknownSpellingsListTheAcceptedOnes) {
+    try {
+        scheduleFromString("pipedream");
+        ADD_FAILURE();
+    } catch (const InputError& e) {
+        const std::string message = e.what();
+        for (const char* name : {"naive", "gpipe", "1f1b", "interleaved", "zero-bubble"})
+            EXPECT_NE(message.find(name), std::string::npos) << message;
+    }
+    EXPECT_THROW(recomputeFromString("partial"), InputError);
+    EXPECT_THROW(optimizerFromString("lion"), InputError);
+}
+
+TEST(ParallelConfig, DerivedCounts) {
+    const ParallelConfig p = llama405bLayout();
+    EXPECT_EQ(p.worldSize(), 16384);
+    EXPECT_EQ(p.microbatches(), 16);
+}
+
+// ---- validation ----
+
+TEST(Validate, Llama3_405bProductionLayoutIsValid) {
+    const auto violations = validate(llama3_405b(), clusterOf(16384), llama405bLayout());
+    EXPECT_TRUE(violations.empty()) << describe(violations);
+}
+
+TEST(Validate, ListsEveryBrokenRuleAtOnce) {
+    ParallelConfig p;
+    p.dp = 16;
+    p.globalBatch = 100;           // global-batch: not a multiple of 16
+    p.vpp = 2;                     // vpp-schedule: 1f1b
+    p.sequenceParallel = true;     // sp-tp: tp is 1
+    p.offloadOptimizer = true;     // offload-zero: zero is 0
+    const auto violations = validate(llama3_405b(), clusterOf(16), p);
+    auto ids = ruleIds(violations);
+    std::sort(ids.begin(), ids.end());
+    EXPECT_EQ(ids, (std::vector<std::string>{"global-batch", "offload-zero", "sp-tp",
+                                             "vpp-schedule"}))
+        << describe(violations);
+    for (const Violation& v : violations)
+        EXPECT_FALSE(v.hint.empty()) << v.rule;
+}
+
+TEST(Validate, Degrees) {
+    ParallelConfig p = llama405bLayout();
+    p.tp = 0;
+    const Violation* v = expectRule(validate(llama3_405b(), p), "degree");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->message.find("tp"), std::string::npos) << v->message;
+    p.tp = 8;
+    p.cp = -1;
+    expectRule(validate(llama3_405b(), clusterOf(16384), p), "degree");
+}
+
+TEST(Validate, ZeroStage) {
+    ParallelConfig p = llama405bLayout();
+    p.zero = 4;
+    expectRule(validate(llama3_405b(), p), "zero-stage");
+}
+
+TEST(Validate, BatchSizes) {
+    ParallelConfig p = llama405bLayout();
+    p.microBatch = 0;
+    expectRule(validate(llama3_405b(), p), "batch-size");
+}
+
+TEST(Validate, ClusterSize) {
+    ClusterSpec c = clusterOf(16384);
+    c.nodes = 0;
+    expectRule(validate(llama3_405b(), c, llama405bLayout()), "cluster-size");
+}
+
+TEST(Validate, WorldSizeSuggestsADataParallelDegree) {
+    ParallelConfig p = llama405bLayout();
+    p.dp = 64;
+    p.globalBatch = 1024;
+    const Violation* v = expectRule(validate(llama3_405b(), clusterOf(16384), p), "world-size");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->message.find("8192"), std::string::npos) << v->message;
+    EXPECT_NE(v->message.find("16384"), std::string::npos) << v->message;
+    EXPECT_NE(v->hint.find("dp = 128"), std::string::npos) << v->hint;
+    // Without a cluster the world size is whatever the degrees multiply to.
+    EXPECT_FALSE(hasRule(validate(llama3_405b(), p), "world-size"));
+}
+
+TEST(Validate, WorldSizeThatCannotBeFixedWithDp) {
+    ParallelConfig p = llama405bLayout();
+    p.tp = 3;
+    const Violation* v = expectRule(validate(llama3_405b(), clusterOf(16384), p), "world-size");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("divide"), std::string::npos) << v->hint;
+}
+
+TEST(Validate, TensorParallelMustDivideHeads) {
+    ParallelConfig p = llama405bLayout();
+    p.tp = 6;
+    const Violation* v = expectRule(validate(llama3_405b(), p), "tp-heads");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("tp = 4"), std::string::npos) << v->hint;
+}
+
+TEST(Validate, TensorParallelAndKvHeads) {
+    ModelSpec m = llama3_405b();
+    m.heads = 48;
+    ParallelConfig p = llama405bLayout();
+    p.tp = 6; // divides 48 heads, but neither divides nor is a multiple of 8 KV heads
+    expectRule(validate(m, p), "tp-kv-heads");
+    // tp a multiple of the KV heads replicates them: allowed.
+    p.tp = 16;
+    EXPECT_FALSE(hasRule(validate(llama3_405b(), p), "tp-kv-heads"));
+    m = llama3_405b();
+    m.kvHeads = 1; // multi-query attention works at any tp
+    p.tp = 8;
+    EXPECT_FALSE(hasRule(validate(m, p), "tp-kv-heads"));
+}
+
+TEST(Validate, TensorParallelMustDivideTheFfn) {
+    ModelSpec m = llama3_405b();
+    m.ffnHidden = 53250;
+    expectRule(validate(m, llama405bLayout()), "tp-ffn");
+}
+
+TEST(Validate, TensorParallelMustDivideTheExpertFfn) {
+    ModelSpec m = llama3_405b();
+    m.moe = {8, 2, 0, 1000};
+    ParallelConfig p = llama405bLayout();
+    p.tp = 16;
+    expectRule(validate(m, p), "tp-expert-ffn");
+    EXPECT_FALSE(hasRule(validate(m, p), "tp-ffn"));
+}
+
+TEST(Validate, VocabNeedNotBeDivisible) {
+    ModelSpec m = llama3_405b();
+    m.vocab = 50257; // Megatron pads the vocabulary to a multiple of tp
+    EXPECT_TRUE(validate(m, llama405bLayout()).empty());
+}
+
+TEST(Validate, PipelineStagesNeedLayers) {
+    ModelSpec m = llama3_405b();
+    m.layers = 8;
+    const Violation* v = expectRule(validate(m, llama405bLayout()), "pp-layers");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->message.find("16"), std::string::npos) << v->message;
+}
+
+TEST(Validate, VirtualStagesNeedTheInterleavedSchedule) {
+    ParallelConfig p = llama405bLayout();
+    p.vpp = 2;
+    expectRule(validate(llama3_405b(), p), "vpp-schedule");
+    p.schedule = PipelineSchedule::Interleaved;
+    EXPECT_TRUE(validate(llama3_405b(), p).empty()) << describe(validate(llama3_405b(), p));
+}
+
+TEST(Validate, InterleavedNeedsVirtualStages) {
+    ParallelConfig p = llama405bLayout();
+    p.schedule = PipelineSchedule::Interleaved;
+    expectRule(validate(llama3_405b(), p), "interleaved-vpp");
+}
+
+TEST(Validate, InterleavedNeedsAPipeline) {
+    ParallelConfig p = llama405bLayout();
+    p.schedule = PipelineSchedule::Interleaved;
+    p.vpp = 2;
+    p.pp = 1;
+    expectRule(validate(llama3_405b(), p), "interleaved-pp");
+}
+
+TEST(Validate, InterleavedNeedsMicrobatchesInMultiplesOfPp) {
+    ParallelConfig p = llama405bLayout();
+    p.schedule = PipelineSchedule::Interleaved;
+    p.vpp = 2;
+    p.globalBatch = 3072; // 24 microbatches, pp 16
+    const Violation* v = expectRule(validate(llama3_405b(), p), "interleaved-microbatches");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("4096"), std::string::npos) << v->hint; // 32 microbatches
+}
+
+TEST(Validate, AnyScheduleWithoutAPipelineExceptInterleaved) {
+    ParallelConfig p;
+    for (auto s : {PipelineSchedule::Naive, PipelineSchedule::GPipe, PipelineSchedule::OneFOneB,
+                   PipelineSchedule::ZeroBubble}) {
+        p.schedule = s;
+        EXPECT_TRUE(validate(llama3_405b(), p).empty()) << toString(s);
+    }
+}
+
+TEST(Validate, GlobalBatchMustBeAMultipleOfMicroBatchTimesDp) {
+    ParallelConfig p = llama405bLayout();
+    p.globalBatch = 2000;
+    const Violation* v = expectRule(validate(llama3_405b(), p), "global-batch");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("1920"), std::string::npos) << v->hint;
+    EXPECT_NE(v->hint.find("2048"), std::string::npos) << v->hint;
+    p.globalBatch = 64; // smaller than one microbatch per data-parallel rank
+    expectRule(validate(llama3_405b(), p), "global-batch");
+}
+
+TEST(Validate, ContextParallelSplitsTheSequenceIntoTwoChunksPerRank) {
+    ParallelConfig p = llama405bLayout();
+    p.cp = 3;
+    expectRule(validate(llama3_405b(), p), "cp-seq");
+    p.cp = 16; // 8192 / 32 = 256
+    EXPECT_FALSE(hasRule(validate(llama3_405b(), p), "cp-seq"));
+}
+
+TEST(Validate, SequenceParallelNeedsTensorParallel) {
+    ParallelConfig p;
+    p.sequenceParallel = true;
+    expectRule(validate(llama3_405b(), p), "sp-tp");
+    p.tp = 8;
+    EXPECT_FALSE(hasRule(validate(llama3_405b(), p), "sp-tp"));
+}
+
+TEST(Validate, OptimizerOffloadNeedsZero) {
+    ParallelConfig p = llama405bLayout();
+    p.offloadOptimizer = true;
+    expectRule(validate(llama3_405b(), p), "offload-zero");
+    p.zero = 1;
+    EXPECT_TRUE(validate(llama3_405b(), p).empty());
+}
+
+TEST(Validate, ZeroWithPipelineIsAllowed) {
+    ParallelConfig p = llama405bLayout();
+    p.zero = 3;
+    EXPECT_TRUE(validate(llama3_405b(), p).empty());
+}
+
+TEST(Validate, BareModelsCannotBeSplitByModelParallelism) {
+    ModelSpec bare;
+    bare.bareParams = 7e9;
+    ParallelConfig p;
+    p.dp = 8;
+    p.globalBatch = 64;
+    p.zero = 3;
+    EXPECT_TRUE(validate(bare, clusterOf(8), p).empty());
+    p.dp = 4;
+    p.tp = 2;
+    p.globalBatch = 64;
+    const auto violations = validate(bare, clusterOf(8), p);
+    const Violation* v = expectRule(violations, "bare-model");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("--hf-config"), std::string::npos) << v->hint;
+    EXPECT_FALSE(hasRule(violations, "tp-heads")); // no architecture to check
+    p.tp = 1;
+    p.cp = 2;
+    p.dp = 4;
+    expectRule(validate(bare, clusterOf(8), p), "bare-model");
+}
+
+// validate() must hold its promise on any input, however absurd.
+TEST(Validate, NeverThrowsOnExtremeValues) {
+    const int values[] = {INT_MIN, -1, 0, 1, 2, 3, 7, 8, 64, 1 << 20, INT_MAX};
+    std::mt19937 rng(5);
+    auto pick = [&] { return values[rng() % std::size(values)]; };
+    for (int i = 0; i < 20000; ++i) {
+        ModelSpec m;
+        m.layers = pick();
+        m.hidden = pick();
+        m.heads = pick();
+        m.kvHeads = pick();
+        m.ffnHidden = pick();
+        m.seqLen = pick();
+        m.moe.experts = rng() % 2 ? pick() : 0;
+        m.moe.expertFfn = pick();
+        if (rng() % 5 == 0)
+            m.bareParams = 1e9;
+        ParallelConfig p;
+        p.dp = pick();
+        p.tp = pick();
+        p.pp = pick();
+        p.vpp = pick();
+        p.cp = pick();
+        p.zero = pick();
+        p.microBatch = pick();
+        p.globalBatch = pick();
+        p.schedule = PipelineSchedule(rng() % 5);
+        p.sequenceParallel = rng() % 2;
+        p.offloadOptimizer = rng() % 2;
+        ClusterSpec c;
+        c.gpusPerNode = pick();
+        c.nodes = pick();
+        std::vector<Violation> violations;
+        ASSERT_NO_THROW(violations = validate(m, c, p));
+        for (const Violation& v : violations) {
+            ASSERT_FALSE(v.rule.empty());
+            ASSERT_FALSE(v.message.empty());
+            ASSERT_FALSE(v.hint.empty());
+        }
+    }
+}
+
+} // namespace
+} // namespace shardscope

@@ -1,10 +1,10 @@
 #include "cluster_spec.h"
 
+#include "error.h"
+
 #include <algorithm>
 #include <cctype>
 #include <span>
-
-#include "error.h"
 
 namespace shardscope {
 
@@ -22,11 +22,16 @@ constexpr Precision kFromFp32[] = {Fp32};
 
 std::span<const Precision> fallbackOrder(Precision p) {
     switch (p) {
-    case Fp8: return kFromFp8;
-    case Bf16: return kFromBf16;
-    case Fp16: return kFromFp16;
-    case Tf32: return kFromTf32;
-    case Fp32: break;
+    case Fp8:
+        return kFromFp8;
+    case Bf16:
+        return kFromBf16;
+    case Fp16:
+        return kFromFp16;
+    case Tf32:
+        return kFromTf32;
+    case Fp32:
+        break;
     }
     return kFromFp32;
 }
@@ -44,11 +49,16 @@ double GpuSpec::peak(Precision p) const {
 
 std::string toString(Precision p) {
     switch (p) {
-    case Precision::Fp32: return "fp32";
-    case Precision::Tf32: return "tf32";
-    case Precision::Bf16: return "bf16";
-    case Precision::Fp16: return "fp16";
-    case Precision::Fp8: return "fp8";
+    case Precision::Fp32:
+        return "fp32";
+    case Precision::Tf32:
+        return "tf32";
+    case Precision::Bf16:
+        return "bf16";
+    case Precision::Fp16:
+        return "fp16";
+    case Precision::Fp8:
+        return "fp8";
     }
     return "?";
 }
@@ -57,8 +67,8 @@ Precision precisionFromString(const std::string& s) {
     std::string lower = s;
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return char(std::tolower(c)); });
-    for (Precision p : {Precision::Fp32, Precision::Tf32, Precision::Bf16, Precision::Fp16,
-                        Precision::Fp8}) {
+    for (Precision p :
+         {Precision::Fp32, Precision::Tf32, Precision::Bf16, Precision::Fp16, Precision::Fp8}) {
         if (lower == toString(p))
             return p;
     }

@@ -4,6 +4,9 @@
 // Everything the config leaves out falls back to the defaults transformers itself uses for that
 // model_type, so an imported model counts the same parameters the checkpoint holds.
 
+#include "error.h"
+#include "json_io.h"
+
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
@@ -12,9 +15,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "error.h"
-#include "json_io.h"
 
 namespace shardscope {
 
@@ -253,7 +253,8 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
 
     // Mixture of experts: Mixtral (num_local_experts), Qwen2-MoE (num_experts, a shared expert
     // as wide as shared_expert_intermediate_size), DeepSeek (n_routed_experts, n_shared_experts).
-    const auto experts = r.whole({"num_local_experts", "num_experts", "n_routed_experts"}, false, 0);
+    const auto experts =
+        r.whole({"num_local_experts", "num_experts", "n_routed_experts"}, false, 0);
     if (experts && *experts > 0) {
         m.moe.experts = int(*experts);
         if (const auto topK = r.whole({"num_experts_per_tok", "moe_top_k"}, true))
@@ -267,7 +268,8 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
             const std::int64_t width = m.moe.expertFfn > 0 ? m.moe.expertFfn : ffn.value_or(0);
             // The model has one shared expert of that width; count it as that many expert widths.
             if (width > 0)
-                m.moe.sharedExperts = int(std::max<std::int64_t>(1, (*sharedFfn + width / 2) / width));
+                m.moe.sharedExperts =
+                    int(std::max<std::int64_t>(1, (*sharedFfn + width / 2) / width));
         }
     }
 

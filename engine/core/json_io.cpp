@@ -1,8 +1,12 @@
 #include "json_io.h"
 
+#include "error.h"
+#include "presets.h"
+#include "units.h"
+
 #include <algorithm>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,10 +17,6 @@
 #include <optional>
 #include <sstream>
 #include <vector>
-
-#include "error.h"
-#include "presets.h"
-#include "units.h"
 
 namespace shardscope {
 
@@ -284,13 +284,14 @@ Norm normFromString(const std::string& s) {
     return enumFromString(s, all, "norm");
 }
 PositionEmbedding positionsFromString(const std::string& s) {
-    static constexpr PositionEmbedding all[] = {PositionEmbedding::Rope, PositionEmbedding::Learned};
+    static constexpr PositionEmbedding all[] = {PositionEmbedding::Rope,
+                                                PositionEmbedding::Learned};
     return enumFromString(s, all, "position embedding");
 }
 
 // ---- model --------------------------------------------------------------------------------
 
-constexpr const char* kArchitectureKeys[] = {"layers", "hidden", "heads", "kv_heads",
+constexpr const char* kArchitectureKeys[] = {"layers",   "hidden",     "heads", "kv_heads",
                                              "head_dim", "ffn_hidden", "vocab"};
 
 void readModelArchitecture(const Reader& r, ModelSpec& m) {
@@ -327,8 +328,9 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
                   std::to_string(m.heads) + "); use " + std::to_string(m.heads) +
                   " for multi-head attention or a divisor for grouped-query attention");
     if (haveHeads && m.headDim == 0 && m.hidden > 0 && m.hidden % m.heads != 0)
-        p.invalid("head_dim: hidden (" + std::to_string(m.hidden) + ") is not divisible by heads (" +
-                  std::to_string(m.heads) + "); give head_dim explicitly");
+        p.invalid("head_dim: hidden (" + std::to_string(m.hidden) +
+                  ") is not divisible by heads (" + std::to_string(m.heads) +
+                  "); give head_dim explicitly");
     if (m.moe.experts > 0 && (m.moe.topK < 1 || m.moe.topK > m.moe.experts))
         p.invalid("moe.top_k: expected a whole number from 1 to moe.experts (" +
                   std::to_string(m.moe.experts) + "), got " + std::to_string(m.moe.topK));
@@ -509,7 +511,9 @@ json gpuJson(const GpuSpec& g) {
 
 } // namespace
 
-void to_json(json& j, const GpuSpec& g) { j = gpuJson(g); }
+void to_json(json& j, const GpuSpec& g) {
+    j = gpuJson(g);
+}
 
 void from_json(const json& j, GpuSpec& out) {
     const std::string what = j.is_object() ? titled(j, "GPU") : "GPU";
@@ -594,8 +598,9 @@ json policyJson(const PrecisionPolicy& p) {
             return name;
     }
     // Any other combination is written out field by field.
-    return json{
-        {"compute", toString(p.compute)}, {"grads", toString(p.grads)}, {"fp32_master", p.fp32Master}};
+    return json{{"compute", toString(p.compute)},
+                {"grads", toString(p.grads)},
+                {"fp32_master", p.fp32Master}};
 }
 
 void readPolicy(const Reader& r, PrecisionPolicy& p) {
@@ -642,8 +647,7 @@ void from_json(const json& j, ParallelConfig& out) {
     r.whole("vpp", p.vpp, 1, kMaxDegree);
     r.whole("cp", p.cp, 1, kMaxDegree);
     if (std::int64_t(p.dp) * p.tp * p.pp * p.cp > kMaxWorld)
-        problems.invalid("dp*tp*pp*cp = " +
-                         plain(double(std::int64_t(p.dp) * p.tp * p.pp * p.cp)) +
+        problems.invalid("dp*tp*pp*cp = " + plain(double(std::int64_t(p.dp) * p.tp * p.pp * p.cp)) +
                          " GPUs is more than " + plain(double(kMaxWorld)));
     r.whole("zero", p.zero, 0, 3);
     r.boolean("sequence_parallel", p.sequenceParallel);
@@ -652,9 +656,9 @@ void from_json(const json& j, ParallelConfig& out) {
     r.whole("global_batch", p.globalBatch, 1, kMaxBatch);
     // microbatches() multiplies these two in int.
     if (std::int64_t(p.microBatch) * p.dp > kMaxBatch)
-        problems.invalid("micro_batch: micro_batch*dp = " +
-                         plain(double(std::int64_t(p.microBatch) * p.dp)) +
-                         " sequences per step is more than " + plain(double(kMaxBatch)));
+        problems.invalid(
+            "micro_batch: micro_batch*dp = " + plain(double(std::int64_t(p.microBatch) * p.dp)) +
+            " sequences per step is more than " + plain(double(kMaxBatch)));
     r.choice("recompute", p.recompute, recomputeFromString);
     readPolicy(r, p.precision);
     r.choice("optimizer", p.optimizer, optimizerFromString);
@@ -666,9 +670,8 @@ void from_json(const json& j, ParallelConfig& out) {
 // ---- training run -------------------------------------------------------------------------
 
 void to_json(json& j, const TrainConfig& t) {
-    j = json{{"train_tokens", t.trainTokens}, {"steps", t.steps},
-             {"learning_rate", t.learningRate}, {"weight_decay", t.weightDecay},
-             {"seed", t.seed},                  {"data_path", t.dataPath}};
+    j = json{{"train_tokens", t.trainTokens}, {"steps", t.steps}, {"learning_rate", t.learningRate},
+             {"weight_decay", t.weightDecay}, {"seed", t.seed},   {"data_path", t.dataPath}};
 }
 
 void from_json(const json& j, TrainConfig& out) {

@@ -12,7 +12,13 @@
 namespace shardscope {
 
 // to_json/from_json overloads let nlohmann::json convert the types directly. from_json throws
-// InputError naming the offending field and what was expected.
+// InputError naming the offending field and what was expected (every problem of a document in one
+// message). Fields are snake_case; sizes are GB, bandwidths GB/s, peaks TFLOP/s, latencies us.
+// Absent or null optional fields keep the struct defaults, except: a model's kv_heads defaults to
+// heads, and a model with only one of seq_len / max_positions takes the other from it (seq_len
+// capped at 8192); a cluster's intra_bandwidth_gbps defaults to the GPU's NVLink bandwidth and
+// inter_bandwidth_gbps to 50 GB/s, as in makeCluster. A model written as {"params": N} with no
+// architecture fields is a bare model.
 void to_json(nlohmann::json& j, const ModelSpec& m);
 void from_json(const nlohmann::json& j, ModelSpec& m);
 void to_json(nlohmann::json& j, const GpuSpec& g);
@@ -30,6 +36,10 @@ nlohmann::json readJsonFile(const std::string& path); // InputError when unreada
 
 // A Hugging Face transformers config.json (Llama, Mistral, Mixtral, Qwen2, GPT-2, GPT-NeoX, Gemma
 // and close relatives) as a ModelSpec. Throws InputError listing missing or invalid fields.
+// Fields the config leaves out take the transformers defaults of its model_type; an unknown
+// model_type is read as a Llama-like decoder. seqLen is max_position_embeddings capped at 8192
+// (training rarely uses a model's full context); callers set seqLen afterwards to train at
+// another length. name defaults to "_name_or_path", then to model_type; family is model_type.
 ModelSpec modelFromHuggingFace(const nlohmann::json& config, const std::string& name = {});
 
 } // namespace shardscope

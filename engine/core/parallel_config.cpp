@@ -1,12 +1,12 @@
 #include "parallel_config.h"
 
+#include "error.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
-
-#include "error.h"
 
 namespace shardscope {
 
@@ -15,10 +15,13 @@ namespace {
 double bytesOf(Precision p) {
     switch (p) {
     case Precision::Fp32:
-    case Precision::Tf32: return 4;
+    case Precision::Tf32:
+        return 4;
     case Precision::Bf16:
-    case Precision::Fp16: return 2;
-    case Precision::Fp8: return 1;
+    case Precision::Fp16:
+        return 2;
+    case Precision::Fp8:
+        return 1;
     }
     return 4;
 }
@@ -47,9 +50,15 @@ Enum fromString(const std::string& s, const Enum (&values)[N], const char* what)
 
 // Weights are held in the compute dtype, except FP8: its weights stay BF16 and the FP8 copies
 // are a transient cast buffer the planner accounts for separately.
-double PrecisionPolicy::weightBytes() const { return compute == Precision::Fp8 ? 2 : bytesOf(compute); }
-double PrecisionPolicy::gradBytes() const { return bytesOf(grads); }
-double PrecisionPolicy::masterBytes() const { return fp32Master ? 4 : 0; }
+double PrecisionPolicy::weightBytes() const {
+    return compute == Precision::Fp8 ? 2 : bytesOf(compute);
+}
+double PrecisionPolicy::gradBytes() const {
+    return bytesOf(grads);
+}
+double PrecisionPolicy::masterBytes() const {
+    return fp32Master ? 4 : 0;
+}
 // FP8 recipes keep activations for the backward pass in BF16.
 double PrecisionPolicy::activationBytes() const {
     return compute == Precision::Fp8 ? 2 : bytesOf(compute);
@@ -80,25 +89,35 @@ PrecisionPolicy precisionPolicyFromString(const std::string& s) {
 
 std::string toString(PipelineSchedule s) {
     switch (s) {
-    case PipelineSchedule::Naive: return "naive";
-    case PipelineSchedule::GPipe: return "gpipe";
-    case PipelineSchedule::OneFOneB: return "1f1b";
-    case PipelineSchedule::Interleaved: return "interleaved";
-    case PipelineSchedule::ZeroBubble: return "zero-bubble";
+    case PipelineSchedule::Naive:
+        return "naive";
+    case PipelineSchedule::GPipe:
+        return "gpipe";
+    case PipelineSchedule::OneFOneB:
+        return "1f1b";
+    case PipelineSchedule::Interleaved:
+        return "interleaved";
+    case PipelineSchedule::ZeroBubble:
+        return "zero-bubble";
     }
     return "?";
 }
 
 std::string toString(Recompute r) {
     switch (r) {
-    case Recompute::None: return "none";
-    case Recompute::Selective: return "selective";
-    case Recompute::Full: return "full";
+    case Recompute::None:
+        return "none";
+    case Recompute::Selective:
+        return "selective";
+    case Recompute::Full:
+        return "full";
     }
     return "?";
 }
 
-std::string toString(Optimizer o) { return o == Optimizer::AdamW ? "adamw" : "sgd"; }
+std::string toString(Optimizer o) {
+    return o == Optimizer::AdamW ? "adamw" : "sgd";
+}
 
 PipelineSchedule scheduleFromString(const std::string& s) {
     static constexpr PipelineSchedule all[] = {
@@ -205,7 +224,8 @@ private:
             if (value >= 1)
                 continue;
             ok = false;
-            add("degree", std::string(name) + " is " + to_string(value) + "; every degree must be >= 1",
+            add("degree",
+                std::string(name) + " is " + to_string(value) + "; every degree must be >= 1",
                 std::string("set ") + name + " = 1 to leave that dimension unsplit");
         }
         if (c_.zero < 0 || c_.zero > 3)
@@ -238,12 +258,12 @@ private:
             return;
         std::string hint;
         if (world % model == 0)
-            hint = "set dp = " + to_string(world / model) + " (" + to_string(world) + " / tp*pp*cp " +
-                   to_string(model) + ")";
+            hint = "set dp = " + to_string(world / model) + " (" + to_string(world) +
+                   " / tp*pp*cp " + to_string(model) + ")";
         else
             hint = "tp*pp*cp = " + to_string(model) + " does not divide " + to_string(world) +
-                   " GPUs; pick tp, pp and cp whose product divides it, or use " +
-                   to_string(used) + " GPUs";
+                   " GPUs; pick tp, pp and cp whose product divides it, or use " + to_string(used) +
+                   " GPUs";
         add("world-size",
             "dp*tp*pp*cp = " + to_string(c_.dp) + "*" + to_string(c_.tp) + "*" + to_string(c_.pp) +
                 "*" + to_string(c_.cp) + " = " + to_string(used) + " but the cluster has " +
@@ -258,14 +278,16 @@ private:
             return;
         const std::int64_t down = global / perStep * perStep;
         const std::int64_t up = down + perStep;
-        std::string hint = "set global_batch to a multiple of micro_batch*dp = " + to_string(perStep) +
-                           ", e.g. " + (down > 0 ? to_string(down) + " or " : "") + to_string(up);
+        std::string hint =
+            "set global_batch to a multiple of micro_batch*dp = " + to_string(perStep) + ", e.g. " +
+            (down > 0 ? to_string(down) + " or " : "") + to_string(up);
         if (global >= c_.dp && global % c_.dp == 0)
             hint += ", or micro_batch = " +
                     to_string(largestDivisorUpTo(global / c_.dp, c_.microBatch));
         add("global-batch",
-            "global batch " + to_string(global) + " is not a positive multiple of micro_batch*dp = " +
-                to_string(c_.microBatch) + "*" + to_string(c_.dp) + " = " + to_string(perStep),
+            "global batch " + to_string(global) +
+                " is not a positive multiple of micro_batch*dp = " + to_string(c_.microBatch) +
+                "*" + to_string(c_.dp) + " = " + to_string(perStep),
             hint);
     }
 
@@ -273,8 +295,8 @@ private:
         const bool interleaved = c_.schedule == PipelineSchedule::Interleaved;
         if (c_.vpp > 1 && !interleaved)
             add("vpp-schedule",
-                "vpp = " + to_string(c_.vpp) + " virtual stages need the interleaved schedule, not " +
-                    toString(c_.schedule),
+                "vpp = " + to_string(c_.vpp) +
+                    " virtual stages need the interleaved schedule, not " + toString(c_.schedule),
                 "set schedule = interleaved, or vpp = 1");
         if (!interleaved)
             return;
@@ -318,7 +340,7 @@ private:
                     " attention heads",
                 "use tp = " + to_string(largestDivisorUpTo(m_.heads, tp)) + " (divisors of " +
                     to_string(m_.heads) + ": " + divisorList(m_.heads) + ")");
-        // tp a multiple of the KV heads is fine too: each KV head is then replicated on tp/kv ranks.
+        // A tp that is a multiple of the KV heads is fine too: each KV head is replicated.
         const int kv = m_.kvHeads > 0 ? m_.kvHeads : m_.heads;
         if (kv > 0 && kv % tp != 0 && tp % kv != 0)
             add("tp-kv-heads",
@@ -343,8 +365,8 @@ private:
                 "pp*vpp = " + to_string(c_.pp) + "*" + to_string(c_.vpp) + " = " +
                     to_string(stages) + " model chunks but the model has only " +
                     to_string(m_.layers) + " layers",
-                "use pp*vpp <= " + to_string(m_.layers) + ", e.g. pp = " +
-                    to_string(std::max<std::int64_t>(1, m_.layers / c_.vpp)));
+                "use pp*vpp <= " + to_string(m_.layers) +
+                    ", e.g. pp = " + to_string(std::max<std::int64_t>(1, m_.layers / c_.vpp)));
 
         // Load-balanced causal attention splits the sequence into 2*cp chunks, two per rank.
         const std::int64_t chunks = 2 * std::int64_t(c_.cp);
@@ -364,8 +386,7 @@ private:
                 "turn sequence_parallel off, or use tp > 1");
         if (c_.offloadOptimizer && c_.zero < 1)
             add("offload-zero",
-                "optimizer offload needs ZeRO (stage >= 1) to partition the state it moves; zero = " +
-                    to_string(c_.zero),
+                "optimizer offload moves ZeRO-partitioned state, but zero is " + to_string(c_.zero),
                 "set zero = 1 (or higher), or turn offload_optimizer off");
     }
 

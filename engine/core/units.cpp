@@ -14,7 +14,8 @@ namespace {
 double roundSignificant(double v, int significant) {
     if (v == 0 || !std::isfinite(v))
         return v;
-    const double scale = std::pow(10.0, significant - 1 - int(std::floor(std::log10(std::fabs(v)))));
+    const double scale =
+        std::pow(10.0, significant - 1 - int(std::floor(std::log10(std::fabs(v)))));
     return std::round(v * scale) / scale;
 }
 
@@ -39,7 +40,9 @@ std::string formatScaled(double v, const Unit (&units)[N], int significant = 3) 
 }
 
 // Whole numbers of bytes or items below a thousand print as they are ("3 B", not "3.00 B").
-bool isSmallWholeNumber(double v) { return std::fabs(v) < 1000 && v == std::floor(v); }
+bool isSmallWholeNumber(double v) {
+    return std::fabs(v) < 1000 && v == std::floor(v);
+}
 
 std::string wholeNumber(double v) {
     char buf[32];
@@ -72,8 +75,8 @@ std::string formatNumber(double v, int significant) {
 }
 
 std::string formatBytes(double bytes) {
-    static constexpr Unit units[] = {{1, "B", 1000},        {KB, "KB", 1000}, {MB, "MB", 1000},
-                                     {GB, "GB", 1000},      {TB, "TB", 1000}, {PB, "PB", 0}};
+    static constexpr Unit units[] = {{1, "B", 1000},   {KB, "KB", 1000}, {MB, "MB", 1000},
+                                     {GB, "GB", 1000}, {TB, "TB", 1000}, {PB, "PB", 0}};
     if (isSmallWholeNumber(bytes))
         return wholeNumber(bytes) + " B";
     return formatScaled(bytes, units);
@@ -119,6 +122,8 @@ std::string formatCount(double n) {
     return s;
 }
 
-std::string formatPercent(double fraction) { return formatNumber(fraction * 100.0) + " %"; }
+std::string formatPercent(double fraction) {
+    return formatNumber(fraction * 100.0) + " %";
+}
 
 } // namespace shardscope

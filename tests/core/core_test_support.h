@@ -2,23 +2,24 @@
 // spec types (which have no operator==: the engine never compares them).
 #pragma once
 
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <string>
-#include <vector>
-
 #include "core/cluster_spec.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/train_config.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <sstream>
+#include <string>
+#include <vector>
+
 namespace shardscope::test {
 
-inline std::filesystem::path hfDataDir() { return std::filesystem::path(SHARDSCOPE_TEST_DATA) / "hf"; }
+inline std::filesystem::path hfDataDir() {
+    return std::filesystem::path(SHARDSCOPE_TEST_DATA) / "hf";
+}
 inline std::filesystem::path presetDir(const char* kind) {
     return std::filesystem::path(SHARDSCOPE_SOURCE_DIR) / "resources" / "presets" / kind;
 }
@@ -136,8 +137,7 @@ inline void expectSame(const TrainConfig& a, const TrainConfig& b) {
 }
 
 // |actual / expected - 1| <= tolerance, with a message that shows both.
-inline ::testing::AssertionResult withinRelative(double actual, double expected,
-                                                 double tolerance) {
+inline ::testing::AssertionResult withinRelative(double actual, double expected, double tolerance) {
     const double error = expected != 0 ? std::abs(actual / expected - 1) : std::abs(actual);
     if (error <= tolerance)
         return ::testing::AssertionSuccess();

@@ -43,9 +43,10 @@ public:
 
     // A string of JSON tokens in random order: gets past the first byte far more often than bytes.
     std::string randomTokens(std::size_t maxTokens) {
-        static const char* tokens[] = {"{", "}", "[", "]", ":", ",", "\"layers\"", "\"hidden\"",
-                                       "\"params\"", "\"gpu\"", "\"moe\"", "1", "-1", "1e400",
-                                       "0.5", "null", "true", "\"x\"", "\"\\u0000\"", " "};
+        static const char* tokens[] = {
+            "{",          "}",          "[",       "]",       ":",           ",",  "\"layers\"",
+            "\"hidden\"", "\"params\"", "\"gpu\"", "\"moe\"", "1",           "-1", "1e400",
+            "0.5",        "null",       "true",    "\"x\"",   "\"\\u0000\"", " "};
         std::string s;
         const std::size_t n = below(maxTokens + 1);
         for (std::size_t i = 0; i < n; ++i)

@@ -1,7 +1,7 @@
-#include <gtest/gtest.h>
-
 #include "core/cluster_spec.h"
 #include "core/error.h"
+
+#include <gtest/gtest.h>
 
 namespace shardscope {
 namespace {

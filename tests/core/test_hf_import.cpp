@@ -1,11 +1,10 @@
-#include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
-
 #include "core/error.h"
 #include "core/json_io.h"
 #include "core_test_support.h"
 #include "json_mutation.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace shardscope {
 namespace {
@@ -169,7 +168,8 @@ TEST(HfImport, InvalidFieldsAreNamed) {
     config["vocab_size"] = 1e300;
     config["tie_word_embeddings"] = "no";
     const std::string message = importError(config);
-    for (const char* field : {"hidden_size", "num_hidden_layers", "vocab_size", "tie_word_embeddings"})
+    for (const char* field :
+         {"hidden_size", "num_hidden_layers", "vocab_size", "tie_word_embeddings"})
         EXPECT_NE(message.find(field), std::string::npos) << field << " in: " << message;
 
     config = llamaConfig();

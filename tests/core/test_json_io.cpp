@@ -1,16 +1,15 @@
-#include <gtest/gtest.h>
-
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <limits>
-#include <nlohmann/json.hpp>
-
 #include "core/error.h"
 #include "core/json_io.h"
 #include "core/presets.h"
 #include "core_test_support.h"
 #include "json_mutation.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <limits>
+#include <nlohmann/json.hpp>
 
 namespace shardscope {
 namespace {
@@ -19,8 +18,7 @@ using nlohmann::json;
 using test::expectSame;
 
 // The InputError message of f(), or a failure when f() does not throw one.
-template <typename F>
-std::string inputErrorOf(F&& f) {
+template <typename F> std::string inputErrorOf(F&& f) {
     try {
         f();
     } catch (const InputError& e) {
@@ -30,8 +28,7 @@ std::string inputErrorOf(F&& f) {
     return {};
 }
 
-template <typename T>
-T roundTrip(const T& value) {
+template <typename T> T roundTrip(const T& value) {
     return json(value).get<T>();
 }
 
@@ -144,10 +141,10 @@ TEST(ModelJson, WrongTypeNamesFieldValueAndExpectation) {
 
 TEST(ModelJson, RejectsNegativeZeroAndAbsurdSizes) {
     const std::pair<const char*, json> cases[] = {
-        {"hidden", -4096},  {"hidden", 0},          {"layers", 100001},     {"hidden", 2e6},
-        {"vocab", 2e8},     {"heads", 32.5},        {"kv_heads", 0},        {"ffn_hidden", -1},
-        {"seq_len", 0},     {"tied_embeddings", 1}, {"activation", "relu"}, {"norm", 3},
-        {"moe", "dense"},   {"head_dim", -128},     {"published_params", -1},
+        {"hidden", -4096}, {"hidden", 0},          {"layers", 100001},       {"hidden", 2e6},
+        {"vocab", 2e8},    {"heads", 32.5},        {"kv_heads", 0},          {"ffn_hidden", -1},
+        {"seq_len", 0},    {"tied_embeddings", 1}, {"activation", "relu"},   {"norm", 3},
+        {"moe", "dense"},  {"head_dim", -128},     {"published_params", -1},
     };
     for (const auto& [field, value] : cases) {
         SCOPED_TRACE(std::string(field) + " = " + value.dump());
@@ -162,8 +159,8 @@ TEST(ModelJson, RejectsNegativeZeroAndAbsurdSizes) {
 }
 
 TEST(ModelJson, RejectsNanAndInfinity) {
-    for (double bad : {std::numeric_limits<double>::quiet_NaN(),
-                       std::numeric_limits<double>::infinity()}) {
+    for (double bad :
+         {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
         json j = llamaJson();
         j["hidden"] = bad;
         EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("hidden"), std::string::npos);
@@ -269,15 +266,21 @@ TEST(ClusterJson, RoundTrips) {
 }
 
 TEST(ClusterJson, Errors) {
-    EXPECT_NE(inputErrorOf([] { json{{"gpu", "no-such-gpu"}}.get<ClusterSpec>(); })
-                  .find("h100-sxm"), // the message lists the known presets
+    EXPECT_NE(inputErrorOf([] {
+                  json{{"gpu", "no-such-gpu"}}.get<ClusterSpec>();
+              }).find("h100-sxm"), // the message lists the known presets
               std::string::npos);
-    EXPECT_NE(inputErrorOf([] { json{{"nodes", 2}}.get<ClusterSpec>(); }).find("gpu"),
+    EXPECT_NE(inputErrorOf([] {
+                  json{{"nodes", 2}}.get<ClusterSpec>();
+              }).find("gpu"),
               std::string::npos);
-    EXPECT_NE(inputErrorOf([] { json{{"gpu", "h100-sxm"}, {"nodes", 0}}.get<ClusterSpec>(); })
-                  .find("nodes"),
+    EXPECT_NE(inputErrorOf([] {
+                  json{{"gpu", "h100-sxm"}, {"nodes", 0}}.get<ClusterSpec>();
+              }).find("nodes"),
               std::string::npos);
-    EXPECT_NE(inputErrorOf([] { json{{"gpu", 3}}.get<ClusterSpec>(); }).find("gpu"),
+    EXPECT_NE(inputErrorOf([] {
+                  json{{"gpu", 3}}.get<ClusterSpec>();
+              }).find("gpu"),
               std::string::npos);
 }
 
@@ -361,8 +364,9 @@ TEST(ParseJson, SyntaxErrorNamesTheInputAndByte) {
 }
 
 TEST(ReadJsonFile, ReportsUnreadableFiles) {
-    EXPECT_NE(inputErrorOf([] { readJsonFile("/nonexistent/x.json"); })
-                  .find("cannot open /nonexistent/x.json: No such file"),
+    EXPECT_NE(inputErrorOf([] {
+                  readJsonFile("/nonexistent/x.json");
+              }).find("cannot open /nonexistent/x.json: No such file"),
               std::string::npos);
     EXPECT_NE(inputErrorOf([] { readJsonFile(SHARDSCOPE_TEST_DATA); }).find("directory"),
               std::string::npos);

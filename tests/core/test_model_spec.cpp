@@ -1,11 +1,10 @@
-#include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
-
 #include "core/json_io.h"
 #include "core/model_spec.h"
 #include "core/presets.h"
 #include "core_test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace shardscope {
 namespace {

@@ -1,12 +1,12 @@
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <climits>
-#include <random>
-
 #include "core/error.h"
 #include "core/parallel_config.h"
 #include "core/presets.h"
+
+#include <algorithm>
+#include <climits>
+#include <gtest/gtest.h>
+#include <optional>
+#include <random>
 
 namespace shardscope {
 namespace {
@@ -56,17 +56,19 @@ std::string describe(const std::vector<Violation>& violations) {
     return out.empty() ? " (none)" : out;
 }
 
-// The violation with that rule id, checked for a message and a hint.
-const Violation* expectRule(const std::vector<Violation>& violations, const std::string& rule) {
+// A copy of the violation with that rule id (callers pass temporaries), checked for a message
+// and a hint.
+std::optional<Violation> expectRule(const std::vector<Violation>& violations,
+                                    const std::string& rule) {
     const auto it = std::find_if(violations.begin(), violations.end(),
                                  [&](const Violation& v) { return v.rule == rule; });
     if (it == violations.end()) {
         ADD_FAILURE() << "no '" << rule << "' violation among:" << describe(violations);
-        return nullptr;
+        return std::nullopt;
     }
     EXPECT_FALSE(it->message.empty()) << rule;
     EXPECT_FALSE(it->hint.empty()) << rule;
-    return &*it;
+    return *it;
 }
 
 bool hasRule(const std::vector<Violation>& violations, const std::string& rule) {
@@ -157,15 +159,15 @@ TEST(Validate, Llama3_405bProductionLayoutIsValid) {
 TEST(Validate, ListsEveryBrokenRuleAtOnce) {
     ParallelConfig p;
     p.dp = 16;
-    p.globalBatch = 100;           // global-batch: not a multiple of 16
-    p.vpp = 2;                     // vpp-schedule: 1f1b
-    p.sequenceParallel = true;     // sp-tp: tp is 1
-    p.offloadOptimizer = true;     // offload-zero: zero is 0
+    p.globalBatch = 100;       // global-batch: not a multiple of 16
+    p.vpp = 2;                 // vpp-schedule: 1f1b
+    p.sequenceParallel = true; // sp-tp: tp is 1
+    p.offloadOptimizer = true; // offload-zero: zero is 0
     const auto violations = validate(llama3_405b(), clusterOf(16), p);
     auto ids = ruleIds(violations);
     std::sort(ids.begin(), ids.end());
-    EXPECT_EQ(ids, (std::vector<std::string>{"global-batch", "offload-zero", "sp-tp",
-                                             "vpp-schedule"}))
+    EXPECT_EQ(ids,
+              (std::vector<std::string>{"global-batch", "offload-zero", "sp-tp", "vpp-schedule"}))
         << describe(violations);
     for (const Violation& v : violations)
         EXPECT_FALSE(v.hint.empty()) << v.rule;
@@ -174,7 +176,7 @@ TEST(Validate, ListsEveryBrokenRuleAtOnce) {
 TEST(Validate, Degrees) {
     ParallelConfig p = llama405bLayout();
     p.tp = 0;
-    const Violation* v = expectRule(validate(llama3_405b(), p), "degree");
+    const auto v = expectRule(validate(llama3_405b(), p), "degree");
     ASSERT_TRUE(v);
     EXPECT_NE(v->message.find("tp"), std::string::npos) << v->message;
     p.tp = 8;
@@ -204,7 +206,7 @@ TEST(Validate, WorldSizeSuggestsADataParallelDegree) {
     ParallelConfig p = llama405bLayout();
     p.dp = 64;
     p.globalBatch = 1024;
-    const Violation* v = expectRule(validate(llama3_405b(), clusterOf(16384), p), "world-size");
+    const auto v = expectRule(validate(llama3_405b(), clusterOf(16384), p), "world-size");
     ASSERT_TRUE(v);
     EXPECT_NE(v->message.find("8192"), std::string::npos) << v->message;
     EXPECT_NE(v->message.find("16384"), std::string::npos) << v->message;
@@ -216,7 +218,7 @@ TEST(Validate, WorldSizeSuggestsADataParallelDegree) {
 TEST(Validate, WorldSizeThatCannotBeFixedWithDp) {
     ParallelConfig p = llama405bLayout();
     p.tp = 3;
-    const Violation* v = expectRule(validate(llama3_405b(), clusterOf(16384), p), "world-size");
+    const auto v = expectRule(validate(llama3_405b(), clusterOf(16384), p), "world-size");
     ASSERT_TRUE(v);
     EXPECT_NE(v->hint.find("divide"), std::string::npos) << v->hint;
 }
@@ -224,7 +226,7 @@ TEST(Validate, WorldSizeThatCannotBeFixedWithDp) {
 TEST(Validate, TensorParallelMustDivideHeads) {
     ParallelConfig p = llama405bLayout();
     p.tp = 6;
-    const Violation* v = expectRule(validate(llama3_405b(), p), "tp-heads");
+    const auto v = expectRule(validate(llama3_405b(), p), "tp-heads");
     ASSERT_TRUE(v);
     EXPECT_NE(v->hint.find("tp = 4"), std::string::npos) << v->hint;
 }
@@ -268,7 +270,7 @@ TEST(Validate, VocabNeedNotBeDivisible) {
 TEST(Validate, PipelineStagesNeedLayers) {
     ModelSpec m = llama3_405b();
     m.layers = 8;
-    const Violation* v = expectRule(validate(m, llama405bLayout()), "pp-layers");
+    const auto v = expectRule(validate(m, llama405bLayout()), "pp-layers");
     ASSERT_TRUE(v);
     EXPECT_NE(v->message.find("16"), std::string::npos) << v->message;
 }
@@ -300,7 +302,7 @@ TEST(Validate, InterleavedNeedsMicrobatchesInMultiplesOfPp) {
     p.schedule = PipelineSchedule::Interleaved;
     p.vpp = 2;
     p.globalBatch = 3072; // 24 microbatches, pp 16
-    const Violation* v = expectRule(validate(llama3_405b(), p), "interleaved-microbatches");
+    const auto v = expectRule(validate(llama3_405b(), p), "interleaved-microbatches");
     ASSERT_TRUE(v);
     EXPECT_NE(v->hint.find("4096"), std::string::npos) << v->hint; // 32 microbatches
 }
@@ -317,7 +319,7 @@ TEST(Validate, AnyScheduleWithoutAPipelineExceptInterleaved) {
 TEST(Validate, GlobalBatchMustBeAMultipleOfMicroBatchTimesDp) {
     ParallelConfig p = llama405bLayout();
     p.globalBatch = 2000;
-    const Violation* v = expectRule(validate(llama3_405b(), p), "global-batch");
+    const auto v = expectRule(validate(llama3_405b(), p), "global-batch");
     ASSERT_TRUE(v);
     EXPECT_NE(v->hint.find("1920"), std::string::npos) << v->hint;
     EXPECT_NE(v->hint.find("2048"), std::string::npos) << v->hint;
@@ -367,7 +369,7 @@ TEST(Validate, BareModelsCannotBeSplitByModelParallelism) {
     p.tp = 2;
     p.globalBatch = 64;
     const auto violations = validate(bare, clusterOf(8), p);
-    const Violation* v = expectRule(violations, "bare-model");
+    const auto v = expectRule(violations, "bare-model");
     ASSERT_TRUE(v);
     EXPECT_NE(v->hint.find("--hf-config"), std::string::npos) << v->hint;
     EXPECT_FALSE(hasRule(violations, "tp-heads")); // no architecture to check

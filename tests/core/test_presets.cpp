@@ -1,12 +1,11 @@
-#include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
-#include <set>
-
 #include "core/error.h"
 #include "core/json_io.h"
 #include "core/presets.h"
 #include "core_test_support.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <set>
 
 namespace shardscope {
 namespace {

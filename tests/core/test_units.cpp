@@ -1,9 +1,8 @@
-#include <gtest/gtest.h>
+#include "core/units.h"
 
 #include <cmath>
+#include <gtest/gtest.h>
 #include <limits>
-
-#include "core/units.h"
 
 namespace shardscope {
 namespace {

@@ -1,2 +1,598 @@
+// shardscope-cli, run in-process through runCli with string streams: every command, its JSON
+// output, and every kind of bad input, which must end with exit code 2 and a message that names
+// the problem (never a crash, never output on stdout).
+
 #include <gtest/gtest.h>
-TEST(Cli, Placeholder) {}
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/presets.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct CliResult {
+    int code = -1;
+    std::string out;
+    std::string err;
+};
+
+CliResult run(std::initializer_list<std::string> args) {
+    std::vector<std::string> storage{"shardscope-cli"};
+    storage.insert(storage.end(), args.begin(), args.end());
+    std::vector<const char*> argv;
+    for (const std::string& a : storage)
+        argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    CliResult r;
+    r.code = shardscope::cli::runCli(int(argv.size()), argv.data(), out, err);
+    r.out = out.str();
+    r.err = err.str();
+    return r;
+}
+
+std::string dataPath(const std::string& relative) {
+    return std::string(SHARDSCOPE_TEST_DATA) + "/" + relative;
+}
+
+// A file under the test's temporary directory, removed when the object goes away.
+class TempFile {
+public:
+    TempFile(const std::string& name, const std::string& content)
+        : path_(fs::path(::testing::TempDir()) / ("shardscope_test_cli_" + name)) {
+        std::ofstream f(path_, std::ios::binary);
+        f << content;
+    }
+    ~TempFile() {
+        std::error_code ec;
+        fs::remove(path_, ec);
+    }
+    TempFile(const TempFile&) = delete;
+    TempFile& operator=(const TempFile&) = delete;
+    std::string path() const { return path_.string(); }
+
+private:
+    fs::path path_;
+};
+
+std::string readFile(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::ostringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+json parseOrFail(const std::string& text) {
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON:\n" << text.substr(0, 2000);
+    return j;
+}
+
+#define EXPECT_CONTAINS(haystack, needle)                                                        \
+    EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                            \
+        << "expected to find \"" << (needle) << "\" in:\n"                                       \
+        << (haystack)
+
+// ---- help ---------------------------------------------------------------------------------
+
+TEST(CliHelp, TopLevelHelpListsEveryCommand) {
+    const CliResult r = run({"--help"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    for (const char* cmd : {"plan", "search", "explain", "models", "gpus", "devices", "validate"})
+        EXPECT_CONTAINS(r.out, cmd);
+}
+
+TEST(CliHelp, EveryCommandsHelpExitsZeroAndNamesItsFlags) {
+    const std::vector<std::string> model = {"--model", "--params", "--hf-config", "--seq"};
+    const std::vector<std::string> cluster = {"--gpu",        "--gpus-per-node", "--nodes",
+                                              "--inter-bw",   "--mtbf-hours",    "--ckpt-bw",
+                                              "--price"};
+    const std::vector<std::string> layout = {"--dp",         "--tp",        "--pp",
+                                             "--vpp",        "--cp",        "--zero",
+                                             "--sp",         "--schedule",  "--micro-batch",
+                                             "--recompute"};
+    const std::vector<std::string> run = {"--global-batch", "--precision", "--optimizer",
+                                          "--offload", "--tokens"};
+    auto concat = [](std::initializer_list<std::vector<std::string>> parts) {
+        std::vector<std::string> all;
+        for (const auto& p : parts)
+            all.insert(all.end(), p.begin(), p.end());
+        return all;
+    };
+    struct Case {
+        std::string command;
+        std::vector<std::string> flags;
+    };
+    const std::vector<Case> cases = {
+        {"plan", concat({model, cluster, layout, run, {"--json", "--explain"}})},
+        {"search", concat({model, cluster, run, {"--top", "--tp-within-node", "--json"}})},
+        {"explain", concat({model, cluster, layout, run, {"--json", "figure"}})},
+        {"models", {"--json"}},
+        {"gpus", {"--json"}},
+        {"devices", {"--json"}},
+        {"validate", {"--markdown", "--json", "runs"}},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.command);
+        const CliResult r = ::run({c.command, "--help"});
+        EXPECT_EQ(r.code, 0) << r.err;
+        EXPECT_TRUE(r.err.empty()) << r.err;
+        for (const std::string& flag : c.flags)
+            EXPECT_CONTAINS(r.out, flag);
+    }
+    // search fixes none of the layout degrees itself: they are what it searches.
+    const CliResult search = ::run({"search", "--help"});
+    EXPECT_EQ(search.out.find("--tp "), std::string::npos);
+    EXPECT_EQ(search.out.find("--zero"), std::string::npos);
+}
+
+TEST(CliHelp, HelpShowsTheDefaults) {
+    const CliResult r = run({"plan", "--help"});
+    ASSERT_EQ(r.code, 0);
+    for (const char* d : {"llama3-70b", "h100-sxm", "--tp INT=8", "--pp INT=4", "--nodes INT=8",
+                          "--global-batch INT=512", "--zero INT=1", "=selective", "=1f1b", "=bf16"})
+        EXPECT_CONTAINS(r.out, d);
+}
+
+// ---- plan ---------------------------------------------------------------------------------
+
+TEST(CliPlan, DefaultsPrintMemoryFitStepTimeAndMfu) {
+    const CliResult r = run({"plan"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(r.err.empty()) << r.err;
+    EXPECT_CONTAINS(r.out, "Llama 3 70B on 8 x 8 NVIDIA H100");
+    EXPECT_CONTAINS(r.out, "Memory per GPU");
+    for (const char* row : {"Weights", "Gradients", "Optimizer state", "Activations",
+                            "Temporary buffers", "Runtime overhead", "total"})
+        EXPECT_CONTAINS(r.out, row);
+    EXPECT_TRUE(r.out.find("Fits") != std::string::npos ||
+                r.out.find("Does NOT fit") != std::string::npos)
+        << r.out;
+    EXPECT_CONTAINS(r.out, "Communication per step");
+    EXPECT_CONTAINS(r.out, "step time");
+    EXPECT_CONTAINS(r.out, "MFU");
+    EXPECT_CONTAINS(r.out, "tokens/s");
+    EXPECT_CONTAINS(r.out, "--explain");
+}
+
+TEST(CliPlan, JsonFollowsThePlanSchema) {
+    const CliResult r = run({"plan", "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json j = parseOrFail(r.out);
+    ASSERT_TRUE(j.is_object());
+    EXPECT_EQ(j.at("schema"), "shardscope.plan/1");
+    for (const char* key : {"model", "cluster", "parallel", "train", "valid", "violations", "params",
+                            "memory", "comm", "summary", "figures"})
+        EXPECT_TRUE(j.contains(key)) << key;
+    EXPECT_EQ(j.at("valid"), true);
+    EXPECT_TRUE(j.at("violations").empty());
+    EXPECT_EQ(j.at("model").at("id"), "llama3-70b");
+    EXPECT_EQ(j.at("cluster").at("gpu").at("id"), "h100-sxm");
+    EXPECT_EQ(j.at("parallel").at("tp").get<int>() * j.at("parallel").at("pp").get<int>() *
+                  j.at("parallel").at("dp").get<int>() * j.at("parallel").at("cp").get<int>(),
+              64);
+
+    const json& m = j.at("memory");
+    double sum = 0;
+    for (const char* key :
+         {"parameters", "gradients", "optimizer", "activations", "temporary", "overhead"}) {
+        ASSERT_TRUE(m.contains(key)) << key;
+        EXPECT_GE(m.at(key).get<double>(), 0) << key;
+        sum += m.at(key).get<double>();
+    }
+    for (const char* key : {"total", "capacity", "fits"})
+        ASSERT_TRUE(m.contains(key)) << key;
+    EXPECT_NEAR(m.at("total").get<double>(), sum, 1e-6 * sum);
+    EXPECT_DOUBLE_EQ(m.at("capacity").get<double>(), 80e9); // bytes, decimal
+    EXPECT_EQ(m.at("fits").get<bool>(), m.at("total").get<double>() <= m.at("capacity").get<double>());
+
+    for (const char* axis : {"dp", "tp", "pp", "cp"}) {
+        ASSERT_TRUE(j.at("comm").contains(axis)) << axis;
+        for (const char* key : {"group_size", "crosses_nodes", "bytes", "seconds", "exposed_seconds"})
+            EXPECT_TRUE(j.at("comm").at(axis).contains(key)) << axis << "." << key;
+    }
+    EXPECT_EQ(j.at("comm").at("tp").at("group_size"), 8);
+
+    const json& s = j.at("summary");
+    for (const char* key : {"step_time_s", "compute_time_s", "bubble_fraction", "tokens_per_second",
+                            "tflops_per_gpu", "mfu", "time_to_train_s", "wall_time_to_train_s",
+                            "gpu_hours", "cost", "training_fraction"})
+        EXPECT_TRUE(s.contains(key)) << key;
+    EXPECT_GT(s.at("step_time_s").get<double>(), 0);
+    EXPECT_GT(s.at("mfu").get<double>(), 0);
+    EXPECT_LT(s.at("mfu").get<double>(), 1); // a fraction, not a percentage
+    EXPECT_LT(s.at("tflops_per_gpu").get<double>(), 989.5); // TFLOP/s, below the bf16 peak
+
+    const json& figures = j.at("figures");
+    ASSERT_TRUE(figures.is_array());
+    EXPECT_GE(figures.size(), 20u);
+    std::vector<std::string> keys;
+    for (const json& f : figures) {
+        for (const char* key : {"key", "formula", "substituted", "source", "label", "unit", "display"}) {
+            ASSERT_TRUE(f.contains(key)) << key;
+            EXPECT_TRUE(f.at(key).is_string()) << key;
+        }
+        for (const char* key : {"key", "formula", "substituted", "source"})
+            EXPECT_FALSE(f.at(key).get<std::string>().empty()) << f.at("key") << " has no " << key;
+        EXPECT_TRUE(f.at("value").is_number()) << f.at("key");
+        keys.push_back(f.at("key"));
+    }
+    for (const char* key : {"memory.activations", "memory.total", "time.step", "throughput.mfu"})
+        EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
+    std::sort(keys.begin(), keys.end());
+    EXPECT_EQ(std::adjacent_find(keys.begin(), keys.end()), keys.end()) << "duplicate figure key";
+}
+
+TEST(CliPlan, ExplainPrintsEveryFiguresFormula) {
+    const CliResult js = run({"plan", "--json"});
+    ASSERT_EQ(js.code, 0) << js.err;
+    const json figures = parseOrFail(js.out).at("figures");
+    const CliResult r = run({"plan", "--explain"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_CONTAINS(r.out, "How each figure is computed");
+    for (const json& f : figures) {
+        EXPECT_CONTAINS(r.out, "(" + f.at("key").get<std::string>() + ")");
+        EXPECT_CONTAINS(r.out, "formula:     " + f.at("formula").get<std::string>());
+        EXPECT_CONTAINS(r.out, "substituted: " + f.at("substituted").get<std::string>());
+    }
+}
+
+TEST(CliPlan, QuickFormWithABareParameterCount) {
+    const CliResult r = run({"plan", "--params", "7e9", "--tp", "1", "--pp", "1"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_CONTAINS(r.out, "7.00 B parameters");
+    EXPECT_CONTAINS(r.out, "dp64 tp1 pp1");
+    EXPECT_CONTAINS(r.out, "Weights");
+
+    const CliResult j = run({"plan", "--params", "7e9", "--tp", "1", "--pp", "1", "--json"});
+    ASSERT_EQ(j.code, 0) << j.err;
+    const json plan = parseOrFail(j.out);
+    EXPECT_DOUBLE_EQ(plan.at("model").at("params").get<double>(), 7e9);
+    // bf16 weights: 2 bytes per parameter.
+    EXPECT_DOUBLE_EQ(plan.at("memory").at("parameters").get<double>(), 14e9);
+}
+
+TEST(CliPlan, HuggingFaceConfigFixture) {
+    const std::string path = dataPath("hf/llama-3-8b.json");
+    const CliResult r = run({"plan", "--hf-config", path, "--nodes", "1", "--tp", "1", "--pp", "1"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_CONTAINS(r.out, "llama-3-8b.json on 1 x 8");
+    EXPECT_CONTAINS(r.out, "Memory per GPU");
+
+    const CliResult j = run({"plan", "--hf-config", path, "--tp", "1", "--pp", "1", "--json"});
+    ASSERT_EQ(j.code, 0) << j.err;
+    const json plan = parseOrFail(j.out);
+    EXPECT_EQ(plan.at("model").at("layers"), 32);
+    EXPECT_EQ(plan.at("model").at("kv_heads"), 8);
+    EXPECT_NEAR(plan.at("params").at("total").get<double>(), 8.03e9, 0.01e9);
+}
+
+TEST(CliPlan, EveryHuggingFaceFixturePlans) {
+    for (const auto& entry : fs::directory_iterator(dataPath("hf"))) {
+        if (entry.path().extension() != ".json" || entry.path().filename() == "expected.json")
+            continue;
+        SCOPED_TRACE(entry.path().string());
+        const CliResult r =
+            run({"plan", "--hf-config", entry.path().string(), "--tp", "1", "--pp", "1"});
+        EXPECT_EQ(r.code, 0) << r.err;
+        EXPECT_CONTAINS(r.out, "Memory per GPU");
+    }
+}
+
+TEST(CliPlan, SeqOverridesTheModelsSequenceLength) {
+    const CliResult r = run({"plan", "--seq", "4096", "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(parseOrFail(r.out).at("model").at("seq_len"), 4096);
+}
+
+// ---- explain ------------------------------------------------------------------------------
+
+TEST(CliExplain, OneFigureAsText) {
+    const CliResult r = run({"explain", "memory.activations"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_CONTAINS(r.out, "Activations (memory.activations)");
+    EXPECT_CONTAINS(r.out, "formula:");
+    EXPECT_CONTAINS(r.out, "substituted:");
+    EXPECT_CONTAINS(r.out, "source:");
+    EXPECT_CONTAINS(r.out, "Korthikanti");
+}
+
+TEST(CliExplain, OneFigureAsJson) {
+    const CliResult r = run({"explain", "throughput.mfu", "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json j = parseOrFail(r.out);
+    EXPECT_EQ(j.at("key"), "throughput.mfu");
+    EXPECT_EQ(j.at("unit"), "fraction");
+    EXPECT_GT(j.at("value").get<double>(), 0);
+    EXPECT_LT(j.at("value").get<double>(), 1);
+    for (const char* key : {"label", "display", "formula", "substituted", "source"})
+        EXPECT_FALSE(j.at(key).get<std::string>().empty()) << key;
+
+    // The same number as plan --json reports.
+    const CliResult plan = run({"plan", "--json"});
+    ASSERT_EQ(plan.code, 0);
+    EXPECT_DOUBLE_EQ(j.at("value").get<double>(),
+                     parseOrFail(plan.out).at("summary").at("mfu").get<double>());
+}
+
+TEST(CliExplain, UnknownFigureListsTheKnownKeys) {
+    const CliResult r = run({"explain", "no.such"});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_CONTAINS(r.err, "unknown figure 'no.such'");
+    EXPECT_CONTAINS(r.err, "memory.activations");
+    EXPECT_CONTAINS(r.err, "throughput.mfu");
+}
+
+// ---- search -------------------------------------------------------------------------------
+
+TEST(CliSearch, JsonRanksTheTopLayouts) {
+    const CliResult r = run({"search", "--model", "llama3-8b", "--gpu", "h100-sxm", "--nodes", "2",
+                             "--global-batch", "256", "--top", "5", "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json j = parseOrFail(r.out);
+    EXPECT_EQ(j.at("schema"), "shardscope.search/1");
+    EXPECT_EQ(j.at("model").at("id"), "llama3-8b");
+    const json& top = j.at("top");
+    ASSERT_TRUE(top.is_array());
+    ASSERT_FALSE(top.empty());
+    EXPECT_LE(top.size(), 5u);
+    double previous = 1e300;
+    for (const json& c : top) {
+        const double tps = c.at("tokens_per_second").get<double>();
+        EXPECT_GT(tps, 0);
+        EXPECT_LE(tps, previous) << "not ranked best first";
+        previous = tps;
+        EXPECT_LE(c.at("memory_bytes").get<double>(), 80e9) << "only layouts that fit";
+        EXPECT_GT(c.at("step_time_s").get<double>(), 0);
+        EXPECT_GT(c.at("mfu").get<double>(), 0);
+        EXPECT_LT(c.at("mfu").get<double>(), 1);
+        const json& p = c.at("parallel");
+        EXPECT_EQ(p.at("dp").get<int>() * p.at("tp").get<int>() * p.at("pp").get<int>() *
+                      p.at("cp").get<int>(),
+                  16);
+        EXPECT_EQ(p.at("global_batch"), 256);
+    }
+    const long long considered = j.at("considered"), evaluated = j.at("evaluated"),
+                    fitting = j.at("fitting");
+    EXPECT_GT(considered, 0);
+    EXPECT_LE(evaluated, considered);
+    EXPECT_LE(fitting, evaluated);
+    EXPECT_GE(fitting, static_cast<long long>(top.size()));
+    EXPECT_EQ(j.at("cancelled"), false);
+    ASSERT_TRUE(j.at("rejected").is_object());
+    long long rejected = 0;
+    for (const auto& [rule, count] : j.at("rejected").items())
+        rejected += count.get<long long>();
+    // Every enumerated layout was either broken by a rule, too big, or fits.
+    EXPECT_EQ(rejected + fitting, considered);
+}
+
+TEST(CliSearch, TextTable) {
+    const CliResult r = run({"search", "--model", "llama3-8b", "--nodes", "2", "--global-batch",
+                             "256", "--top", "3"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_CONTAINS(r.out, "Search: Llama 3 8B on 16 x");
+    EXPECT_CONTAINS(r.out, "layouts considered");
+    EXPECT_CONTAINS(r.out, "tokens/s");
+    EXPECT_CONTAINS(r.out, "\n1 ");
+    EXPECT_CONTAINS(r.out, "\n3 ");
+    EXPECT_EQ(r.out.find("\n4 "), std::string::npos);
+}
+
+// ---- presets, devices, validation ----------------------------------------------------------
+
+TEST(CliPresets, ModelsListsEveryPreset) {
+    const CliResult r = run({"models"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(shardscope::modelPresets().size(), 13u);
+    for (const auto& m : shardscope::modelPresets()) {
+        EXPECT_CONTAINS(r.out, m.id);
+        EXPECT_CONTAINS(r.out, m.name);
+    }
+    const CliResult j = run({"models", "--json"});
+    ASSERT_EQ(j.code, 0) << j.err;
+    const json list = parseOrFail(j.out);
+    ASSERT_TRUE(list.is_array());
+    EXPECT_EQ(list.size(), 13u);
+    for (const json& m : list)
+        EXPECT_FALSE(m.at("id").get<std::string>().empty());
+}
+
+TEST(CliPresets, GpusListsEveryPreset) {
+    const CliResult r = run({"gpus"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(shardscope::gpuPresets().size(), 9u);
+    for (const auto& g : shardscope::gpuPresets()) {
+        EXPECT_CONTAINS(r.out, g.id);
+        EXPECT_CONTAINS(r.out, g.name);
+    }
+    const CliResult j = run({"gpus", "--json"});
+    ASSERT_EQ(j.code, 0) << j.err;
+    const json list = parseOrFail(j.out);
+    ASSERT_TRUE(list.is_array());
+    EXPECT_EQ(list.size(), 9u);
+    for (const json& g : list) {
+        EXPECT_GT(g.at("memory_gb").get<double>(), 1);
+        EXPECT_GT(g.at("peak_tflops").at("bf16").get<double>(), 1);
+    }
+}
+
+TEST(CliDevices, ListsDevicesOrSaysWhyNot) {
+    const CliResult r = run({"devices"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const CliResult j = run({"devices", "--json"});
+    ASSERT_EQ(j.code, 0) << j.err;
+    const json report = parseOrFail(j.out);
+    for (const char* key : {"built_with_cuda", "versions", "reason", "devices"})
+        EXPECT_TRUE(report.contains(key)) << key;
+    if (report.at("devices").empty()) {
+        EXPECT_CONTAINS(r.out, "No CUDA GPU");
+        EXPECT_FALSE(report.at("reason").get<std::string>().empty());
+    } else {
+        EXPECT_CONTAINS(r.out, "compute capability");
+        for (const json& d : report.at("devices")) {
+            EXPECT_CONTAINS(r.out, d.at("name").get<std::string>());
+            EXPECT_GT(d.at("memory_bytes").get<double>(), 1e9);
+        }
+    }
+}
+
+TEST(CliValidate, MarkdownTableWithMedianError) {
+    const CliResult r = run({"validate", dataPath("published_runs.csv"), "--markdown"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_CONTAINS(r.out, "| run | GPU | GPUs | layout | metric | reported | predicted | error |");
+    EXPECT_CONTAINS(r.out, "|---|");
+    EXPECT_CONTAINS(r.out, "Median absolute error");
+}
+
+TEST(CliValidate, TextAndJson) {
+    const CliResult text = run({"validate", dataPath("published_runs.csv")});
+    ASSERT_EQ(text.code, 0) << text.err;
+    EXPECT_CONTAINS(text.out, "Median absolute error");
+
+    const CliResult r = run({"validate", dataPath("published_runs.csv"), "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json j = parseOrFail(r.out);
+    const double median = j.at("median_absolute_error");
+    EXPECT_GE(median, 0);
+    EXPECT_LT(median, 1);
+    ASSERT_FALSE(j.at("runs").empty());
+    for (const json& run : j.at("runs")) {
+        for (const char* key : {"name", "metric", "convention", "source"})
+            EXPECT_FALSE(run.at(key).get<std::string>().empty()) << key;
+        EXPECT_GT(run.at("reported").get<double>(), 0);
+        EXPECT_GT(run.at("predicted").get<double>(), 0);
+        EXPECT_NEAR(run.at("error").get<double>(),
+                    run.at("predicted").get<double>() / run.at("reported").get<double>() - 1, 1e-9);
+    }
+}
+
+// ---- bad input: exit 2, a message on err that names the problem, nothing on out ------------
+
+struct BadInput {
+    std::vector<std::string> args;
+    std::vector<std::string> expected; // substrings of the message
+};
+
+void expectRejected(const BadInput& c) {
+    std::string joined;
+    for (const std::string& a : c.args)
+        joined += a + " ";
+    SCOPED_TRACE(joined);
+    std::vector<const char*> argv{"shardscope-cli"};
+    for (const std::string& a : c.args)
+        argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    const int code = shardscope::cli::runCli(int(argv.size()), argv.data(), out, err);
+    EXPECT_EQ(code, 2);
+    EXPECT_TRUE(out.str().empty()) << out.str();
+    EXPECT_CONTAINS(err.str(), "error: ");
+    for (const std::string& s : c.expected)
+        EXPECT_CONTAINS(err.str(), s);
+}
+
+TEST(CliBadInput, UnknownPresetsListTheKnownOnes) {
+    expectRejected({{"plan", "--model", "gpt5"},
+                    {"unknown model preset 'gpt5'", "known:", "llama3-70b", "mixtral-8x7b"}});
+    expectRejected({{"plan", "--gpu", "tpu-v5"},
+                    {"unknown GPU preset 'tpu-v5'", "known:", "h100-sxm", "a100-80gb"}});
+    expectRejected({{"search", "--model", "gpt5"}, {"unknown model preset 'gpt5'"}});
+}
+
+TEST(CliBadInput, LayoutViolationsNameTheRuleAndTheFix) {
+    // Llama 3 70B has 64 heads.
+    expectRejected({{"plan", "--tp", "3"},
+                    {"not valid", "[tp-heads]", "does not divide 64 attention heads", "fix: use tp = 2"}});
+    expectRejected({{"plan", "--dp", "3"}, {"[world-size]", "64 GPUs", "fix: set dp = 2"}});
+    expectRejected({{"plan", "--zero", "7"}, {"[zero-stage]", "ZeRO stage is 7"}});
+    expectRejected({{"plan", "--global-batch", "0"}, {"[batch-size]", "global batch 0"}});
+    expectRejected({{"explain", "time.step", "--tp", "3"}, {"[tp-heads]"}});
+}
+
+TEST(CliBadInput, OutOfRangeNumbers) {
+    expectRejected({{"plan", "--nodes", "0"}, {"--nodes must be a positive number (got 0)"}});
+    expectRejected({{"plan", "--nodes", "-1"}, {"--nodes must be a positive number (got -1)"}});
+    expectRejected({{"plan", "--gpus-per-node", "0"}, {"--gpus-per-node must be a positive"}});
+    expectRejected({{"plan", "--params", "-5"}, {"--params must be a positive number (got -5)"}});
+    expectRejected({{"plan", "--params", "0"}, {"--params must be a positive number (got 0)"}});
+    expectRejected({{"plan", "--params", "1e30"}, {"--params 1e+30 is beyond any trainable model"}});
+    expectRejected({{"plan", "--params", "nan"}, {"--params must be a positive number"}});
+    expectRejected({{"plan", "--seq", "0"}, {"--seq must be a positive number (got 0)"}});
+    expectRejected({{"plan", "--seq", "-4096"}, {"--seq must be a positive number"}});
+    expectRejected({{"plan", "--inter-bw", "0"}, {"--inter-bw must be a positive number"}});
+    expectRejected({{"plan", "--tokens", "-1"}, {"--tokens must be zero or positive"}});
+    expectRejected({{"plan", "--nodes", "100000", "--gpus-per-node", "1000"}, {"ten million GPUs"}});
+}
+
+TEST(CliBadInput, UnknownNames) {
+    expectRejected({{"plan", "--schedule", "bogus"},
+                    {"unknown pipeline schedule 'bogus'", "1f1b", "zero-bubble"}});
+    expectRejected({{"plan", "--precision", "fp4"}, {"unknown precision 'fp4'", "bf16", "fp8"}});
+    expectRejected({{"plan", "--recompute", "sometimes"},
+                    {"unknown recompute policy 'sometimes'", "selective"}});
+    expectRejected({{"plan", "--optimizer", "lion"}, {"unknown optimizer 'lion'", "adamw"}});
+}
+
+TEST(CliBadInput, UnparsableFlags) {
+    expectRejected({{"plan", "--tp", "abc"}, {"--tp", "abc", "--help"}});
+    expectRejected({{"plan", "--sp", "maybe"}, {"--sp", "maybe"}});
+    expectRejected({{"plan", "--no-such-flag"}, {"--no-such-flag"}});
+    expectRejected({{"plan", "stray"}, {"stray"}});
+}
+
+TEST(CliBadInput, Commands) {
+    expectRejected({{"bogus"}, {"unknown command 'bogus'", "plan", "search", "validate"}});
+    expectRejected({{}, {"no command given", "plan"}});
+    expectRejected({{"explain"}, {"figure is required"}});
+    expectRejected({{"validate"}, {"runs is required"}});
+}
+
+TEST(CliBadInput, SearchArguments) {
+    expectRejected({{"search", "--model", "llama3-8b", "--global-batch", "0"},
+                    {"--global-batch must be positive"}});
+    expectRejected({{"search", "--model", "llama3-8b", "--top", "0"}, {"--top must be positive"}});
+    expectRejected({{"search", "--model", "llama3-8b", "--top", "-3"}, {"--top must be positive"}});
+    expectRejected({{"search", "--params", "7e9"}, {"search needs the model's architecture"}});
+}
+
+TEST(CliBadInput, HuggingFaceConfigFiles) {
+    const std::string missing = (fs::path(::testing::TempDir()) / "no_such_config.json").string();
+    expectRejected({{"plan", "--hf-config", missing}, {"cannot open", "no_such_config.json"}});
+    expectRejected({{"plan", "--hf-config", ::testing::TempDir()}, {"is a directory"}});
+
+    const TempFile malformed("malformed.json", "{\"hidden_size\": 4096, \"num_hidden_layers\": }");
+    expectRejected({{"plan", "--hf-config", malformed.path()}, {"malformed.json", "not valid JSON"}});
+
+    const std::string full = readFile(dataPath("hf/llama-3-8b.json"));
+    ASSERT_GT(full.size(), 40u);
+    const TempFile truncated("truncated.json", full.substr(0, full.size() / 2));
+    expectRejected({{"plan", "--hf-config", truncated.path()}, {"truncated.json", "not valid JSON"}});
+
+    const TempFile empty("empty.json", "");
+    expectRejected({{"plan", "--hf-config", empty.path()}, {"not valid JSON"}});
+
+    const TempFile array("array.json", "[{\"hidden_size\": 4096}]");
+    expectRejected({{"plan", "--hf-config", array.path()}, {"expected a JSON object", "array"}});
+
+    const TempFile incomplete("incomplete.json", "{\"model_type\": \"llama\", \"hidden_size\": 4096}");
+    expectRejected({{"plan", "--hf-config", incomplete.path()}, {"missing", "num_hidden_layers"}});
+}
+
+TEST(CliBadInput, ValidateFiles) {
+    const std::string missing = (fs::path(::testing::TempDir()) / "no_such_runs.csv").string();
+    expectRejected({{"validate", missing}, {"no_such_runs.csv"}});
+}
+
+} // namespace

@@ -168,13 +168,14 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
             app.exit(e, out, err);
             return 0;
         }
-        // CLI11 reports a misspelt command as "A subcommand is required"; name it instead.
-        if (app.get_subcommands().empty() && argc > 1 && argv[1][0] != '-') {
+        // CLI11 reports a missing or misspelt command as "A subcommand is required"; say which.
+        if (app.get_subcommands().empty() && (argc <= 1 || argv[1][0] != '-')) {
             std::string known;
             for (const CLI::App* sub : app.get_subcommands(nullptr))
                 known += (known.empty() ? "" : ", ") + sub->get_name();
-            err << "error: unknown command '" << argv[1] << "'; known commands: " << known
-                << "\nRun with --help to see what each one does.\n";
+            err << "error: "
+                << (argc > 1 ? "unknown command '" + std::string(argv[1]) + "'" : "no command given")
+                << "; known commands: " << known << "\nRun with --help to see what each one does.\n";
             return 2;
         }
         err << "error: " << e.what() << "\nRun with --help to see the accepted flags.\n";

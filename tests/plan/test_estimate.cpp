@@ -1,0 +1,156 @@
+// Step time, communication and throughput: the relations a user relies on.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "plan/compute.h"
+#include "plan/formulas.h"
+#include "plan_test_support.h"
+
+namespace shardscope {
+namespace {
+
+PlanInputs llama70b() {
+    ParallelConfig p = test::layout(2, 8, 4, 512, 1);
+    p.sequenceParallel = true;
+    p.recompute = Recompute::Selective;
+    PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 8, p);
+    in.train.trainTokens = 15e12;
+    return in;
+}
+
+TEST(Estimate, StepTimeIsTheSumOfItsParts) {
+    const PlanInputs in = llama70b();
+    const Estimate e = estimate(in);
+    ASSERT_TRUE(e.valid());
+    EXPECT_NEAR(e.stepTime,
+                e.computeTime + e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed + e.bubbleTime +
+                    e.axis(Axis::PP).exposed + e.axis(Axis::DP).exposed + e.optimizerTime,
+                1e-9 * e.stepTime);
+    EXPECT_GT(e.mfu, 0.2);
+    EXPECT_LT(e.mfu, 0.75);
+    EXPECT_NEAR(e.tokensPerSecond, 512.0 * 8192 / e.stepTime, 1e-6 * e.tokensPerSecond);
+    EXPECT_NEAR(e.timeToTrain, 15e12 / e.tokensPerSecond, 1e-6 * e.timeToTrain);
+    EXPECT_NEAR(e.gpuHours, e.timeToTrain * 64 / 3600, 1e-6 * e.gpuHours);
+}
+
+TEST(Estimate, TensorParallelStaysInNodeAndPipelineCrossesNodes) {
+    const Estimate e = estimate(llama70b());
+    EXPECT_FALSE(e.axis(Axis::TP).crossesNodes);
+    EXPECT_TRUE(e.axis(Axis::PP).crossesNodes);
+    EXPECT_EQ(e.axis(Axis::TP).groupSize, 8);
+    EXPECT_EQ(e.axis(Axis::CP).bytes, 0);
+}
+
+TEST(Estimate, TensorParallelAcrossNodesIsSlower) {
+    PlanInputs in = llama70b();
+    const double inNode = estimate(in).axis(Axis::TP).seconds;
+    in.cluster.gpusPerNode = 4;
+    in.cluster.nodes = 16;
+    const Estimate e = estimate(in);
+    EXPECT_TRUE(e.axis(Axis::TP).crossesNodes);
+    EXPECT_GT(e.axis(Axis::TP).seconds, 5 * inNode);
+}
+
+TEST(Estimate, MoreMicrobatchesShrinkTheBubble) {
+    PlanInputs in = llama70b();
+    in.parallel.globalBatch = 16;
+    const double few = estimate(in).bubbleFraction;
+    in.parallel.globalBatch = 256;
+    const double many = estimate(in).bubbleFraction;
+    EXPECT_GT(few, many);
+    EXPECT_NEAR(few, pipelineBubbleFraction(PipelineSchedule::OneFOneB, 4, 8), 1e-9);
+}
+
+TEST(Estimate, InterleavingAndZeroBubbleBeat1F1B) {
+    PlanInputs in = llama70b();
+    in.parallel.globalBatch = 32;
+    const double oneF = estimate(in).bubbleTime;
+    in.parallel.schedule = PipelineSchedule::Interleaved;
+    in.parallel.vpp = 2;
+    const double interleaved = estimate(in).bubbleTime;
+    in.parallel.schedule = PipelineSchedule::ZeroBubble;
+    in.parallel.vpp = 1;
+    const double zb = estimate(in).bubbleTime;
+    EXPECT_LT(interleaved, oneF);
+    EXPECT_LT(zb, interleaved);
+}
+
+TEST(Estimate, RecomputeCostsComputeAndSavesMemory) {
+    PlanInputs in = llama70b();
+    in.parallel.recompute = Recompute::None;
+    const Estimate none = estimate(in);
+    in.parallel.recompute = Recompute::Full;
+    const Estimate full = estimate(in);
+    EXPECT_LT(full.memory.activations, none.memory.activations / 4);
+    EXPECT_GT(full.computeTime, none.computeTime * 1.2);
+    EXPECT_NEAR(full.hardwareFlopsPerToken / full.modelFlopsPerToken, 4.0 / 3, 0.02);
+    EXPECT_DOUBLE_EQ(full.modelFlopsPerStep, none.modelFlopsPerStep);
+}
+
+TEST(Estimate, Zero3CommunicatesMoreThanZero1) {
+    PlanInputs in = llama70b();
+    const double z1 = estimate(in).axis(Axis::DP).bytes;
+    in.parallel.zero = 3;
+    const Estimate z3 = estimate(in);
+    EXPECT_GT(z3.axis(Axis::DP).bytes, z1);
+    EXPECT_LT(z3.memory.parameters, estimate(llama70b()).memory.parameters);
+}
+
+TEST(Estimate, ModelFlopsFollowSixNForLargeModels) {
+    // Without the attention and LM-head terms the count is exactly 6N on the matmul parameters.
+    const ModelSpec m = findModelPreset("llama3-70b");
+    ParallelConfig p;
+    Assumptions a;
+    const TokenFlops f = tokenFlops(m, p, a);
+    EXPECT_NEAR(m.layers * 3 * f.layerMatmul + 3 * f.lmHead, 6 * matmulParamsPerToken(m), 1e3);
+    EXPECT_GT(f.model, 6 * countParameters(m).total * 0.99);
+}
+
+TEST(Estimate, FasterNetworkNeverSlowsTheStep) {
+    PlanInputs in = llama70b();
+    in.parallel.zero = 3;
+    const double slow = estimate(in).stepTime;
+    in.cluster.interBandwidth *= 4;
+    EXPECT_LE(estimate(in).stepTime, slow);
+}
+
+TEST(Estimate, ReliabilityFollowsYoungDaly) {
+    PlanInputs in = llama70b();
+    const Estimate e = estimate(in);
+    EXPECT_NEAR(e.jobMtbf, in.cluster.gpuMtbfHours * 3600 / 64, 1e-6 * e.jobMtbf);
+    EXPECT_NEAR(e.checkpointInterval,
+                std::sqrt(2 * e.checkpointWrite * e.jobMtbf) - e.checkpointWrite, 1e-6);
+    EXPECT_GT(e.trainingFraction, 0.9);
+    EXPECT_LE(e.trainingFraction, 1.0);
+    EXPECT_GT(e.wallTimeToTrain, e.timeToTrain);
+    // More GPUs fail more often and lose a larger share of time.
+    in.cluster.nodes = 2048;
+    in.parallel.dp = 512;
+    EXPECT_LT(estimate(in).trainingFraction, e.trainingFraction);
+}
+
+TEST(Estimate, BareModelGivesModelStateOnly) {
+    PlanInputs in;
+    in.model.name = "7B";
+    in.model.bareParams = 7e9;
+    in.model.seqLen = 4096;
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 1);
+    in.parallel = test::layout(8, 1, 1, 8, 3);
+    const Estimate e = estimate(in);
+    EXPECT_TRUE(e.valid());
+    EXPECT_NEAR(e.memory.parameters + e.memory.gradients + e.memory.optimizer, 7e9 * 18 / 8, 1);
+    EXPECT_EQ(e.memory.activations, 0);
+    EXPECT_DOUBLE_EQ(e.modelFlopsPerToken, 6 * 7e9);
+}
+
+TEST(Estimate, InvalidLayoutIsReportedNotCrashing) {
+    PlanInputs in = llama70b();
+    in.parallel.tp = 3;
+    const Estimate e = estimate(in);
+    EXPECT_FALSE(e.valid());
+    EXPECT_TRUE(std::isfinite(e.memory.total()));
+}
+
+} // namespace
+} // namespace shardscope

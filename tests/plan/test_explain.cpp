@@ -1,0 +1,66 @@
+// Every figure carries its formula, the numbers substituted and a source.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "plan/explain.h"
+#include "plan_test_support.h"
+
+namespace shardscope {
+namespace {
+
+TEST(Explain, EveryFigureHasFormulaNumbersAndSource) {
+    ParallelConfig p = test::layout(2, 8, 4, 512, 1);
+    p.sequenceParallel = true;
+    PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 8, p);
+    in.train.trainTokens = 1e12;
+    const Estimate e = estimate(in);
+    for (FigureId id : allFigures()) {
+        const Explanation x = explain(in, e, id);
+        SCOPED_TRACE(x.key);
+        EXPECT_FALSE(x.label.empty());
+        EXPECT_FALSE(x.unit.empty());
+        EXPECT_FALSE(x.display.empty());
+        EXPECT_FALSE(x.formula.empty());
+        EXPECT_FALSE(x.substituted.empty());
+        EXPECT_FALSE(x.source.empty());
+        EXPECT_EQ(figureFromKey(x.key), id);
+    }
+}
+
+TEST(Explain, ValuesAreTheEstimateValues) {
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, test::layout(8, 1, 1, 64, 2));
+    const Estimate e = estimate(in);
+    EXPECT_DOUBLE_EQ(explain(in, e, FigureId::MemTotal).value, e.memory.total());
+    EXPECT_DOUBLE_EQ(explain(in, e, FigureId::StepTime).value, e.stepTime);
+    EXPECT_DOUBLE_EQ(explain(in, e, FigureId::Mfu).value, e.mfu);
+    EXPECT_DOUBLE_EQ(explain(in, e, FigureId::CommDP).value, e.axis(Axis::DP).seconds);
+    // The substituted text shows the result it explains.
+    const Explanation total = explain(in, e, FigureId::MemTotal);
+    EXPECT_NE(total.substituted.find(formatBytes(e.memory.total())), std::string::npos);
+    EXPECT_NE(total.substituted.find("fits"), std::string::npos);
+}
+
+TEST(Explain, UnknownKeyListsTheKnownOnes) {
+    try {
+        figureFromKey("memory.everything");
+        FAIL();
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("memory.activations"), std::string::npos);
+    }
+}
+
+TEST(Explain, BareModelSaysWhatItOmits) {
+    PlanInputs in;
+    in.model.bareParams = 7e9;
+    in.model.seqLen = 2048;
+    in.cluster = makeCluster(findGpuPreset("a100-80gb"), 8, 1);
+    in.parallel = test::layout(8, 1, 1, 8);
+    const Estimate e = estimate(in);
+    EXPECT_NE(explain(in, e, FigureId::MemActivations).substituted.find("not computed"),
+              std::string::npos);
+    EXPECT_NE(explain(in, e, FigureId::ParamsTotal).substituted.find("omits"), std::string::npos);
+}
+
+} // namespace
+} // namespace shardscope

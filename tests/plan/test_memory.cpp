@@ -1,0 +1,168 @@
+// Memory per GPU: activations against Korthikanti et al. 2022 Table 2, ZeRO stages, offload,
+// pipeline in-flight microbatches and the most loaded stage.
+#include <gtest/gtest.h>
+
+#include "plan/formulas.h"
+#include "plan_test_support.h"
+
+namespace shardscope {
+namespace {
+
+using test::gptStyle;
+
+ParallelConfig korthikanti(int tp, bool sp, Recompute rc) {
+    ParallelConfig p;
+    p.tp = tp;
+    p.sequenceParallel = sp;
+    p.recompute = rc;
+    p.microBatch = 1;
+    p.globalBatch = 1;
+    p.flashAttention = false; // the paper materialises attention scores
+    return p;
+}
+
+// Table 2 of Korthikanti et al., per layer, 16-bit activations (s, b, h, a, t):
+//   no parallelism:          sbh (34 + 5as/h)
+//   TP:                      sbh (10 + 24/t + 5as/(ht))
+//   TP + SP:                 sbh/t (34 + 5as/h)
+//   TP + selective:          sbh (10 + 24/t)
+//   TP + SP + selective:     sbh 34/t
+//   full recompute:          2 sbh (no SP)
+TEST(ActivationMemory, MatchesKorthikantiTable2) {
+    const ModelSpec m = gptStyle(96, 12288, 96, 2048); // GPT-3 175B shapes
+    const double s = 2048, b = 1, h = 12288, a = 96, t = 8;
+    const double sbh = s * b * h;
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, korthikanti(1, false, Recompute::None)),
+                     sbh * (34 + 5 * a * s / h));
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, korthikanti(8, false, Recompute::None)),
+                     sbh * (10 + 24 / t + 5 * a * s / (h * t)));
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, korthikanti(8, true, Recompute::None)),
+                     sbh / t * (34 + 5 * a * s / h));
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, korthikanti(8, false, Recompute::Selective)),
+                     sbh * (10 + 24 / t));
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, korthikanti(8, true, Recompute::Selective)),
+                     sbh * 34 / t);
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, korthikanti(8, false, Recompute::Full)), 2 * sbh);
+}
+
+TEST(ActivationMemory, FlashAttentionStoresNoScores) {
+    const ModelSpec m = gptStyle(96, 12288, 96, 2048);
+    ParallelConfig flash = korthikanti(8, true, Recompute::None);
+    flash.flashAttention = true;
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, flash),
+                     activationBytesPerLayer(m, korthikanti(8, true, Recompute::Selective)));
+}
+
+TEST(ActivationMemory, GqaAndSwiGluTerms) {
+    // Llama 3 8B, one sequence of 8192, no TP, no dropout: 4h inputs + Q,K,V + O input + 3 f.
+    const ModelSpec m = findModelPreset("llama3-8b");
+    ParallelConfig p = korthikanti(1, false, Recompute::Selective);
+    const double T = 8192, h = 4096, kv = 1024, f = 14336;
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, p), 2 * T * (4 * h + (h + 2 * kv) + h + 3 * f));
+}
+
+TEST(ActivationMemory, ContextParallelDividesTokens) {
+    const ModelSpec m = findModelPreset("llama3-8b");
+    ParallelConfig p = korthikanti(1, false, Recompute::Selective);
+    const double whole = activationBytesPerLayer(m, p);
+    p.cp = 4;
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, p), whole / 4);
+}
+
+TEST(PipelineMemory, InflightMicrobatchesPerSchedule) {
+    EXPECT_EQ(pipelineInflightMicrobatches(PipelineSchedule::GPipe, 4, 16), 16);
+    EXPECT_EQ(pipelineInflightMicrobatches(PipelineSchedule::OneFOneB, 4, 16), 4);
+    EXPECT_EQ(pipelineInflightMicrobatches(PipelineSchedule::OneFOneB, 8, 2), 2);
+    // Korthikanti et al. Section 4.2.3: interleaving multiplies by 1 + (p-1)/(p v).
+    EXPECT_DOUBLE_EQ(pipelineInflightMicrobatches(PipelineSchedule::Interleaved, 4, 16, 2),
+                     4 * (1 + 3.0 / 8));
+}
+
+TEST(PipelineMemory, FirstStageHoldsPMicrobatchesUnder1F1B) {
+    ParallelConfig p = test::layout(1, 1, 4, 16);
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 4, 1, p);
+    const MemoryBreakdown first = memoryForStage(in, 0);
+    const MemoryBreakdown last = memoryForStage(in, 3);
+    EXPECT_EQ(first.inflightMicrobatches, 4);
+    EXPECT_EQ(last.inflightMicrobatches, 1);
+    EXPECT_EQ(first.layersOnRank, 8);
+    EXPECT_NEAR(first.activations, 8 * 4 * first.activationsPerLayer, first.activations * 0.01);
+    in.parallel.schedule = PipelineSchedule::GPipe;
+    EXPECT_EQ(memoryForStage(in, 0).inflightMicrobatches, 16);
+}
+
+TEST(ModelStateMemory, ZeroStagesShardWhatTheyShould) {
+    // bf16 weights, fp32 grads, fp32 master + Adam: 2 + 4 + 12 bytes before sharding.
+    const PrecisionPolicy mixed = PrecisionPolicy::bf16Mixed();
+    EXPECT_DOUBLE_EQ(modelStateBytesPerParam(mixed, Optimizer::AdamW, 0, 8), 18);
+    EXPECT_DOUBLE_EQ(modelStateBytesPerParam(mixed, Optimizer::AdamW, 1, 8), 2 + 4 + 12.0 / 8);
+    EXPECT_DOUBLE_EQ(modelStateBytesPerParam(mixed, Optimizer::AdamW, 2, 8), 2 + 16.0 / 8);
+    EXPECT_DOUBLE_EQ(modelStateBytesPerParam(mixed, Optimizer::AdamW, 3, 8), 18.0 / 8);
+    EXPECT_DOUBLE_EQ(modelStateBytesPerParam(PrecisionPolicy::fp32(), Optimizer::AdamW, 0, 1), 16);
+    EXPECT_DOUBLE_EQ(modelStateBytesPerParam(mixed, Optimizer::SgdMomentum, 0, 1), 2 + 4 + 8);
+}
+
+TEST(ModelStateMemory, EstimateUsesTheSameRule) {
+    ParallelConfig p = test::layout(8, 1, 1, 8, 3);
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, p);
+    const MemoryBreakdown m = memoryForStage(in, 0);
+    const double params = countParameters(in.model).total;
+    EXPECT_NEAR(m.parameters + m.gradients + m.optimizer, params * 18 / 8, 1.0);
+}
+
+TEST(ModelStateMemory, OffloadMovesOptimizerToHost) {
+    ParallelConfig p = test::layout(8, 1, 1, 8, 2);
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, p);
+    const MemoryBreakdown onGpu = memoryForStage(in, 0);
+    in.parallel.offloadOptimizer = true;
+    const MemoryBreakdown off = memoryForStage(in, 0);
+    EXPECT_EQ(off.optimizer, 0);
+    EXPECT_EQ(off.gradients, 0);
+    EXPECT_DOUBLE_EQ(off.cpuOffloaded, onGpu.optimizer + onGpu.gradients);
+    EXPECT_LT(off.total(), onGpu.total());
+}
+
+TEST(StageMemory, TensorParallelDividesWeightsNotNorms) {
+    ParallelConfig p = test::layout(1, 8, 1, 1);
+    PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 1, p);
+    const ParamCount c = countParameters(in.model);
+    const MemoryBreakdown m = memoryForStage(in, 0);
+    const double expected = (c.attention + c.mlp + c.embeddings + c.lmHead) / 8 +
+                            in.model.layers * c.normsPerLayer + c.finalNorm;
+    EXPECT_NEAR(m.paramsOnRank, expected, 1.0);
+}
+
+TEST(StageMemory, UnevenPipelineGivesFirstStageTheExtraLayer) {
+    ParallelConfig p = test::layout(1, 8, 16, 16);
+    PlanInputs in = test::inputs("llama3-405b", "h100-sxm", 8, 16, p);
+    int total = 0;
+    for (int s = 0; s < 16; ++s)
+        total += memoryForStage(in, s).layersOnRank;
+    EXPECT_EQ(total, 126);
+    EXPECT_EQ(memoryForStage(in, 0).layersOnRank, 8);
+    EXPECT_EQ(memoryForStage(in, 15).layersOnRank, 7);
+}
+
+TEST(StageMemory, LastStageHoldsLogits) {
+    ParallelConfig p = test::layout(1, 1, 2, 2);
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 2, 1, p);
+    EXPECT_EQ(memoryForStage(in, 0).logits, 0);
+    EXPECT_DOUBLE_EQ(memoryForStage(in, 1).logits, 4.0 * 8192 * 128256);
+}
+
+TEST(Estimate, FitVerdictFollowsCapacity) {
+    // Llama 3 70B cannot train on one H100; with TP8 PP4 ZeRO-1 on 64 it can.
+    PlanInputs one = test::inputs("llama3-70b", "h100-sxm", 1, 1, test::layout(1, 1, 1, 1));
+    EXPECT_FALSE(estimate(one).fits);
+    ParallelConfig p = test::layout(2, 8, 4, 64, 1);
+    p.sequenceParallel = true;
+    p.recompute = Recompute::Selective;
+    PlanInputs big = test::inputs("llama3-70b", "h100-sxm", 8, 8, p);
+    const Estimate e = estimate(big);
+    EXPECT_TRUE(e.valid());
+    EXPECT_TRUE(e.fits);
+    EXPECT_LT(e.memory.total(), e.capacity);
+}
+
+} // namespace
+} // namespace shardscope

@@ -1,0 +1,94 @@
+// Strategy search: ranked, valid, fitting layouts and honest rejection counts.
+#include <gtest/gtest.h>
+
+#include "plan/search.h"
+#include "plan_test_support.h"
+
+namespace shardscope {
+namespace {
+
+SearchResult searchLlama8b(SearchOptions options = {}) {
+    const ModelSpec m = findModelPreset("llama3-8b");
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
+    ParallelConfig base;
+    base.globalBatch = 256;
+    return searchLayouts(m, c, base, TrainConfig{}, Assumptions{}, SearchSpace{}, options);
+}
+
+TEST(Search, TopLayoutsAreValidFitAndRanked) {
+    const SearchResult r = searchLlama8b();
+    ASSERT_FALSE(r.top.empty());
+    const ModelSpec m = findModelPreset("llama3-8b");
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
+    for (std::size_t i = 0; i < r.top.size(); ++i) {
+        const Candidate& cand = r.top[i];
+        EXPECT_TRUE(cand.fits);
+        EXPECT_EQ(cand.config.worldSize(), 24);
+        EXPECT_TRUE(validate(m, c, cand.config).empty()) << i;
+        if (i > 0) {
+            EXPECT_LE(cand.tokensPerSecond, r.top[i - 1].tokensPerSecond);
+        }
+        // The candidate's figures are the estimate's.
+        PlanInputs in{m, c, cand.config, {}, {}};
+        EXPECT_DOUBLE_EQ(estimate(in).tokensPerSecond, cand.tokensPerSecond);
+    }
+}
+
+TEST(Search, CountsAddUp) {
+    const SearchResult r = searchLlama8b();
+    long long rejected = 0;
+    for (const auto& [rule, n] : r.rejected)
+        rejected += n;
+    EXPECT_EQ(r.considered, r.evaluated + rejected - r.rejected.at("memory"));
+    EXPECT_EQ(r.evaluated, r.fitting + r.rejected.at("memory"));
+    EXPECT_GT(r.rejected.at("tp-heads"), 0);
+    EXPECT_GT(r.rejected.at("batch"), 0);
+}
+
+TEST(Search, RejectedStructuralLayoutsAreReallyInvalid) {
+    // Every layout the search skips for a rule, validate() also rejects: spot-check tp = 3.
+    const ModelSpec m = findModelPreset("llama3-8b");
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
+    ParallelConfig p = test::layout(8, 3, 1, 256);
+    bool found = false;
+    for (const Violation& v : validate(m, c, p))
+        found |= v.rule == "tp-kv-heads" || v.rule == "tp-heads";
+    EXPECT_TRUE(found);
+}
+
+TEST(Search, KeepAllReturnsEveryEvaluatedLayout) {
+    SearchOptions o;
+    o.keepAll = true;
+    const SearchResult r = searchLlama8b(o);
+    EXPECT_EQ(static_cast<long long>(r.all.size()), r.evaluated);
+}
+
+TEST(Search, CancelStopsEarly) {
+    std::atomic<bool> cancel{true};
+    SearchOptions o;
+    o.cancel = &cancel;
+    const SearchResult r = searchLlama8b(o);
+    EXPECT_TRUE(r.cancelled);
+    EXPECT_LE(r.considered, 1);
+}
+
+TEST(Search, ProgressReachesOne) {
+    double last = 0;
+    SearchOptions o;
+    o.progress = [&](double f) { last = f; };
+    searchLlama8b(o);
+    EXPECT_DOUBLE_EQ(last, 1.0);
+}
+
+TEST(Search, NothingFitsIsReported) {
+    const ModelSpec m = findModelPreset("llama3-405b");
+    const ClusterSpec c = makeCluster(findGpuPreset("rtx4090"), 1, 1);
+    ParallelConfig base;
+    base.globalBatch = 8;
+    const SearchResult r = searchLayouts(m, c, base, {}, {}, SearchSpace{}, {});
+    EXPECT_TRUE(r.top.empty());
+    EXPECT_GT(r.rejected.at("memory"), 0);
+}
+
+} // namespace
+} // namespace shardscope

@@ -633,7 +633,8 @@ void to_json(json& j, const ParallelConfig& p) {
              {"recompute", toString(p.recompute)},
              {"precision", policyJson(p.precision)},
              {"optimizer", toString(p.optimizer)},
-             {"offload_optimizer", p.offloadOptimizer}};
+             {"offload_optimizer", p.offloadOptimizer},
+             {"flash_attention", p.flashAttention}};
 }
 
 void from_json(const json& j, ParallelConfig& out) {
@@ -663,6 +664,7 @@ void from_json(const json& j, ParallelConfig& out) {
     readPolicy(r, p.precision);
     r.choice("optimizer", p.optimizer, optimizerFromString);
     r.boolean("offload_optimizer", p.offloadOptimizer);
+    r.boolean("flash_attention", p.flashAttention);
     problems.throwIfAny("parallel config");
     out = p;
 }

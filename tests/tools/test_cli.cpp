@@ -2,20 +2,18 @@
 // output, and every kind of bad input, which must end with exit code 2 and a message that names
 // the problem (never a crash, never output on stdout).
 
-#include <gtest/gtest.h>
+#include "cli/commands.h"
+#include "core/presets.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include "cli/commands.h"
-#include "core/presets.h"
 
 namespace {
 
@@ -79,9 +77,9 @@ json parseOrFail(const std::string& text) {
     return j;
 }
 
-#define EXPECT_CONTAINS(haystack, needle)                                                        \
-    EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                            \
-        << "expected to find \"" << (needle) << "\" in:\n"                                       \
+#define EXPECT_CONTAINS(haystack, needle)                                                          \
+    EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                               \
+        << "expected to find \"" << (needle) << "\" in:\n"                                         \
         << (haystack)
 
 // ---- help ---------------------------------------------------------------------------------
@@ -95,13 +93,12 @@ TEST(CliHelp, TopLevelHelpListsEveryCommand) {
 
 TEST(CliHelp, EveryCommandsHelpExitsZeroAndNamesItsFlags) {
     const std::vector<std::string> model = {"--model", "--params", "--hf-config", "--seq"};
-    const std::vector<std::string> cluster = {"--gpu",        "--gpus-per-node", "--nodes",
-                                              "--inter-bw",   "--mtbf-hours",    "--ckpt-bw",
+    const std::vector<std::string> cluster = {"--gpu",      "--gpus-per-node", "--nodes",
+                                              "--inter-bw", "--mtbf-hours",    "--ckpt-bw",
                                               "--price"};
-    const std::vector<std::string> layout = {"--dp",         "--tp",        "--pp",
-                                             "--vpp",        "--cp",        "--zero",
-                                             "--sp",         "--schedule",  "--micro-batch",
-                                             "--recompute"};
+    const std::vector<std::string> layout = {"--dp",          "--tp",       "--pp", "--vpp",
+                                             "--cp",          "--zero",     "--sp", "--schedule",
+                                             "--micro-batch", "--recompute"};
     const std::vector<std::string> run = {"--global-batch", "--precision", "--optimizer",
                                           "--offload", "--tokens"};
     auto concat = [](std::initializer_list<std::vector<std::string>> parts) {
@@ -172,8 +169,8 @@ TEST(CliPlan, JsonFollowsThePlanSchema) {
     const json j = parseOrFail(r.out);
     ASSERT_TRUE(j.is_object());
     EXPECT_EQ(j.at("schema"), "shardscope.plan/1");
-    for (const char* key : {"model", "cluster", "parallel", "train", "valid", "violations", "params",
-                            "memory", "comm", "summary", "figures"})
+    for (const char* key : {"model", "cluster", "parallel", "train", "valid", "violations",
+                            "params", "memory", "comm", "summary", "figures"})
         EXPECT_TRUE(j.contains(key)) << key;
     EXPECT_EQ(j.at("valid"), true);
     EXPECT_TRUE(j.at("violations").empty());
@@ -195,11 +192,13 @@ TEST(CliPlan, JsonFollowsThePlanSchema) {
         ASSERT_TRUE(m.contains(key)) << key;
     EXPECT_NEAR(m.at("total").get<double>(), sum, 1e-6 * sum);
     EXPECT_DOUBLE_EQ(m.at("capacity").get<double>(), 80e9); // bytes, decimal
-    EXPECT_EQ(m.at("fits").get<bool>(), m.at("total").get<double>() <= m.at("capacity").get<double>());
+    EXPECT_EQ(m.at("fits").get<bool>(),
+              m.at("total").get<double>() <= m.at("capacity").get<double>());
 
     for (const char* axis : {"dp", "tp", "pp", "cp"}) {
         ASSERT_TRUE(j.at("comm").contains(axis)) << axis;
-        for (const char* key : {"group_size", "crosses_nodes", "bytes", "seconds", "exposed_seconds"})
+        for (const char* key :
+             {"group_size", "crosses_nodes", "bytes", "seconds", "exposed_seconds"})
             EXPECT_TRUE(j.at("comm").at(axis).contains(key)) << axis << "." << key;
     }
     EXPECT_EQ(j.at("comm").at("tp").at("group_size"), 8);
@@ -211,7 +210,7 @@ TEST(CliPlan, JsonFollowsThePlanSchema) {
         EXPECT_TRUE(s.contains(key)) << key;
     EXPECT_GT(s.at("step_time_s").get<double>(), 0);
     EXPECT_GT(s.at("mfu").get<double>(), 0);
-    EXPECT_LT(s.at("mfu").get<double>(), 1); // a fraction, not a percentage
+    EXPECT_LT(s.at("mfu").get<double>(), 1);                // a fraction, not a percentage
     EXPECT_LT(s.at("tflops_per_gpu").get<double>(), 989.5); // TFLOP/s, below the bf16 peak
 
     const json& figures = j.at("figures");
@@ -219,7 +218,8 @@ TEST(CliPlan, JsonFollowsThePlanSchema) {
     EXPECT_GE(figures.size(), 20u);
     std::vector<std::string> keys;
     for (const json& f : figures) {
-        for (const char* key : {"key", "formula", "substituted", "source", "label", "unit", "display"}) {
+        for (const char* key :
+             {"key", "formula", "substituted", "source", "label", "unit", "display"}) {
             ASSERT_TRUE(f.contains(key)) << key;
             EXPECT_TRUE(f.at(key).is_string()) << key;
         }
@@ -265,7 +265,8 @@ TEST(CliPlan, QuickFormWithABareParameterCount) {
 
 TEST(CliPlan, HuggingFaceConfigFixture) {
     const std::string path = dataPath("hf/llama-3-8b.json");
-    const CliResult r = run({"plan", "--hf-config", path, "--nodes", "1", "--tp", "1", "--pp", "1"});
+    const CliResult r =
+        run({"plan", "--hf-config", path, "--nodes", "1", "--tp", "1", "--pp", "1"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_CONTAINS(r.out, "llama-3-8b.json on 1 x 8");
     EXPECT_CONTAINS(r.out, "Memory per GPU");
@@ -380,8 +381,8 @@ TEST(CliSearch, JsonRanksTheTopLayouts) {
 }
 
 TEST(CliSearch, TextTable) {
-    const CliResult r = run({"search", "--model", "llama3-8b", "--nodes", "2", "--global-batch",
-                             "256", "--top", "3"});
+    const CliResult r = run(
+        {"search", "--model", "llama3-8b", "--nodes", "2", "--global-batch", "256", "--top", "3"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_CONTAINS(r.out, "Search: Llama 3 8B on 16 x");
     EXPECT_CONTAINS(r.out, "layouts considered");
@@ -513,8 +514,9 @@ TEST(CliBadInput, UnknownPresetsListTheKnownOnes) {
 
 TEST(CliBadInput, LayoutViolationsNameTheRuleAndTheFix) {
     // Llama 3 70B has 64 heads.
-    expectRejected({{"plan", "--tp", "3"},
-                    {"not valid", "[tp-heads]", "does not divide 64 attention heads", "fix: use tp = 2"}});
+    expectRejected(
+        {{"plan", "--tp", "3"},
+         {"not valid", "[tp-heads]", "does not divide 64 attention heads", "fix: use tp = 2"}});
     expectRejected({{"plan", "--dp", "3"}, {"[world-size]", "64 GPUs", "fix: set dp = 2"}});
     expectRejected({{"plan", "--zero", "7"}, {"[zero-stage]", "ZeRO stage is 7"}});
     expectRejected({{"plan", "--global-batch", "0"}, {"[batch-size]", "global batch 0"}});
@@ -527,13 +529,15 @@ TEST(CliBadInput, OutOfRangeNumbers) {
     expectRejected({{"plan", "--gpus-per-node", "0"}, {"--gpus-per-node must be a positive"}});
     expectRejected({{"plan", "--params", "-5"}, {"--params must be a positive number (got -5)"}});
     expectRejected({{"plan", "--params", "0"}, {"--params must be a positive number (got 0)"}});
-    expectRejected({{"plan", "--params", "1e30"}, {"--params 1e+30 is beyond any trainable model"}});
+    expectRejected(
+        {{"plan", "--params", "1e30"}, {"--params 1e+30 is beyond any trainable model"}});
     expectRejected({{"plan", "--params", "nan"}, {"--params must be a positive number"}});
     expectRejected({{"plan", "--seq", "0"}, {"--seq must be a positive number (got 0)"}});
     expectRejected({{"plan", "--seq", "-4096"}, {"--seq must be a positive number"}});
     expectRejected({{"plan", "--inter-bw", "0"}, {"--inter-bw must be a positive number"}});
     expectRejected({{"plan", "--tokens", "-1"}, {"--tokens must be zero or positive"}});
-    expectRejected({{"plan", "--nodes", "100000", "--gpus-per-node", "1000"}, {"ten million GPUs"}});
+    expectRejected(
+        {{"plan", "--nodes", "100000", "--gpus-per-node", "1000"}, {"ten million GPUs"}});
 }
 
 TEST(CliBadInput, UnknownNames) {
@@ -573,12 +577,14 @@ TEST(CliBadInput, HuggingFaceConfigFiles) {
     expectRejected({{"plan", "--hf-config", ::testing::TempDir()}, {"is a directory"}});
 
     const TempFile malformed("malformed.json", "{\"hidden_size\": 4096, \"num_hidden_layers\": }");
-    expectRejected({{"plan", "--hf-config", malformed.path()}, {"malformed.json", "not valid JSON"}});
+    expectRejected(
+        {{"plan", "--hf-config", malformed.path()}, {"malformed.json", "not valid JSON"}});
 
     const std::string full = readFile(dataPath("hf/llama-3-8b.json"));
     ASSERT_GT(full.size(), 40u);
     const TempFile truncated("truncated.json", full.substr(0, full.size() / 2));
-    expectRejected({{"plan", "--hf-config", truncated.path()}, {"truncated.json", "not valid JSON"}});
+    expectRejected(
+        {{"plan", "--hf-config", truncated.path()}, {"truncated.json", "not valid JSON"}});
 
     const TempFile empty("empty.json", "");
     expectRejected({{"plan", "--hf-config", empty.path()}, {"not valid JSON"}});
@@ -586,13 +592,23 @@ TEST(CliBadInput, HuggingFaceConfigFiles) {
     const TempFile array("array.json", "[{\"hidden_size\": 4096}]");
     expectRejected({{"plan", "--hf-config", array.path()}, {"expected a JSON object", "array"}});
 
-    const TempFile incomplete("incomplete.json", "{\"model_type\": \"llama\", \"hidden_size\": 4096}");
+    const TempFile incomplete("incomplete.json",
+                              "{\"model_type\": \"llama\", \"hidden_size\": 4096}");
     expectRejected({{"plan", "--hf-config", incomplete.path()}, {"missing", "num_hidden_layers"}});
 }
 
 TEST(CliBadInput, ValidateFiles) {
     const std::string missing = (fs::path(::testing::TempDir()) / "no_such_runs.csv").string();
     expectRejected({{"validate", missing}, {"no_such_runs.csv"}});
+
+    // A header and no runs: a median over nothing must not read as a 0 % error.
+    const std::string runs = readFile(dataPath("published_runs.csv"));
+    const std::string header = runs.substr(0, runs.find('\n') + 1);
+    ASSERT_GT(header.size(), 10u);
+    const TempFile headerOnly("header_only.csv", header);
+    expectRejected({{"validate", headerOnly.path()}, {"holds no runs"}});
+    const TempFile empty("empty.csv", "");
+    expectRejected({{"validate", empty.path()}, {"empty"}});
 }
 
 } // namespace

@@ -1,13 +1,12 @@
 // The accelerators of this machine (label "gpu"). Without a CUDA device every test here skips
 // with the reason queryDevices() gives, which is how GPU tests skip cleanly on CI.
 
-#include <gtest/gtest.h>
-
-#include <regex>
-#include <string>
-
 #include "core/presets.h"
 #include "runtime/devices.h"
+
+#include <gtest/gtest.h>
+#include <regex>
+#include <string>
 
 namespace {
 
@@ -19,18 +18,20 @@ const DeviceReport& report() {
     return r;
 }
 
-#define SKIP_WITHOUT_DEVICES()                                                                   \
-    do {                                                                                         \
-        if (report().devices.empty())                                                            \
-            GTEST_SKIP() << "no CUDA device: " << report().reason;                               \
+#define SKIP_WITHOUT_DEVICES()                                                                     \
+    do {                                                                                           \
+        if (report().devices.empty()) {                                                            \
+            GTEST_SKIP() << "no CUDA device: " << report().reason;                                 \
+        }                                                                                          \
     } while (0)
 
 TEST(Devices, AnEmptyListComesWithAReason) {
     const DeviceReport& r = report();
     if (r.devices.empty()) {
         EXPECT_FALSE(r.reason.empty());
-        if (!r.builtWithCuda)
+        if (!r.builtWithCuda) {
             EXPECT_NE(r.reason.find("CUDA"), std::string::npos) << r.reason;
+        }
         GTEST_SKIP() << "no CUDA device: " << r.reason;
     }
     EXPECT_TRUE(r.builtWithCuda);
@@ -58,9 +59,9 @@ struct KnownPart {
     const char* capability;
 };
 constexpr KnownPart kKnownParts[] = {
-    {"H100 80GB HBM3", "h100-sxm", "9.0"},   {"H100 SXM", "h100-sxm", "9.0"},
-    {"H100 PCIe", "h100-pcie", "9.0"},       {"H200", "h200", "9.0"},
-    {"A100-SXM4-80GB", "a100-80gb", "8.0"},  {"A100-SXM-80GB", "a100-80gb", "8.0"},
+    {"H100 80GB HBM3", "h100-sxm", "9.0"},  {"H100 SXM", "h100-sxm", "9.0"},
+    {"H100 PCIe", "h100-pcie", "9.0"},      {"H200", "h200", "9.0"},
+    {"A100-SXM4-80GB", "a100-80gb", "8.0"}, {"A100-SXM-80GB", "a100-80gb", "8.0"},
     {"A100-SXM4-40GB", "a100-40gb", "8.0"},
 };
 
@@ -83,8 +84,9 @@ TEST(Devices, DataCenterPartsMapToTheirPresets) {
         // either match nothing or a preset of the same family, never a different GPU.
         if (!known && d.preset) {
             for (const char* family : {"H100", "H200", "A100"}) {
-                if (d.name.find(family) != std::string::npos)
+                if (d.name.find(family) != std::string::npos) {
                     EXPECT_NE(d.preset->name.find(family), std::string::npos) << d.preset->id;
+                }
             }
         }
     }

@@ -99,8 +99,15 @@ int runSearch(const Options& o, std::ostream& out, std::ostream& err) {
     return 0;
 }
 
-int runValidate(const std::string& path, bool markdown, bool json, std::ostream& out) {
+int runValidate(const std::string& path, bool markdown, bool json, std::ostream& out,
+                std::ostream& err) {
     const std::vector<PublishedRun> runs = loadPublishedRuns(path);
+    if (runs.empty()) {
+        // A median over no runs would read as a perfect 0 % error.
+        err << "error: " << path << " holds no runs; give a header line and one run per line "
+            << "(see tests/data/published_runs.csv)\n";
+        return 2;
+    }
     std::vector<RunComparison> results;
     for (const PublishedRun& run : runs)
         results.push_back(compareRun(run));
@@ -174,8 +181,10 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
             for (const CLI::App* sub : app.get_subcommands(nullptr))
                 known += (known.empty() ? "" : ", ") + sub->get_name();
             err << "error: "
-                << (argc > 1 ? "unknown command '" + std::string(argv[1]) + "'" : "no command given")
-                << "; known commands: " << known << "\nRun with --help to see what each one does.\n";
+                << (argc > 1 ? "unknown command '" + std::string(argv[1]) + "'"
+                             : "no command given")
+                << "; known commands: " << known
+                << "\nRun with --help to see what each one does.\n";
             return 2;
         }
         err << "error: " << e.what() << "\nRun with --help to see the accepted flags.\n";
@@ -190,7 +199,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
         if (explainCmd->parsed())
             return runExplain(o, out, err);
         if (validateCmd->parsed())
-            return runValidate(runsPath, markdown, o.json, out);
+            return runValidate(runsPath, markdown, o.json, out, err);
         if (models->parsed()) {
             if (o.json) {
                 nlohmann::json j = nlohmann::json::array();

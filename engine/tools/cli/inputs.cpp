@@ -56,6 +56,9 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
     app.add_option("--optimizer", f.optimizer, "adamw or sgd")->capture_default_str();
     app.add_option("--offload", f.offload, "Offload optimizer state to CPU memory (true/false)")
         ->capture_default_str();
+    app.add_option("--flash-attention", f.flashAttention,
+                   "Fused attention: no stored or re-read attention scores (true/false)")
+        ->capture_default_str();
     app.add_option("--tokens", f.trainTokens, "Tokens to train on, for time and cost")
         ->capture_default_str();
 }
@@ -138,6 +141,7 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.precision = precisionPolicyFromString(f.precision);
     p.optimizer = optimizerFromString(f.optimizer);
     p.offloadOptimizer = f.offload;
+    p.flashAttention = f.flashAttention;
     const long long inner = 1LL * std::max(1, f.tp) * std::max(1, f.pp) * std::max(1, f.cp);
     p.dp = f.dp > 0 ? f.dp : int(std::max(1LL, cluster.worldSize() / inner));
     return p;

@@ -38,6 +38,7 @@ struct LayoutFlags {
     std::string precision = "bf16";
     std::string optimizer = "adamw";
     bool offload = false;
+    bool flashAttention = true;
     double trainTokens = 15e12;
 };
 

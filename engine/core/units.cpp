@@ -66,8 +66,8 @@ std::string formatNumber(double v, int significant) {
         decimals = std::max(0, significant - 1 - exponent);
     }
     char buf[64];
-    // Values past 1e21 would print dozens of digits; scientific notation reads better there.
-    if (std::fabs(rounded) >= 1e21)
+    // Past a billion the digits are unreadable; scientific notation reads better there.
+    if (std::fabs(rounded) >= 1e10)
         std::snprintf(buf, sizeof buf, "%.*e", significant - 1, rounded);
     else
         std::snprintf(buf, sizeof buf, "%.*f", decimals, rounded);

@@ -42,7 +42,7 @@ const char* firstBrokenRule(const ModelSpec& m, const ParallelConfig& p, int gpu
     if (p.cp > 1 && m.seqLen % (2 * p.cp) != 0)
         return "cp-seq";
     if (p.globalBatch % (p.microBatch * p.dp) != 0)
-        return "batch";
+        return "global-batch";
     if (p.schedule == PipelineSchedule::Interleaved && p.microbatches() % p.pp != 0)
         return "interleaved-microbatches";
     return nullptr;

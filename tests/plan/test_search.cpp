@@ -42,7 +42,7 @@ TEST(Search, CountsAddUp) {
     EXPECT_EQ(r.considered, r.evaluated + rejected - r.rejected.at("memory"));
     EXPECT_EQ(r.evaluated, r.fitting + r.rejected.at("memory"));
     EXPECT_GT(r.rejected.at("tp-heads"), 0);
-    EXPECT_GT(r.rejected.at("batch"), 0);
+    EXPECT_GT(r.rejected.at("global-batch"), 0);
 }
 
 TEST(Search, RejectedStructuralLayoutsAreReallyInvalid) {

@@ -99,8 +99,8 @@ TEST(CliHelp, EveryCommandsHelpExitsZeroAndNamesItsFlags) {
     const std::vector<std::string> layout = {"--dp",          "--tp",       "--pp", "--vpp",
                                              "--cp",          "--zero",     "--sp", "--schedule",
                                              "--micro-batch", "--recompute"};
-    const std::vector<std::string> run = {"--global-batch", "--precision", "--optimizer",
-                                          "--offload", "--tokens"};
+    const std::vector<std::string> run = {"--global-batch", "--precision",       "--optimizer",
+                                          "--offload",      "--flash-attention", "--tokens"};
     auto concat = [](std::initializer_list<std::vector<std::string>> parts) {
         std::vector<std::string> all;
         for (const auto& p : parts)
@@ -295,6 +295,51 @@ TEST(CliPlan, SeqOverridesTheModelsSequenceLength) {
     const CliResult r = run({"plan", "--seq", "4096", "--json"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(parseOrFail(r.out).at("model").at("seq_len"), 4096);
+}
+
+TEST(CliPlan, LayoutFlagsReachTheLayout) {
+    const CliResult r =
+        run({"plan",  "--tp",           "4",   "--pp",        "2",    "--vpp",
+             "2",     "--cp",           "2",   "--zero",      "3",    "--sp",
+             "false", "--micro-batch",  "2",   "--recompute", "full", "--precision",
+             "fp8",   "--optimizer",    "sgd", "--offload",   "true", "--flash-attention",
+             "false", "--global-batch", "256", "--tokens",    "0",    "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json j = parseOrFail(r.out);
+    const json& p = j.at("parallel");
+    EXPECT_EQ(p.at("tp"), 4);
+    EXPECT_EQ(p.at("pp"), 2);
+    EXPECT_EQ(p.at("vpp"), 2);
+    EXPECT_EQ(p.at("schedule"), "interleaved"); // --vpp > 1 implies it
+    EXPECT_EQ(p.at("cp"), 2);
+    EXPECT_EQ(p.at("dp"), 4); // 64 / (4 x 2 x 2)
+    EXPECT_EQ(p.at("zero"), 3);
+    EXPECT_EQ(p.at("sequence_parallel"), false);
+    EXPECT_EQ(p.at("micro_batch"), 2);
+    EXPECT_EQ(p.at("global_batch"), 256);
+    EXPECT_EQ(p.at("recompute"), "full");
+    EXPECT_EQ(p.at("precision"), "fp8");
+    EXPECT_EQ(p.at("optimizer"), "sgd");
+    EXPECT_EQ(p.at("offload_optimizer"), true);
+    EXPECT_EQ(p.at("flash_attention"), false);
+    EXPECT_DOUBLE_EQ(j.at("train").at("train_tokens").get<double>(), 0);
+    EXPECT_DOUBLE_EQ(j.at("summary").at("time_to_train_s").get<double>(), 0);
+    EXPECT_GT(j.at("memory").at("cpu_offloaded").get<double>(), 0);
+}
+
+TEST(CliPlan, ClusterFlagsReachTheCluster) {
+    const CliResult r = run({"plan", "--gpu", "nvidia h200 sxm 141 GB", "--gpus-per-node", "4",
+                             "--nodes", "16", "--inter-bw", "25", "--mtbf-hours", "1000",
+                             "--ckpt-bw", "10", "--price", "3.5", "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json c = parseOrFail(r.out).at("cluster");
+    EXPECT_EQ(c.at("gpu").at("id"), "h200");
+    EXPECT_EQ(c.at("gpus_per_node"), 4);
+    EXPECT_EQ(c.at("nodes"), 16);
+    EXPECT_DOUBLE_EQ(c.at("inter_bandwidth_gbps").get<double>(), 25);
+    EXPECT_DOUBLE_EQ(c.at("gpu_mtbf_hours").get<double>(), 1000);
+    EXPECT_DOUBLE_EQ(c.at("checkpoint_bandwidth_gbps").get<double>(), 10);
+    EXPECT_DOUBLE_EQ(c.at("gpu_hour_cost").get<double>(), 3.5);
 }
 
 // ---- explain ------------------------------------------------------------------------------

@@ -229,6 +229,9 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     } catch (const InputError& e) {
         err << "error: " << e.what() << '\n';
         return 2;
+    } catch (const std::exception& e) {
+        err << "internal error: " << e.what() << "\nPlease report this with the command line.\n";
+        return 1;
     }
 }
 

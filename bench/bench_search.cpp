@@ -1,9 +1,9 @@
 // Full strategy search for Llama 3 405B on 16,384 H100s (target: under 1 s on one core), and a
 // single estimate. Results and the command are in docs/benchmarks.md.
-#include <benchmark/benchmark.h>
-
 #include "core/presets.h"
 #include "plan/search.h"
+
+#include <benchmark/benchmark.h>
 
 namespace {
 
@@ -27,8 +27,8 @@ void BM_FullSearchLlama405B(benchmark::State& state) {
     const PlanInputs in = llama405bInputs();
     long long evaluated = 0;
     for (auto _ : state) {
-        const SearchResult r = searchLayouts(in.model, in.cluster, in.parallel, in.train,
-                                             in.assume, SearchSpace{}, SearchOptions{});
+        const SearchResult r = searchLayouts(in.model, in.cluster, in.parallel, in.train, in.assume,
+                                             SearchSpace{}, SearchOptions{});
         evaluated = r.evaluated;
         benchmark::DoNotOptimize(r.top.data());
     }

@@ -10,16 +10,16 @@ namespace shardscope {
 enum class Precision { Fp32, Tf32, Bf16, Fp16, Fp8 };
 
 struct GpuSpec {
-    std::string id;   // "h100-sxm"
+    std::string id; // "h100-sxm"
     std::string name;
     std::string vendor;
     double memoryBytes = 0;
-    double hbmBandwidth = 0;    // bytes/s
-    double nvlinkBandwidth = 0; // bytes/s per GPU per direction; 0 when the part has none
-    int sms = 0;                // streaming multiprocessors (or compute units)
+    double hbmBandwidth = 0;       // bytes/s
+    double nvlinkBandwidth = 0;    // bytes/s per GPU per direction; 0 when the part has none
+    int sms = 0;                   // streaming multiprocessors (or compute units)
     std::string computeCapability; // "9.0" for NVIDIA parts, empty otherwise
     std::map<Precision, double> peakFlops; // dense (not 2:4 sparse) FLOP/s per precision
-    std::vector<std::string> matchNames; // substrings of driver device names that mean this part
+    std::vector<std::string> matchNames;   // substrings of driver device names that mean this part
     std::map<std::string, std::string> sources; // field name -> datasheet it came from
 
     // Dense peak for a precision; falls back to the nearest slower precision the part has.
@@ -36,10 +36,10 @@ struct ClusterSpec {
     double interLatency = 10e-6;
 
     // Reliability and cost: inputs to time-to-train, not to step time.
-    double gpuMtbfHours = 45600;      // per GPU; default from Llama 3's 466 interruptions
+    double gpuMtbfHours = 45600;        // per GPU; default from Llama 3's 466 interruptions
     double checkpointBandwidth = 100e9; // bytes/s aggregate write bandwidth to storage
-    double restartSeconds = 600;      // detect, reschedule, reload
-    double gpuHourCost = 2.0;         // currency units per GPU-hour
+    double restartSeconds = 600;        // detect, reschedule, reload
+    double gpuHourCost = 2.0;           // currency units per GPU-hour
 
     int worldSize() const { return gpusPerNode * nodes; }
 };

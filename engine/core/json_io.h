@@ -1,13 +1,13 @@
 // JSON round trip of the shared types, and the Hugging Face config.json import.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
-#include <string>
-
 #include "cluster_spec.h"
 #include "model_spec.h"
 #include "parallel_config.h"
 #include "train_config.h"
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
 
 namespace shardscope {
 

@@ -70,14 +70,19 @@ double matmulParamsPerToken(const ModelSpec& m) {
 
 std::string toString(Activation a) {
     switch (a) {
-    case Activation::Gelu: return "gelu";
-    case Activation::SwiGlu: return "swiglu";
-    case Activation::GeGlu: return "geglu";
+    case Activation::Gelu:
+        return "gelu";
+    case Activation::SwiGlu:
+        return "swiglu";
+    case Activation::GeGlu:
+        return "geglu";
     }
     return "?";
 }
 
-std::string toString(Norm n) { return n == Norm::LayerNorm ? "layernorm" : "rmsnorm"; }
+std::string toString(Norm n) {
+    return n == Norm::LayerNorm ? "layernorm" : "rmsnorm";
+}
 
 std::string toString(PositionEmbedding p) {
     return p == PositionEmbedding::Learned ? "learned" : "rope";

@@ -7,8 +7,8 @@
 
 namespace shardscope {
 
-enum class Activation { Gelu, SwiGlu, GeGlu }; // SwiGLU and GeGLU are gated: three MLP matrices
-enum class Norm { LayerNorm, RmsNorm };        // LayerNorm has a bias, RMSNorm does not
+enum class Activation { Gelu, SwiGlu, GeGlu };  // SwiGLU and GeGLU are gated: three MLP matrices
+enum class Norm { LayerNorm, RmsNorm };         // LayerNorm has a bias, RMSNorm does not
 enum class PositionEmbedding { Rope, Learned }; // learned adds a max_positions x hidden table
 
 struct MoeSpec {
@@ -20,17 +20,17 @@ struct MoeSpec {
 };
 
 struct ModelSpec {
-    std::string id;      // preset id, "llama3-8b"; empty for custom or imported models
+    std::string id; // preset id, "llama3-8b"; empty for custom or imported models
     std::string name;
-    std::string family;  // "llama", "gpt2", ... (informational)
+    std::string family; // "llama", "gpt2", ... (informational)
     int layers = 0;
     int hidden = 0;
     int heads = 0;
-    int kvHeads = 0;     // == heads for multi-head attention, fewer for GQA, 1 for MQA
-    int headDim = 0;     // 0 means hidden / heads (Gemma sets it explicitly)
+    int kvHeads = 0; // == heads for multi-head attention, fewer for GQA, 1 for MQA
+    int headDim = 0; // 0 means hidden / heads (Gemma sets it explicitly)
     std::int64_t ffnHidden = 0;
     std::int64_t vocab = 0;
-    int seqLen = 0;      // training sequence length
+    int seqLen = 0; // training sequence length
     int maxPositions = 0;
     bool tiedEmbeddings = false;
     Activation activation = Activation::SwiGlu;
@@ -39,7 +39,7 @@ struct ModelSpec {
     bool attentionBias = false; // bias on Q, K, V (and O where outputBias)
     bool outputBias = false;    // bias on the attention output projection
     bool mlpBias = false;
-    bool dropout = false;       // dropout masks are stored as activations when on
+    bool dropout = false; // dropout masks are stored as activations when on
     MoeSpec moe;
     double publishedParams = 0; // total the model's authors state, for checks; 0 if unknown
     std::string source;         // where the numbers come from
@@ -49,7 +49,9 @@ struct ModelSpec {
     std::optional<double> bareParams;
     bool isBare() const { return bareParams.has_value(); }
 
-    int effectiveHeadDim() const { return headDim > 0 ? headDim : (heads > 0 ? hidden / heads : 0); }
+    int effectiveHeadDim() const {
+        return headDim > 0 ? headDim : (heads > 0 ? hidden / heads : 0);
+    }
     std::int64_t qDim() const { return std::int64_t(heads) * effectiveHeadDim(); }
     std::int64_t kvDim() const { return std::int64_t(kvHeads) * effectiveHeadDim(); }
     std::int64_t expertFfn() const { return moe.expertFfn > 0 ? moe.expertFfn : ffnHidden; }
@@ -65,11 +67,11 @@ struct ParamCount {
     double norms = 0;     // all layer norms plus the final norm
     double lmHead = 0;
     double total = 0;
-    double active = 0;    // parameters touched per token (MoE: top-k + shared experts only)
+    double active = 0; // parameters touched per token (MoE: top-k + shared experts only)
 
     double attentionPerLayer = 0;
-    double mlpPerLayer = 0;        // all experts
-    double mlpActivePerLayer = 0;  // top-k + shared experts
+    double mlpPerLayer = 0;       // all experts
+    double mlpActivePerLayer = 0; // top-k + shared experts
     double normsPerLayer = 0;
     double finalNorm = 0;
     double layer() const { return attentionPerLayer + mlpPerLayer + normsPerLayer; }

@@ -1,11 +1,11 @@
 // A parallelism layout, and the rules that make one valid for a model and a cluster.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "cluster_spec.h"
 #include "model_spec.h"
+
+#include <string>
+#include <vector>
 
 namespace shardscope {
 
@@ -26,13 +26,14 @@ struct PrecisionPolicy {
     }
     static PrecisionPolicy fp8Mixed() { return {Precision::Fp8, Precision::Fp32, true}; }
 
-    double weightBytes() const;      // bytes per parameter of the working weights
-    double gradBytes() const;        // bytes per parameter of the gradient buffer
-    double masterBytes() const;      // 4 when an fp32 master copy is kept, else 0
-    double activationBytes() const;  // bytes per stored activation element
-    std::string name() const;        // "bf16 mixed (fp32 grads)", ...
+    double weightBytes() const;     // bytes per parameter of the working weights
+    double gradBytes() const;       // bytes per parameter of the gradient buffer
+    double masterBytes() const;     // 4 when an fp32 master copy is kept, else 0
+    double activationBytes() const; // bytes per stored activation element
+    std::string name() const;       // "bf16 mixed (fp32 grads)", ...
 };
-PrecisionPolicy precisionPolicyFromString(const std::string& s); // "fp32", "bf16", "bf16-bf16grads", "fp8"
+PrecisionPolicy
+precisionPolicyFromString(const std::string& s); // "fp32", "bf16", "bf16-bf16grads", "fp8"
 
 struct ParallelConfig {
     int dp = 1;

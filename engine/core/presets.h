@@ -1,11 +1,11 @@
 // Built-in presets (compiled in from resources/presets) and lookup by name.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "cluster_spec.h"
 #include "model_spec.h"
+
+#include <string>
+#include <vector>
 
 namespace shardscope {
 

@@ -1,8 +1,8 @@
 #include "compute.h"
 
-#include <algorithm>
-
 #include "layout.h"
+
+#include <algorithm>
 
 namespace shardscope {
 
@@ -70,9 +70,9 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     const double scoreBytesPerToken =
         p.flashAttention ? 0.0 : 3.0 * 6.0 * ab * m.heads * double(m.seqLen) / t;
     const double bandwidth = in.cluster.gpu.hbmBandwidth * a.memoryEfficiency;
-    s.elementwiseSeconds = bandwidth > 0 ? layers * (bytesPerToken + scoreBytesPerToken) * tokens /
-                                               cp / bandwidth
-                                         : 0.0;
+    s.elementwiseSeconds =
+        bandwidth > 0 ? layers * (bytesPerToken + scoreBytesPerToken) * tokens / cp / bandwidth
+                      : 0.0;
     return s;
 }
 

@@ -6,11 +6,11 @@
 namespace shardscope {
 
 struct TokenFlops {
-    double layerMatmul = 0;    // forward FLOPs of one layer's projections, per token
-    double attentionCore = 0;  // forward FLOPs of QK^T and AV of one layer, per token
-    double lmHead = 0;         // forward FLOPs of the output projection, per token
-    double model = 0;          // forward + backward of the whole model, per token
-    double hardware = 0;       // model + recomputed forward work, per token
+    double layerMatmul = 0;   // forward FLOPs of one layer's projections, per token
+    double attentionCore = 0; // forward FLOPs of QK^T and AV of one layer, per token
+    double lmHead = 0;        // forward FLOPs of the output projection, per token
+    double model = 0;         // forward + backward of the whole model, per token
+    double hardware = 0;      // model + recomputed forward work, per token
 };
 
 // Forward is 2 FLOPs per multiply-add; backward is twice the forward (Kaplan et al. 2020).
@@ -19,7 +19,7 @@ struct TokenFlops {
 TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumptions& a);
 
 struct StageCompute {
-    double flops = 0;          // one microbatch forward + backward (+ recompute) on one rank
+    double flops = 0; // one microbatch forward + backward (+ recompute) on one rank
     double gemmSeconds = 0;
     double elementwiseSeconds = 0;
     double attentionSeconds = 0; // the attention-core share, which CP communication hides behind

@@ -1,19 +1,23 @@
 #include "estimate.h"
 
-#include <algorithm>
-
 #include "compute.h"
 #include "formulas.h"
 #include "layout.h"
+
+#include <algorithm>
 
 namespace shardscope {
 
 std::string toString(Axis a) {
     switch (a) {
-    case Axis::DP: return "DP";
-    case Axis::TP: return "TP";
-    case Axis::PP: return "PP";
-    case Axis::CP: return "CP";
+    case Axis::DP:
+        return "DP";
+    case Axis::TP:
+        return "TP";
+    case Axis::PP:
+        return "PP";
+    case Axis::CP:
+        return "CP";
     }
     return "?";
 }
@@ -42,8 +46,9 @@ AxisComm tpComm(const PlanInputs& in, int layers, double computeTime) {
     const double calls = double(p.microbatches()) * layers * perLayer;
     c.collectives = int(calls * (p.sequenceParallel ? 2 : 1));
     c.bytes = calls * ringAllReduceBytesPerRank(size, p.tp);
-    const double each = p.sequenceParallel ? 2.0 * ringAllGatherSeconds(size, p.tp, g.bandwidth, g.latency)
-                                           : ringAllReduceSeconds(size, p.tp, g.bandwidth, g.latency);
+    const double each = p.sequenceParallel
+                            ? 2.0 * ringAllGatherSeconds(size, p.tp, g.bandwidth, g.latency)
+                            : ringAllReduceSeconds(size, p.tp, g.bandwidth, g.latency);
     c.seconds = calls * each;
     c.window = computeTime;
     c.exposed = std::max(0.0, c.seconds - in.assume.tpOverlap * c.window);
@@ -124,8 +129,8 @@ AxisComm dpComm(const PlanInputs& in, double params, double microbatchTime, doub
         c.window = microbatchTime; // last backward + next step's first forward
     } else {
         c.collectives = int(3 * m);
-        c.bytes = m * (2.0 * ringAllGatherBytesPerRank(weights, n) +
-                       ringAllGatherBytesPerRank(grads, n));
+        c.bytes =
+            m * (2.0 * ringAllGatherBytesPerRank(weights, n) + ringAllGatherBytesPerRank(grads, n));
         c.seconds = m * (2.0 * ringAllGatherSeconds(weights, n, g.bandwidth, g.latency) +
                          ringAllGatherSeconds(grads, n, g.bandwidth, g.latency));
         c.window = computeTime; // prefetching hides each gather behind the previous layer
@@ -206,16 +211,15 @@ Estimate evaluate(const PlanInputs& in) {
 
     // Step time: microbatches paced by compute plus the per-microbatch TP/CP waits, the
     // pipeline bubble at that pace, then the exposed PP and DP transfers and the optimizer.
-    const double perMicrobatchWait =
-        (e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed) / mbs;
+    const double perMicrobatchWait = (e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed) / mbs;
     const double paced = e.microbatchCompute + perMicrobatchWait;
     e.bubbleTime = pipelineBubbleMicrobatches(p.schedule, p.pp, int(mbs), p.vpp) * paced;
     e.bubbleFraction = e.bubbleTime / (mbs * paced + e.bubbleTime);
     e.exposedComm = 0;
     for (const AxisComm& c : e.comm)
         e.exposedComm += c.exposed;
-    e.stepTime = mbs * paced + e.bubbleTime + e.axis(Axis::PP).exposed +
-                 e.axis(Axis::DP).exposed + e.optimizerTime;
+    e.stepTime = mbs * paced + e.bubbleTime + e.axis(Axis::PP).exposed + e.axis(Axis::DP).exposed +
+                 e.optimizerTime;
 
     const double peak = cl.gpu.peak(p.precision.compute);
     if (e.stepTime > 0) {
@@ -237,8 +241,8 @@ Estimate evaluate(const PlanInputs& in) {
                                           optimizerStateBytes(p.optimizer));
     e.checkpointWrite = cl.checkpointBandwidth > 0 ? e.checkpointBytes / cl.checkpointBandwidth : 0;
     e.checkpointInterval = optimalCheckpointIntervalSeconds(e.checkpointWrite, e.jobMtbf);
-    e.trainingFraction = trainingTimeFraction(e.checkpointInterval, e.checkpointWrite, e.jobMtbf,
-                                              cl.restartSeconds);
+    e.trainingFraction =
+        trainingTimeFraction(e.checkpointInterval, e.checkpointWrite, e.jobMtbf, cl.restartSeconds);
     if (e.trainingFraction > 0)
         e.wallTimeToTrain = e.timeToTrain / e.trainingFraction;
     return e;

@@ -2,15 +2,15 @@
 // are built on demand by explain.h, so the search can evaluate many layouts cheaply.
 #pragma once
 
-#include <array>
-#include <string>
-#include <vector>
-
 #include "assumptions.h"
 #include "core/cluster_spec.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/train_config.h"
+
+#include <array>
+#include <string>
+#include <vector>
 
 namespace shardscope {
 
@@ -35,17 +35,17 @@ struct MemoryBreakdown {
     }
 
     // What the categories are made of, for explanations and charts.
-    double paramsOnRank = 0;          // parameters this rank holds before ZeRO-3 sharding
+    double paramsOnRank = 0; // parameters this rank holds before ZeRO-3 sharding
     int layersOnRank = 0;
-    double activationsPerLayer = 0;   // one microbatch, one layer
+    double activationsPerLayer = 0; // one microbatch, one layer
     double inflightMicrobatches = 0;
     double stageExtraActivations = 0; // embedding / LM-head inputs on first or last stage
     double zero3Gather = 0;           // gathered parameters + unsharded grads of the largest layer
     double gradBuckets = 0;
     double logits = 0;
     double fp8WeightCache = 0;
-    double recomputeLayer = 0;        // one layer's full activations while it is recomputed
-    double cpuOffloaded = 0;          // optimizer state moved to host memory
+    double recomputeLayer = 0; // one layer's full activations while it is recomputed
+    double cpuOffloaded = 0;   // optimizer state moved to host memory
 };
 
 enum class Axis { DP, TP, PP, CP };
@@ -55,13 +55,13 @@ std::string toString(Axis a);
 struct AxisComm {
     int groupSize = 1;
     bool crossesNodes = false;
-    double bandwidth = 0;  // bytes/s per GPU used for this group
+    double bandwidth = 0; // bytes/s per GPU used for this group
     double latency = 0;
-    double bytes = 0;      // bytes each rank sends per step
-    double seconds = 0;    // time on the wire per step
-    double window = 0;     // compute time it may hide behind
-    double exposed = 0;    // what is left on the critical path
-    int collectives = 0;   // calls per step
+    double bytes = 0;    // bytes each rank sends per step
+    double seconds = 0;  // time on the wire per step
+    double window = 0;   // compute time it may hide behind
+    double exposed = 0;  // what is left on the critical path
+    int collectives = 0; // calls per step
 };
 
 struct Estimate {

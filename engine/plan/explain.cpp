@@ -1,14 +1,14 @@
 #include "explain.h"
 
-#include <algorithm>
-#include <array>
-#include <cmath>
-
 #include "compute.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "formulas.h"
 #include "layout.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
 
 namespace shardscope {
 
@@ -58,9 +58,15 @@ const FigureInfo& info(FigureId id) {
                          [id](const FigureInfo& f) { return f.id == id; });
 }
 
-std::string n(double v) { return formatNumber(v); }
-std::string b(double v) { return formatBytes(v); }
-std::string s(double v) { return formatSeconds(v); }
+std::string n(double v) {
+    return formatNumber(v);
+}
+std::string b(double v) {
+    return formatBytes(v);
+}
+std::string s(double v) {
+    return formatSeconds(v);
+}
 
 constexpr const char* kKorthikanti =
     "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models, "
@@ -71,8 +77,9 @@ constexpr const char* kAlphaBeta = "Ring collectives, alpha-beta model (Thakur e
                                    "bus bandwidth), link figures from the GPU and cluster presets";
 
 std::string zeroDivisor(int stage, int needed, int shards) {
-    return stage >= needed ? " / " + std::to_string(shards) + " (ZeRO-" + std::to_string(stage) + ")"
-                           : "";
+    return stage >= needed
+               ? " / " + std::to_string(shards) + " (ZeRO-" + std::to_string(stage) + ")"
+               : "";
 }
 
 void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
@@ -88,7 +95,8 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         x.value = m.parameters;
         x.formula = "params_on_rank x weight_bytes [/ dp*cp under ZeRO-3]";
         x.substituted = n(m.paramsOnRank) + " x " + n(prec.weightBytes()) + " B" +
-                        zeroDivisor(p.zero, 3, shards) + " = " + b(m.parameters) + " (" + stage + ")";
+                        zeroDivisor(p.zero, 3, shards) + " = " + b(m.parameters) + " (" + stage +
+                        ")";
         x.source = kZero;
         break;
     case FigureId::MemGradients:
@@ -101,12 +109,13 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         break;
     case FigureId::MemOptimizer:
         x.value = m.optimizer;
-        x.formula = "params_on_rank x (master_bytes + optimizer_state_bytes) [/ dp*cp under ZeRO>=1]";
-        x.substituted = n(m.paramsOnRank) + " x (" + n(prec.masterBytes()) + " + " +
-                        n(optimizerStateBytes(p.optimizer)) + ") B" + zeroDivisor(p.zero, 1, shards) +
-                        " = " + b(m.optimizer + m.cpuOffloaded) +
-                        (p.offloadOptimizer ? " (offloaded: " + b(m.cpuOffloaded) + " in host memory)"
-                                            : "");
+        x.formula =
+            "params_on_rank x (master_bytes + optimizer_state_bytes) [/ dp*cp under ZeRO>=1]";
+        x.substituted =
+            n(m.paramsOnRank) + " x (" + n(prec.masterBytes()) + " + " +
+            n(optimizerStateBytes(p.optimizer)) + ") B" + zeroDivisor(p.zero, 1, shards) + " = " +
+            b(m.optimizer + m.cpuOffloaded) +
+            (p.offloadOptimizer ? " (offloaded: " + b(m.cpuOffloaded) + " in host memory)" : "");
         x.source = std::string(kZero) + "; AdamW keeps m and v in fp32 (8 B), SGD momentum 4 B";
         break;
     case FigureId::MemActivations:
@@ -130,15 +139,15 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
                     "logits (last stage) + fp8 weight copies + one recomputed layer";
         x.substituted = b(m.zero3Gather) + " + " + b(m.gradBuckets) + " + " + b(m.logits) + " + " +
                         b(m.fp8WeightCache) + " + " + b(m.recomputeLayer) + " = " + b(m.temporary);
-        x.source = "DeepSpeed estimate_zero3_model_states_mem_needs (4 x largest layer); PyTorch DDP "
-                   "bucket_cap_mb = 25; Megatron-LM theoretical_memory_usage (logits)";
+        x.source =
+            "DeepSpeed estimate_zero3_model_states_mem_needs (4 x largest layer); PyTorch DDP "
+            "bucket_cap_mb = 25; Megatron-LM theoretical_memory_usage (logits)";
         break;
     case FigureId::MemOverhead:
         x.value = m.overhead;
         x.formula = "runtime_overhead + fragmentation x (everything else)";
-        x.substituted = b(in.assume.runtimeOverheadBytes) + " + " +
-                        n(in.assume.fragmentation) + " x " +
-                        b(m.total() - m.overhead) + " = " + b(m.overhead);
+        x.substituted = b(in.assume.runtimeOverheadBytes) + " + " + n(in.assume.fragmentation) +
+                        " x " + b(m.total() - m.overhead) + " = " + b(m.overhead);
         x.source = "Assumption: CUDA context, cuBLAS workspace and NCCL buffers (~1 GB) and "
                    "caching-allocator fragmentation (~5 %); see docs/formulas.md";
         break;
@@ -161,10 +170,10 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
     x.value = c.seconds;
     x.unit = "s";
     const std::string where = std::string(c.crossesNodes ? "across nodes" : "inside a node") +
-                              " at " + n(c.bandwidth / 1e9) + " GB/s effective, " +
-                              s(c.latency) + " latency";
-    const std::string tail = "; exposed = max(0, time - overlap x window) = max(0, " + s(c.seconds) +
-                             " - overlap x " + s(c.window) + ") = " + s(c.exposed);
+                              " at " + n(c.bandwidth / 1e9) + " GB/s effective, " + s(c.latency) +
+                              " latency";
+    const std::string tail = "; exposed = max(0, time - overlap x window) = max(0, " +
+                             s(c.seconds) + " - overlap x " + s(c.window) + ") = " + s(c.exposed);
     x.source = kAlphaBeta;
     if (c.groupSize <= 1) {
         x.formula = "no " + toString(axis) + " group";
@@ -173,15 +182,18 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
     }
     switch (axis) {
     case Axis::DP:
-        x.formula = p.zero == 0   ? "all-reduce(grads): 2(n-1)/n x params x grad_bytes, once per step"
-                    : p.zero <= 2 ? "reduce-scatter(grads) + all-gather(weights): (n-1)/n x params x "
-                                    "(grad_bytes + weight_bytes), once per step"
-                                  : "per microbatch: 2 all-gathers(weights) + reduce-scatter(grads)";
+        x.formula = p.zero == 0 ? "all-reduce(grads): 2(n-1)/n x params x grad_bytes, once per step"
+                    : p.zero <= 2
+                        ? "reduce-scatter(grads) + all-gather(weights): (n-1)/n x params x "
+                          "(grad_bytes + weight_bytes), once per step"
+                        : "per microbatch: 2 all-gathers(weights) + reduce-scatter(grads)";
         x.source += "; " + std::string(kZero);
         break;
     case Axis::TP:
-        x.formula = "per layer and microbatch: 4 all-reduces (6 with full recompute) of s*b/cp x h "
-                    "x a_bytes" + std::string(p.sequenceParallel ? ", as all-gather + reduce-scatter under SP" : "");
+        x.formula =
+            "per layer and microbatch: 4 all-reduces (6 with full recompute) of s*b/cp x h "
+            "x a_bytes" +
+            std::string(p.sequenceParallel ? ", as all-gather + reduce-scatter under SP" : "");
         x.source += "; Shoeybi et al. 2019 (Megatron-LM), Section 3";
         break;
     case Axis::PP:
@@ -190,8 +202,9 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
         x.source += "; Narayanan et al. 2021, Section 2.2";
         break;
     case Axis::CP:
-        x.formula = "per layer and microbatch: 3 (cp-1) ring hops of K and V (2 x s*b/cp x kv_dim/tp "
-                    "x a_bytes); hidden behind attention compute";
+        x.formula =
+            "per layer and microbatch: 3 (cp-1) ring hops of K and V (2 x s*b/cp x kv_dim/tp "
+            "x a_bytes); hidden behind attention compute";
         x.source += "; Liu et al. 2023 (Ring Attention)";
         break;
     }
@@ -212,7 +225,9 @@ const std::vector<FigureId>& allFigures() {
     return ids;
 }
 
-std::string figureKey(FigureId id) { return info(id).key; }
+std::string figureKey(FigureId id) {
+    return info(id).key;
+}
 
 FigureId figureFromKey(const std::string& key) {
     for (const FigureInfo& f : kFigures)
@@ -246,9 +261,9 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         } else {
             x.formula = "embeddings + L x (attention + mlp + norms) + final norm + lm_head";
             x.substituted = n(e.params.embeddings) + " + " + std::to_string(m.layers) + " x (" +
-                            n(e.params.attentionPerLayer) + " + " + n(e.params.mlpPerLayer) + " + " +
-                            n(e.params.normsPerLayer) + ") + " + n(e.params.finalNorm) + " + " +
-                            n(e.params.lmHead) + " = " + n(e.params.total) +
+                            n(e.params.attentionPerLayer) + " + " + n(e.params.mlpPerLayer) +
+                            " + " + n(e.params.normsPerLayer) + ") + " + n(e.params.finalNorm) +
+                            " + " + n(e.params.lmHead) + " = " + n(e.params.total) +
                             (m.moe.enabled() ? "; active per token " + n(e.params.active) : "");
         }
         x.source = m.source.empty() ? "Counted from the model's shapes" : m.source;
@@ -256,8 +271,9 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
     case FigureId::ParamsPerGpu:
         x.value = e.memory.paramsOnRank / (p.zero >= 3 ? std::max(1, p.dp * p.cp) : 1);
         x.unit = "params";
-        x.formula = "(layers_on_stage x layer/tp + embeddings/tp on the first stage + lm_head/tp on "
-                    "the last) [/ dp*cp under ZeRO-3]";
+        x.formula =
+            "(layers_on_stage x layer/tp + embeddings/tp on the first stage + lm_head/tp on "
+            "the last) [/ dp*cp under ZeRO-3]";
         x.substituted = std::to_string(e.memory.layersOnRank) + " layers on stage " +
                         std::to_string(e.worstStage) + " -> " + n(e.memory.paramsOnRank) +
                         zeroDivisor(p.zero, 3, p.dp * p.cp) + " = " + n(x.value);
@@ -269,19 +285,24 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
     case FigureId::MemActivations:
     case FigureId::MemTemporary:
     case FigureId::MemOverhead:
-    case FigureId::MemTotal: explainMemory(x, in, e); break;
+    case FigureId::MemTotal:
+        explainMemory(x, in, e);
+        break;
     case FigureId::FlopsPerToken: {
         const TokenFlops f = tokenFlops(m, p, in.assume);
         x.value = e.modelFlopsPerToken;
         x.unit = "FLOP";
-        x.formula = "3 x [L x (2 x matmul_params_per_layer + attention) + 2 V h]; attention = 4 s q" +
-                    std::string(in.assume.causalAttention ? " / 2 (causal half counted)"
-                                                          : " (full square counted)");
-        x.substituted = m.isBare() ? "6 x " + n(*m.bareParams) + " = " + n(f.model)
-                                   : "3 x [" + std::to_string(m.layers) + " x (" + n(f.layerMatmul) +
-                                         " + " + n(f.attentionCore) + ") + " + n(f.lmHead) + "] = " +
-                                         n(f.model) + "; with recompute " + n(f.hardware);
-        x.source = "Kaplan et al. 2020 (6N); Narayanan et al. 2021 Appendix (attention and LM head)";
+        x.formula =
+            "3 x [L x (2 x matmul_params_per_layer + attention) + 2 V h]; attention = 4 s q" +
+            std::string(in.assume.causalAttention ? " / 2 (causal half counted)"
+                                                  : " (full square counted)");
+        x.substituted = m.isBare()
+                            ? "6 x " + n(*m.bareParams) + " = " + n(f.model)
+                            : "3 x [" + std::to_string(m.layers) + " x (" + n(f.layerMatmul) +
+                                  " + " + n(f.attentionCore) + ") + " + n(f.lmHead) +
+                                  "] = " + n(f.model) + "; with recompute " + n(f.hardware);
+        x.source =
+            "Kaplan et al. 2020 (6N); Narayanan et al. 2021 Appendix (attention and LM head)";
         break;
     }
     case FigureId::FlopsPerStep:
@@ -306,15 +327,24 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                    (cl.gpu.sources.count("peak_tflops") ? cl.gpu.sources.at("peak_tflops")
                                                         : std::string("the GPU preset"));
         break;
-    case FigureId::CommDP: explainComm(x, in, e, Axis::DP); break;
-    case FigureId::CommTP: explainComm(x, in, e, Axis::TP); break;
-    case FigureId::CommPP: explainComm(x, in, e, Axis::PP); break;
-    case FigureId::CommCP: explainComm(x, in, e, Axis::CP); break;
+    case FigureId::CommDP:
+        explainComm(x, in, e, Axis::DP);
+        break;
+    case FigureId::CommTP:
+        explainComm(x, in, e, Axis::TP);
+        break;
+    case FigureId::CommPP:
+        explainComm(x, in, e, Axis::PP);
+        break;
+    case FigureId::CommCP:
+        explainComm(x, in, e, Axis::CP);
+        break;
     case FigureId::Bubble:
         x.value = e.bubbleFraction;
         x.unit = "fraction";
-        x.formula = "bubble / (m x t_mb + bubble); bubble = (p-1) t_mb (GPipe, 1F1B), (p-1) t_mb / v "
-                    "(interleaved), (p-1) t_mb / 3 (zero bubble ZB-H1), (p-1) m t_mb (naive)";
+        x.formula =
+            "bubble / (m x t_mb + bubble); bubble = (p-1) t_mb (GPipe, 1F1B), (p-1) t_mb / v "
+            "(interleaved), (p-1) t_mb / 3 (zero bubble ZB-H1), (p-1) m t_mb (naive)";
         x.substituted = "p=" + std::to_string(p.pp) + ", m=" + std::to_string(p.microbatches()) +
                         ", v=" + std::to_string(p.vpp) + ", " + toString(p.schedule) + ": " +
                         s(e.bubbleTime) + " idle per step = " + formatPercent(e.bubbleFraction);
@@ -369,8 +399,8 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.value = e.gpuHours;
         x.unit = "GPU-h";
         x.formula = "time_to_train x gpus / 3600";
-        x.substituted = s(e.timeToTrain) + " x " + std::to_string(world) + " = " + n(e.gpuHours) +
-                        " GPU-hours";
+        x.substituted =
+            s(e.timeToTrain) + " x " + std::to_string(world) + " = " + n(e.gpuHours) + " GPU-hours";
         x.source = "Definition";
         break;
     case FigureId::Cost:
@@ -392,8 +422,8 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.value = e.checkpointWrite;
         x.unit = "s";
         x.formula = "params x (weight + master + optimizer bytes) / storage_bandwidth";
-        x.substituted = b(e.checkpointBytes) + " / " + n(cl.checkpointBandwidth / 1e9) + " GB/s = " +
-                        s(e.checkpointWrite);
+        x.substituted = b(e.checkpointBytes) + " / " + n(cl.checkpointBandwidth / 1e9) +
+                        " GB/s = " + s(e.checkpointWrite);
         x.source = "Checkpoint holds weights and optimizer state, not gradients";
         break;
     case FigureId::CheckpointInterval:
@@ -402,7 +432,8 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.formula = "sqrt(2 x write x mtbf) - write";
         x.substituted = "sqrt(2 x " + s(e.checkpointWrite) + " x " + s(e.jobMtbf) + ") - " +
                         s(e.checkpointWrite) + " = " + s(e.checkpointInterval);
-        x.source = "Young 1974; Daly 2006, A higher order estimate of the optimum checkpoint interval";
+        x.source =
+            "Young 1974; Daly 2006, A higher order estimate of the optimum checkpoint interval";
         break;
     case FigureId::TrainingFraction:
         x.value = e.trainingFraction;

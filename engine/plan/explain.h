@@ -1,21 +1,42 @@
 // Every figure the planner shows, with its formula, the numbers substituted and its source.
 #pragma once
 
+#include "estimate.h"
+
 #include <string>
 #include <vector>
-
-#include "estimate.h"
 
 namespace shardscope {
 
 enum class FigureId {
-    ParamsTotal, ParamsPerGpu,
-    MemParameters, MemGradients, MemOptimizer, MemActivations, MemTemporary, MemOverhead, MemTotal,
-    FlopsPerToken, FlopsPerStep, ComputeTime,
-    CommDP, CommTP, CommPP, CommCP,
-    Bubble, StepTime, TokensPerSecond, TflopsPerGpu, Mfu,
-    TimeToTrain, GpuHours, Cost,
-    JobMtbf, CheckpointWrite, CheckpointInterval, TrainingFraction,
+    ParamsTotal,
+    ParamsPerGpu,
+    MemParameters,
+    MemGradients,
+    MemOptimizer,
+    MemActivations,
+    MemTemporary,
+    MemOverhead,
+    MemTotal,
+    FlopsPerToken,
+    FlopsPerStep,
+    ComputeTime,
+    CommDP,
+    CommTP,
+    CommPP,
+    CommCP,
+    Bubble,
+    StepTime,
+    TokensPerSecond,
+    TflopsPerGpu,
+    Mfu,
+    TimeToTrain,
+    GpuHours,
+    Cost,
+    JobMtbf,
+    CheckpointWrite,
+    CheckpointInterval,
+    TrainingFraction,
 };
 
 struct Explanation {

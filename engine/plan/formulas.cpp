@@ -5,7 +5,9 @@
 
 namespace shardscope {
 
-double trainingFlops6ND(double params, double tokens) { return 6.0 * params * tokens; }
+double trainingFlops6ND(double params, double tokens) {
+    return 6.0 * params * tokens;
+}
 
 double matmulArithmeticIntensity(double M, double N, double K, double bytesPerElement) {
     return (2.0 * M * N * K) / ((M * K + K * N) * bytesPerElement);
@@ -23,7 +25,9 @@ double ringAllGatherBytesPerRank(double bytes, int n) {
     return n > 1 ? double(n - 1) / n * bytes : 0.0;
 }
 
-double naiveAllReduceRootBytes(double bytes, int n) { return 2.0 * (n - 1) * bytes; }
+double naiveAllReduceRootBytes(double bytes, int n) {
+    return 2.0 * (n - 1) * bytes;
+}
 
 double ringAllReduceSeconds(double bytes, int n, double bandwidth, double latency) {
     if (n <= 1)
@@ -41,11 +45,15 @@ double pipelineBubbleMicrobatches(PipelineSchedule s, int p, int m, int v) {
     if (p <= 1)
         return 0.0;
     switch (s) {
-    case PipelineSchedule::Naive: return double(p - 1) * m;
+    case PipelineSchedule::Naive:
+        return double(p - 1) * m;
     case PipelineSchedule::GPipe:
-    case PipelineSchedule::OneFOneB: return p - 1.0;
-    case PipelineSchedule::Interleaved: return (p - 1.0) / std::max(1, v);
-    case PipelineSchedule::ZeroBubble: return (p - 1.0) / 3.0;
+    case PipelineSchedule::OneFOneB:
+        return p - 1.0;
+    case PipelineSchedule::Interleaved:
+        return (p - 1.0) / std::max(1, v);
+    case PipelineSchedule::ZeroBubble:
+        return (p - 1.0) / 3.0;
     }
     return p - 1.0;
 }
@@ -57,23 +65,29 @@ double pipelineBubbleFraction(PipelineSchedule s, int p, int m, int v) {
 
 double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v) {
     switch (s) {
-    case PipelineSchedule::Naive: return 1.0;
-    case PipelineSchedule::GPipe: return m;
+    case PipelineSchedule::Naive:
+        return 1.0;
+    case PipelineSchedule::GPipe:
+        return m;
     case PipelineSchedule::OneFOneB:
-    case PipelineSchedule::ZeroBubble: return std::min(p, m);
+    case PipelineSchedule::ZeroBubble:
+        return std::min(p, m);
     case PipelineSchedule::Interleaved:
         return p * (1.0 + (p - 1.0) / (double(p) * std::max(1, v)));
     }
     return std::min(p, m);
 }
 
-double optimizerStateBytes(Optimizer o) { return o == Optimizer::AdamW ? 8.0 : 4.0; }
+double optimizerStateBytes(Optimizer o) {
+    return o == Optimizer::AdamW ? 8.0 : 4.0;
+}
 
 double modelStateBytesPerParam(const PrecisionPolicy& p, Optimizer o, int zeroStage, int shards) {
     const double n = std::max(1, shards);
     const double weights = p.weightBytes() / (zeroStage >= 3 ? n : 1.0);
     const double grads = p.gradBytes() / (zeroStage >= 2 ? n : 1.0);
-    const double optimizer = (p.masterBytes() + optimizerStateBytes(o)) / (zeroStage >= 1 ? n : 1.0);
+    const double optimizer =
+        (p.masterBytes() + optimizerStateBytes(o)) / (zeroStage >= 1 ? n : 1.0);
     return weights + grads + optimizer;
 }
 

@@ -56,10 +56,14 @@ GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int 
 GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, const Assumptions& a,
                          Axis axis) {
     switch (axis) {
-    case Axis::TP: return placeGroup(cluster, a, p.tp, 1);
-    case Axis::CP: return placeGroup(cluster, a, p.cp, p.tp);
-    case Axis::DP: return placeGroup(cluster, a, p.dp * p.cp, p.tp); // ZeRO shards over dp x cp
-    case Axis::PP: return placeGroup(cluster, a, p.pp, p.tp * p.cp * p.dp);
+    case Axis::TP:
+        return placeGroup(cluster, a, p.tp, 1);
+    case Axis::CP:
+        return placeGroup(cluster, a, p.cp, p.tp);
+    case Axis::DP:
+        return placeGroup(cluster, a, p.dp * p.cp, p.tp); // ZeRO shards over dp x cp
+    case Axis::PP:
+        return placeGroup(cluster, a, p.pp, p.tp * p.cp * p.dp);
     }
     return {};
 }

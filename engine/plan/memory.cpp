@@ -1,11 +1,11 @@
 // Memory per GPU by category. Activations follow Korthikanti et al. 2022, "Reducing Activation
 // Recomputation in Large Transformer Models" (Table 2), generalised to GQA, gated MLPs, MoE and
 // models without dropout; model state follows Rajbhandari et al. 2020 (ZeRO).
-#include <algorithm>
-
 #include "estimate.h"
 #include "formulas.h"
 #include "layout.h"
+
+#include <algorithm>
 
 namespace shardscope {
 
@@ -47,10 +47,13 @@ namespace {
 double inflightOnStage(const ParallelConfig& p, int stage) {
     const int m = std::max(1, p.microbatches());
     switch (p.schedule) {
-    case PipelineSchedule::Naive: return 1.0;
-    case PipelineSchedule::GPipe: return m;
+    case PipelineSchedule::Naive:
+        return 1.0;
+    case PipelineSchedule::GPipe:
+        return m;
     case PipelineSchedule::OneFOneB:
-    case PipelineSchedule::ZeroBubble: return std::min(p.pp - stage, m);
+    case PipelineSchedule::ZeroBubble:
+        return std::min(p.pp - stage, m);
     case PipelineSchedule::Interleaved:
         return std::min<double>(m, (p.pp - stage) + (p.pp - 1.0) / std::max(1, p.vpp));
     }
@@ -96,7 +99,8 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     mem.inflightMicrobatches = inflightOnStage(p, stage);
     if (!m.isBare()) {
         if (first) // token ids (int64) and, with dropout, the embedding dropout mask
-            mem.stageExtraActivations += mem.inflightMicrobatches * T * (8.0 + (m.dropout ? m.hidden : 0.0)) / sp;
+            mem.stageExtraActivations +=
+                mem.inflightMicrobatches * T * (8.0 + (m.dropout ? m.hidden : 0.0)) / sp;
         if (last) // final norm input and LM head input
             mem.stageExtraActivations += 2.0 * ab * T * m.hidden / sp;
     }

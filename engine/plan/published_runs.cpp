@@ -1,13 +1,13 @@
 #include "published_runs.h"
 
+#include "core/error.h"
+#include "core/presets.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
-
-#include "core/error.h"
-#include "core/presets.h"
 
 namespace shardscope {
 
@@ -54,8 +54,8 @@ public:
         if (it == columns_.end())
             throw InputError("published runs: the header has no column '" + column + "'");
         if (it->second >= cells_.size())
-            throw InputError("published runs, line " + std::to_string(line_) + ": missing column '" +
-                             column + "'");
+            throw InputError("published runs, line " + std::to_string(line_) +
+                             ": missing column '" + column + "'");
         return cells_[it->second];
     }
     double number(const std::string& column, double fallback = std::nan("")) const {
@@ -73,15 +73,16 @@ public:
                 throw std::invalid_argument(t);
             return v;
         } catch (const std::exception&) {
-            throw InputError("published runs, line " + std::to_string(line_) + ": column '" + column +
-                             "' should be a non-negative number, got '" + t + "'");
+            throw InputError("published runs, line " + std::to_string(line_) + ": column '" +
+                             column + "' should be a non-negative number, got '" + t + "'");
         }
     }
     int integer(const std::string& column, double fallback = std::nan("")) const {
         const double v = number(column, fallback);
         if (v != std::floor(v) || v < 1 || v > 1e9)
-            throw InputError("published runs, line " + std::to_string(line_) + ": column '" + column +
-                             "' should be a positive whole number, got '" + text(column) + "'");
+            throw InputError("published runs, line " + std::to_string(line_) + ": column '" +
+                             column + "' should be a positive whole number, got '" + text(column) +
+                             "'");
         return int(v);
     }
 
@@ -197,7 +198,8 @@ double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c) {
         return 96.0 * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
     case FlopsConvention::Palm:
         return 6.0 * matmulParamsPerToken(m) + 12.0 * l * double(m.qDim()) * s;
-    case FlopsConvention::SixN: return 6.0 * countParameters(m).total;
+    case FlopsConvention::SixN:
+        return 6.0 * countParameters(m).total;
     }
     return 0.0;
 }
@@ -240,9 +242,12 @@ double medianAbsoluteError(const std::vector<RunComparison>& comparisons) {
 
 std::string toString(FlopsConvention c) {
     switch (c) {
-    case FlopsConvention::Megatron: return "megatron";
-    case FlopsConvention::Palm: return "palm";
-    case FlopsConvention::SixN: return "6n";
+    case FlopsConvention::Megatron:
+        return "megatron";
+    case FlopsConvention::Palm:
+        return "palm";
+    case FlopsConvention::SixN:
+        return "6n";
     }
     return "?";
 }

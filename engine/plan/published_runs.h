@@ -2,15 +2,16 @@
 // each, in the FLOP-counting convention its authors used. docs/validation.md is made from this.
 #pragma once
 
+#include "estimate.h"
+
 #include <string>
 #include <vector>
-
-#include "estimate.h"
 
 namespace shardscope {
 
 enum class FlopsConvention {
-    Megatron, // Narayanan et al. 2021: 96 B s l h^2 (1 + s/6h + V/16lh) per step, recompute included
+    Megatron, // Narayanan et al. 2021: 96 B s l h^2 (1 + s/6h + V/16lh) per step, recompute
+              // included
     Palm,     // Chowdhery et al. 2022: 6N + 12 L H Q T per token (model FLOPs)
     SixN,     // 6N per token
 };
@@ -34,10 +35,10 @@ std::vector<PublishedRun> parsePublishedRuns(const std::string& csvText);
 double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c);
 
 struct RunComparison {
-    std::string metric;    // "TFLOP/s per GPU" or "MFU"
+    std::string metric; // "TFLOP/s per GPU" or "MFU"
     double reported = 0;
     double predicted = 0;
-    double error = 0;      // (predicted - reported) / reported
+    double error = 0; // (predicted - reported) / reported
     Estimate estimate;
 };
 

@@ -79,13 +79,15 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                 if (world % (tp * pp * cp) != 0)
                     continue;
                 const int dp = world / (tp * pp * cp);
-                for (int vpp = 1; vpp <= (pp > 1 && space.tryInterleaved ? space.maxVirtualStages : 1);
-                     ++vpp) {
+                for (int vpp = 1;
+                     vpp <= (pp > 1 && space.tryInterleaved ? space.maxVirtualStages : 1); ++vpp) {
                     for (int mb : microBatches) {
                         for (int zero : space.zeroStages) {
-                            for (int sp = 0; sp <= (tp > 1 && space.trySequenceParallel ? 1 : 0); ++sp) {
+                            for (int sp = 0; sp <= (tp > 1 && space.trySequenceParallel ? 1 : 0);
+                                 ++sp) {
                                 for (Recompute rc : space.recompute) {
-                                    if (options.cancel && options.cancel->load(std::memory_order_relaxed)) {
+                                    if (options.cancel &&
+                                        options.cancel->load(std::memory_order_relaxed)) {
                                         r.cancelled = true;
                                         goto done;
                                     }
@@ -100,20 +102,25 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                                     p.zero = zero;
                                     p.sequenceParallel = sp != 0;
                                     p.recompute = rc;
-                                    p.schedule = pp == 1 ? PipelineSchedule::OneFOneB
+                                    p.schedule = pp == 1   ? PipelineSchedule::OneFOneB
                                                  : vpp > 1 ? PipelineSchedule::Interleaved
-                                                 : space.tryZeroBubble ? PipelineSchedule::ZeroBubble
-                                                                       : PipelineSchedule::OneFOneB;
+                                                 : space.tryZeroBubble
+                                                     ? PipelineSchedule::ZeroBubble
+                                                     : PipelineSchedule::OneFOneB;
                                     ++r.considered;
-                                    if (const char* rule = firstBrokenRule(model, p, cluster.gpusPerNode,
-                                                                           space.tpWithinNode)) {
+                                    if (const char* rule = firstBrokenRule(
+                                            model, p, cluster.gpusPerNode, space.tpWithinNode)) {
                                         ++r.rejected[rule];
                                         continue;
                                     }
                                     const Estimate e = evaluate(in);
                                     ++r.evaluated;
-                                    Candidate c{p, e.memory.total(), e.tokensPerSecond, e.stepTime,
-                                                e.mfu, e.fits};
+                                    Candidate c{p,
+                                                e.memory.total(),
+                                                e.tokensPerSecond,
+                                                e.stepTime,
+                                                e.mfu,
+                                                e.fits};
                                     if (options.keepAll)
                                         r.all.push_back(c);
                                     if (!e.fits) {

@@ -2,13 +2,13 @@
 // predicted throughput among those that fit.
 #pragma once
 
+#include "estimate.h"
+
 #include <atomic>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
-
-#include "estimate.h"
 
 namespace shardscope {
 
@@ -26,7 +26,7 @@ struct SearchSpace {
 
 struct Candidate {
     ParallelConfig config;
-    double memory = 0;          // bytes per GPU on the most loaded stage
+    double memory = 0; // bytes per GPU on the most loaded stage
     double tokensPerSecond = 0;
     double stepTime = 0;
     double mfu = 0;
@@ -34,10 +34,10 @@ struct Candidate {
 };
 
 struct SearchResult {
-    std::vector<Candidate> top;  // best first, only layouts that fit
-    std::vector<Candidate> all;  // every valid layout evaluated (when keepAll), fitting or not
-    long long considered = 0;    // layouts enumerated
-    long long evaluated = 0;     // layouts that passed the rules and were estimated
+    std::vector<Candidate> top; // best first, only layouts that fit
+    std::vector<Candidate> all; // every valid layout evaluated (when keepAll), fitting or not
+    long long considered = 0;   // layouts enumerated
+    long long evaluated = 0;    // layouts that passed the rules and were estimated
     long long fitting = 0;
     std::map<std::string, long long> rejected; // rule id or "memory" -> count
     bool cancelled = false;

@@ -2,10 +2,10 @@
 // it says so instead of listing devices.
 #pragma once
 
+#include "core/cluster_spec.h"
+
 #include <string>
 #include <vector>
-
-#include "core/cluster_spec.h"
 
 namespace shardscope {
 
@@ -21,7 +21,7 @@ struct DeviceInfo {
 struct DeviceReport {
     bool builtWithCuda = false;
     std::vector<DeviceInfo> devices;
-    std::string reason; // why the list is empty
+    std::string reason;   // why the list is empty
     std::string versions; // "CUDA runtime 13.0, driver ..., cuBLASLt ..., NCCL 2.x"
 };
 

@@ -1,9 +1,9 @@
+#include "device_query.h"
+
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
-
-#include "device_query.h"
 
 namespace shardscope::cuda {
 

@@ -6,8 +6,8 @@
 
 namespace shardscope::test {
 
-inline PlanInputs inputs(const std::string& model, const std::string& gpu, int gpusPerNode, int nodes,
-                         ParallelConfig p) {
+inline PlanInputs inputs(const std::string& model, const std::string& gpu, int gpusPerNode,
+                         int nodes, ParallelConfig p) {
     PlanInputs in;
     in.model = findModelPreset(model);
     in.cluster = makeCluster(findGpuPreset(gpu), gpusPerNode, nodes);

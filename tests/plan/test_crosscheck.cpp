@@ -2,10 +2,10 @@
 // DeepSpeed's ZeRO model-state estimator (deepspeed/runtime/zero/stage3.py and stage_1_and_2.py,
 // estimate_zero{2,3}_model_states_mem_needs) and Megatron-LM's theoretical memory
 // (megatron/training/theoretical_memory_usage.py).
-#include <gtest/gtest.h>
-
 #include "plan/layout.h"
 #include "plan_test_support.h"
+
+#include <gtest/gtest.h>
 
 namespace shardscope {
 namespace {
@@ -31,7 +31,8 @@ MemoryBreakdown zeroMemory(const DsCase& c, int stage, bool offload) {
     return memoryForStage(in, 0);
 }
 
-const DsCase kDsCases[] = {{"llama3-8b", 8}, {"llama2-13b", 16}, {"llama3-70b", 64}, {"gpt2-1.5b", 4}};
+const DsCase kDsCases[] = {
+    {"llama3-8b", 8}, {"llama2-13b", 16}, {"llama3-70b", 64}, {"gpt2-1.5b", 4}};
 
 TEST(DeepSpeedZero3, ModelStatesAndGatheredLayerMatch) {
     for (const DsCase& c : kDsCases) {
@@ -57,8 +58,8 @@ TEST(DeepSpeedZero2, OffloadMatchesAndNoOffloadDiffersByTheFp16GradCopy) {
         SCOPED_TRACE(c.model);
         const double params = countParameters(findModelPreset(c.model)).total;
         const MemoryBreakdown off = zeroMemory(c, 2, true);
-        EXPECT_NEAR(off.parameters + off.gradients + off.optimizer, dsZero2Gpu(params, c.gpus, true),
-                    1.0);
+        EXPECT_NEAR(off.parameters + off.gradients + off.optimizer,
+                    dsZero2Gpu(params, c.gpus, true), 1.0);
         // DeepSpeed's estimate keeps a full fp16 gradient buffer (2 bytes x params) beside the
         // fp32 gradient partition; Shardscope counts gradients only as the sharded fp32 copy and
         // the bucket buffers under temporary. The rest agrees exactly.
@@ -79,10 +80,9 @@ struct MegatronArgs {
 double megatronWeightAndOptimizer(const MegatronArgs& a) {
     const double h = a.hidden;
     const double gated = a.swiglu ? 1.5 : 1.0;
-    const double transformer =
-        2.0 * a.layers * h * h *
-        ((1.0 + double(a.kvGroups) / a.heads) + (double(a.ffn) / h) * gated + 2.0 / h +
-         1.0 / (a.layers * h));
+    const double transformer = 2.0 * a.layers * h * h *
+                               ((1.0 + double(a.kvGroups) / a.heads) + (double(a.ffn) / h) * gated +
+                                2.0 / h + 1.0 / (a.layers * h));
     const double embedding = h * double(a.vocab);
     double shard = (transformer / a.pp + embedding) / a.tp;
     if (a.untied && a.pp == 1)
@@ -95,9 +95,9 @@ double megatronWeightAndOptimizer(const MegatronArgs& a) {
 double megatronActivations(const MegatronArgs& a, double seq, double microBatch) {
     const double sbh = seq * microBatch * a.hidden;
     double act = sbh * (18.0 + 4.0 * double(a.ffn) / a.hidden) * a.layers / a.pp; // per microbatch
-    act *= a.pp;                                    // pp microbatches in flight on the first stage
-    act += 8.0 * seq * microBatch * a.pp;           // input to the embedding
-    act += sbh * a.pp;                              // embedding dropout
+    act *= a.pp;                          // pp microbatches in flight on the first stage
+    act += 8.0 * seq * microBatch * a.pp; // input to the embedding
+    act += sbh * a.pp;                    // embedding dropout
     if (a.pp == 1)
         act += sbh * 4.0 * (1.0 + double(a.vocab) / a.hidden); // output layer and CE loss
     return act / a.tp;
@@ -105,8 +105,8 @@ double megatronActivations(const MegatronArgs& a, double seq, double microBatch)
 
 const MegatronArgs kMegatronCases[] = {
     // layers hidden heads kv tp pp dp ffn vocab swiglu untied distopt
-    {32, 4096, 32, 8, 1, 1, 8, 14336, 128256, true, true, false},  // Llama 3 8B, DP8
-    {80, 8192, 64, 8, 8, 4, 2, 28672, 128256, true, true, true},   // Llama 3 70B, TP8 PP4
+    {32, 4096, 32, 8, 1, 1, 8, 14336, 128256, true, true, false},    // Llama 3 8B, DP8
+    {80, 8192, 64, 8, 8, 4, 2, 28672, 128256, true, true, true},     // Llama 3 70B, TP8 PP4
     {96, 12288, 96, 96, 8, 8, 16, 49152, 50257, false, false, true}, // GPT-3 175B
 };
 

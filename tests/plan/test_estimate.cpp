@@ -1,11 +1,10 @@
 // Step time, communication and throughput: the relations a user relies on.
-#include <gtest/gtest.h>
-
-#include <cmath>
-
 #include "plan/compute.h"
 #include "plan/formulas.h"
 #include "plan_test_support.h"
+
+#include <cmath>
+#include <gtest/gtest.h>
 
 namespace shardscope {
 namespace {

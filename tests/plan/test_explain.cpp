@@ -1,10 +1,10 @@
 // Every figure carries its formula, the numbers substituted and a source.
-#include <gtest/gtest.h>
-
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/explain.h"
 #include "plan_test_support.h"
+
+#include <gtest/gtest.h>
 
 namespace shardscope {
 namespace {

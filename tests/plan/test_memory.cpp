@@ -1,9 +1,9 @@
 // Memory per GPU: activations against Korthikanti et al. 2022 Table 2, ZeRO stages, offload,
 // pipeline in-flight microbatches and the most loaded stage.
-#include <gtest/gtest.h>
-
 #include "plan/formulas.h"
 #include "plan_test_support.h"
+
+#include <gtest/gtest.h>
 
 namespace shardscope {
 namespace {

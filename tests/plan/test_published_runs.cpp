@@ -1,9 +1,9 @@
 // The planner against published training runs: the default assumptions must keep the median
 // absolute error under 15 % (docs/validation.md shows every row).
-#include <gtest/gtest.h>
-
 #include "core/error.h"
 #include "plan/published_runs.h"
+
+#include <gtest/gtest.h>
 
 namespace shardscope {
 namespace {
@@ -38,8 +38,9 @@ TEST(PublishedRuns, MegatronConventionMatchesThePaperFormula) {
     m.seqLen = 2048;
     m.vocab = 51200;
     const double perToken = conventionFlopsPerToken(m, FlopsConvention::Megatron);
-    EXPECT_NEAR(perToken * 2048, 96.0 * 2048 * 96 * 12288.0 * 12288 *
-                                     (1 + 2048 / (6.0 * 12288) + 51200 / (16.0 * 96 * 12288)),
+    EXPECT_NEAR(perToken * 2048,
+                96.0 * 2048 * 96 * 12288.0 * 12288 *
+                    (1 + 2048 / (6.0 * 12288) + 51200 / (16.0 * 96 * 12288)),
                 1e-6 * perToken * 2048);
 }
 
@@ -53,8 +54,9 @@ TEST(PublishedRuns, MalformedCsvIsAnInputError) {
     EXPECT_THROW(parsePublishedRuns(header + "x,a100-80gb,8,abc,1,1,1,4,10,8,gelu,true,1,1,1,1,8,0,"
                                              "1,8,none,100,,false,megatron,src\n"),
                  InputError);
-    EXPECT_THROW(parsePublishedRuns(header + "x,a100-80gb,9,2,64,2,2,256,10,8,gelu,true,1,1,1,1,8,0,"
-                                             "1,8,none,100,,false,megatron,src\n"),
+    EXPECT_THROW(parsePublishedRuns(header +
+                                    "x,a100-80gb,9,2,64,2,2,256,10,8,gelu,true,1,1,1,1,8,0,"
+                                    "1,8,none,100,,false,megatron,src\n"),
                  InputError); // tp pp cp dp != gpus
     EXPECT_THROW(loadPublishedRuns("/nonexistent/runs.csv"), InputError);
 }

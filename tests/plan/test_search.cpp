@@ -1,8 +1,8 @@
 // Strategy search: ranked, valid, fitting layouts and honest rejection counts.
-#include <gtest/gtest.h>
-
 #include "plan/search.h"
 #include "plan_test_support.h"
+
+#include <gtest/gtest.h>
 
 namespace shardscope {
 namespace {

@@ -1,16 +1,16 @@
 #include "commands.h"
 
-#include <CLI/CLI.hpp>
-#include <atomic>
-
 #include "core/error.h"
-#include "inputs.h"
 #include "core/json_io.h"
 #include "core/presets.h"
+#include "inputs.h"
 #include "plan/explain.h"
 #include "plan/published_runs.h"
 #include "plan/search.h"
 #include "report.h"
+
+#include <CLI/CLI.hpp>
+#include <atomic>
 
 namespace shardscope::cli {
 
@@ -142,7 +142,8 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     search->add_flag("--tp-within-node", o.tpWithinNode, "Reject TP groups larger than a node");
     search->add_flag("--json", o.json, "Machine-readable output");
 
-    auto* explainCmd = app.add_subcommand("explain", "The formula, numbers and source of one figure");
+    auto* explainCmd =
+        app.add_subcommand("explain", "The formula, numbers and source of one figure");
     explainCmd->add_option("figure", o.figure, "Figure key, e.g. memory.activations")->required();
     addModelFlags(*explainCmd, o.model);
     addClusterFlags(*explainCmd, o.cluster);
@@ -160,7 +161,8 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     bool markdown = false;
     auto* validateCmd = app.add_subcommand(
         "validate", "Compare the planner with published training runs (docs/validation.md)");
-    validateCmd->add_option("runs", runsPath, "CSV of published runs (tests/data/published_runs.csv)")
+    validateCmd
+        ->add_option("runs", runsPath, "CSV of published runs (tests/data/published_runs.csv)")
         ->required();
     validateCmd->add_flag("--markdown", markdown, "Write the table as Markdown");
     validateCmd->add_flag("--json", o.json, "Machine-readable output");

@@ -1,14 +1,14 @@
 #include "inputs.h"
 
-#include <algorithm>
-#include <cmath>
-#include <nlohmann/json.hpp>
-#include <sstream>
-
 #include "core/error.h"
 #include "core/json_io.h"
 #include "core/presets.h"
 #include "core/units.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace shardscope::cli {
 
@@ -47,7 +47,8 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
             ->capture_default_str();
         app.add_option("--micro-batch", f.microBatch, "Sequences per microbatch")
             ->capture_default_str();
-        app.add_option("--recompute", f.recompute, "none, selective or full")->capture_default_str();
+        app.add_option("--recompute", f.recompute, "none, selective or full")
+            ->capture_default_str();
     }
     app.add_option("--global-batch", f.globalBatch, "Sequences per optimizer step")
         ->capture_default_str();
@@ -107,7 +108,8 @@ ClusterSpec buildCluster(const ClusterFlags& f) {
     requirePositive(f.nodes, "--nodes", "8");
     requirePositive(f.interGBps, "--inter-bw", "50");
     if (double(f.gpusPerNode) * f.nodes > 1e7)
-        throw InputError("--gpus-per-node x --nodes is more than ten million GPUs; check the flags");
+        throw InputError(
+            "--gpus-per-node x --nodes is more than ten million GPUs; check the flags");
     ClusterSpec c = makeCluster(findGpuPreset(f.gpu), f.gpusPerNode, f.nodes, f.interGBps * 1e9);
     if (f.mtbfHours != 0) {
         requirePositive(f.mtbfHours, "--mtbf-hours", "45600");

@@ -2,11 +2,11 @@
 // useful example (Llama 3 70B on 8 nodes x 8 H100).
 #pragma once
 
+#include "plan/estimate.h"
+
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
-
-#include "plan/estimate.h"
 
 namespace shardscope::cli {
 
@@ -21,8 +21,8 @@ struct ClusterFlags {
     std::string gpu = "h100-sxm";
     int gpusPerNode = 8;
     int nodes = 8;
-    double interGBps = 50;   // per GPU across nodes
-    double mtbfHours = 0;    // 0: keep the default
+    double interGBps = 50; // per GPU across nodes
+    double mtbfHours = 0;  // 0: keep the default
     double checkpointGBps = 0;
     double price = 0;
 };

@@ -1,12 +1,12 @@
 #include "report.h"
 
-#include <algorithm>
-#include <iomanip>
-#include <sstream>
-
 #include "core/json_io.h"
 #include "core/presets.h"
 #include "core/units.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
 
 namespace shardscope::cli {
 
@@ -57,9 +57,14 @@ std::string layoutSummary(const ParallelConfig& p) {
 }
 
 nlohmann::json explanationJson(const Explanation& x) {
-    return {{"key", x.key},         {"label", x.label},   {"value", x.value},
-            {"unit", x.unit},       {"display", x.display}, {"formula", x.formula},
-            {"substituted", x.substituted}, {"source", x.source}};
+    return {{"key", x.key},
+            {"label", x.label},
+            {"value", x.value},
+            {"unit", x.unit},
+            {"display", x.display},
+            {"formula", x.formula},
+            {"substituted", x.substituted},
+            {"source", x.source}};
 }
 
 nlohmann::json planJson(const PlanInputs& in, const Estimate& e) {
@@ -73,23 +78,33 @@ nlohmann::json planJson(const PlanInputs& in, const Estimate& e) {
     j["violations"] = nlohmann::json::array();
     for (const Violation& v : e.violations)
         j["violations"].push_back({{"rule", v.rule}, {"message", v.message}, {"hint", v.hint}});
-    j["params"] = {{"total", e.params.total},           {"active", e.params.active},
-                   {"embeddings", e.params.embeddings}, {"attention", e.params.attention},
-                   {"mlp", e.params.mlp},               {"norms", e.params.norms},
+    j["params"] = {{"total", e.params.total},
+                   {"active", e.params.active},
+                   {"embeddings", e.params.embeddings},
+                   {"attention", e.params.attention},
+                   {"mlp", e.params.mlp},
+                   {"norms", e.params.norms},
                    {"lm_head", e.params.lmHead}};
     const MemoryBreakdown& m = e.memory;
-    j["memory"] = {{"parameters", m.parameters}, {"gradients", m.gradients},
-                   {"optimizer", m.optimizer},   {"activations", m.activations},
-                   {"temporary", m.temporary},   {"overhead", m.overhead},
-                   {"total", m.total()},         {"capacity", e.capacity},
-                   {"fits", e.fits},             {"worst_stage", e.worstStage},
+    j["memory"] = {{"parameters", m.parameters},
+                   {"gradients", m.gradients},
+                   {"optimizer", m.optimizer},
+                   {"activations", m.activations},
+                   {"temporary", m.temporary},
+                   {"overhead", m.overhead},
+                   {"total", m.total()},
+                   {"capacity", e.capacity},
+                   {"fits", e.fits},
+                   {"worst_stage", e.worstStage},
                    {"cpu_offloaded", m.cpuOffloaded}};
     for (Axis a : kAxes) {
         const AxisComm& c = e.axis(a);
         std::string key = toString(a);
         std::transform(key.begin(), key.end(), key.begin(), ::tolower);
-        j["comm"][key] = {{"group_size", c.groupSize}, {"crosses_nodes", c.crossesNodes},
-                          {"bytes", c.bytes},          {"seconds", c.seconds},
+        j["comm"][key] = {{"group_size", c.groupSize},
+                          {"crosses_nodes", c.crossesNodes},
+                          {"bytes", c.bytes},
+                          {"seconds", c.seconds},
                           {"exposed_seconds", c.exposed}};
     }
     j["summary"] = {{"step_time_s", e.stepTime},
@@ -132,12 +147,15 @@ void printPlan(std::ostream& out, const PlanInputs& in, const Estimate& e, bool 
         const Explanation x = explain(in, e, id);
         mem.add({x.label, x.display, formatPercent(total > 0 ? x.value / total : 0)});
     }
-    mem.add({"total", formatBytes(total), formatPercent(e.capacity > 0 ? total / e.capacity : 0) + " of " + formatBytes(e.capacity)});
+    mem.add({"total", formatBytes(total),
+             formatPercent(e.capacity > 0 ? total / e.capacity : 0) + " of " +
+                 formatBytes(e.capacity)});
     mem.print(out);
     out << (e.fits ? "Fits: " + formatBytes(e.capacity - total) + " free on each GPU\n"
                    : "Does NOT fit: " + formatBytes(total - e.capacity) + " over the capacity\n");
     if (e.memory.cpuOffloaded > 0)
-        out << "Host memory per GPU for offloaded state: " << formatBytes(e.memory.cpuOffloaded) << '\n';
+        out << "Host memory per GPU for offloaded state: " << formatBytes(e.memory.cpuOffloaded)
+            << '\n';
 
     out << "\nCommunication per step\n";
     Table comm({"axis", "group", "link", "sent/rank", "time", "exposed"});
@@ -152,7 +170,8 @@ void printPlan(std::ostream& out, const PlanInputs& in, const Estimate& e, bool 
     out << "\nTime\n";
     Table time({"figure", "value"});
     time.add({"compute", formatSeconds(e.computeTime)});
-    time.add({"pipeline bubble", formatSeconds(e.bubbleTime) + " (" + formatPercent(e.bubbleFraction) + ")"});
+    time.add({"pipeline bubble",
+              formatSeconds(e.bubbleTime) + " (" + formatPercent(e.bubbleFraction) + ")"});
     time.add({"exposed communication", formatSeconds(e.exposedComm)});
     time.add({"optimizer step", formatSeconds(e.optimizerTime)});
     time.add({"step time", formatSeconds(e.stepTime)});
@@ -164,10 +183,12 @@ void printPlan(std::ostream& out, const PlanInputs& in, const Estimate& e, bool 
                   formatSeconds(e.timeToTrain)});
         time.add({"  with failures and checkpoints", formatSeconds(e.wallTimeToTrain)});
         time.add({"GPU-hours", formatNumber(e.gpuHours)});
-        time.add({"cost", formatNumber(e.cost) + " at " + formatNumber(in.cluster.gpuHourCost) + " per GPU-hour"});
+        time.add({"cost", formatNumber(e.cost) + " at " + formatNumber(in.cluster.gpuHourCost) +
+                              " per GPU-hour"});
     }
     time.add({"job MTBF", formatSeconds(e.jobMtbf)});
-    time.add({"checkpoint write", formatSeconds(e.checkpointWrite) + " (" + formatBytes(e.checkpointBytes) + ")"});
+    time.add({"checkpoint write",
+              formatSeconds(e.checkpointWrite) + " (" + formatBytes(e.checkpointBytes) + ")"});
     time.add({"optimal checkpoint interval", formatSeconds(e.checkpointInterval)});
     time.add({"expected training-time fraction", formatPercent(e.trainingFraction)});
     time.print(out);
@@ -195,8 +216,10 @@ nlohmann::json searchJson(const PlanInputs& in, const SearchResult& r) {
     j["rejected"] = r.rejected;
     j["top"] = nlohmann::json::array();
     for (const Candidate& c : r.top)
-        j["top"].push_back({{"parallel", c.config}, {"memory_bytes", c.memory},
-                            {"tokens_per_second", c.tokensPerSecond}, {"step_time_s", c.stepTime},
+        j["top"].push_back({{"parallel", c.config},
+                            {"memory_bytes", c.memory},
+                            {"tokens_per_second", c.tokensPerSecond},
+                            {"step_time_s", c.stepTime},
                             {"mfu", c.mfu}});
     return j;
 }
@@ -258,8 +281,8 @@ void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
                 << metricText(c, c.reported) << " | " << metricText(c, c.predicted) << " | "
                 << formatPercent(c.error) << " |\n";
         }
-        out << "\nMedian absolute error: " << formatPercent(medianAbsoluteError(results)) << " over "
-            << runs.size() << " runs.\n";
+        out << "\nMedian absolute error: " << formatPercent(medianAbsoluteError(results))
+            << " over " << runs.size() << " runs.\n";
         return;
     }
     Table t({"run", "metric", "reported", "predicted", "error"});
@@ -277,7 +300,8 @@ void printModels(std::ostream& out) {
     for (const ModelSpec& m : modelPresets()) {
         const ParamCount c = countParameters(m);
         t.add({m.id, m.name,
-               formatCount(c.total) + (m.moe.enabled() ? " (" + formatCount(c.active) + " active)" : ""),
+               formatCount(c.total) +
+                   (m.moe.enabled() ? " (" + formatCount(c.active) + " active)" : ""),
                std::to_string(m.layers), std::to_string(m.hidden),
                std::to_string(m.heads) + "/" + std::to_string(m.kvHeads),
                std::to_string(m.ffnHidden), std::to_string(m.vocab), std::to_string(m.seqLen)});
@@ -289,7 +313,8 @@ void printGpus(std::ostream& out) {
     Table t({"id", "name", "memory", "HBM", "NVLink/dir", "bf16 dense", "fp8 dense"});
     for (const GpuSpec& g : gpuPresets()) {
         const auto fp8 = g.peakFlops.find(Precision::Fp8);
-        t.add({g.id, g.name, formatBytes(g.memoryBytes), formatNumber(g.hbmBandwidth / 1e9) + " GB/s",
+        t.add({g.id, g.name, formatBytes(g.memoryBytes),
+               formatNumber(g.hbmBandwidth / 1e9) + " GB/s",
                formatNumber(g.nvlinkBandwidth / 1e9) + " GB/s", formatRate(g.peak(Precision::Bf16)),
                fp8 == g.peakFlops.end() ? "-" : formatRate(fp8->second)});
     }
@@ -303,8 +328,11 @@ nlohmann::json devicesJson(const DeviceReport& r) {
     j["reason"] = r.reason;
     j["devices"] = nlohmann::json::array();
     for (const DeviceInfo& d : r.devices)
-        j["devices"].push_back({{"index", d.index}, {"name", d.name}, {"memory_bytes", d.memoryBytes},
-                                {"sms", d.sms}, {"compute_capability", d.computeCapability},
+        j["devices"].push_back({{"index", d.index},
+                                {"name", d.name},
+                                {"memory_bytes", d.memoryBytes},
+                                {"sms", d.sms},
+                                {"compute_capability", d.computeCapability},
                                 {"preset", d.preset ? d.preset->id : ""}});
     return j;
 }

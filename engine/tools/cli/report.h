@@ -1,13 +1,13 @@
 // Plans, searches and presets as readable tables or as JSON (schema in docs/cli.md).
 #pragma once
 
-#include <nlohmann/json.hpp>
-#include <ostream>
-
 #include "plan/explain.h"
 #include "plan/published_runs.h"
 #include "plan/search.h"
 #include "runtime/devices.h"
+
+#include <nlohmann/json.hpp>
+#include <ostream>
 
 namespace shardscope::cli {
 

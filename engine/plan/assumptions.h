@@ -30,6 +30,9 @@ struct Assumptions {
     double fragmentation = 0.05;
     // Gradient communication buckets (PyTorch DDP bucket_cap_mb = 25), double-buffered.
     double gradBucketBytes = 25.0 * 1024 * 1024;
+    // Optimizer offload: gradients go down and weights come back over PCIe (Gen4 x16 per
+    // direction, ~25 GB/s achieved) while the host runs Adam.
+    double hostLinkBandwidth = 25e9;
 };
 
 } // namespace shardscope

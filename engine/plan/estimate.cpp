@@ -139,11 +139,15 @@ AxisComm dpComm(const PlanInputs& in, double params, double microbatchTime, doub
     return c;
 }
 
-// The optimizer step is memory bound: it reads and writes every state byte it owns once.
+// The optimizer step is memory bound: it reads and writes every state byte it owns once. With
+// offload the GPU's part is moving gradients to the host and weights back.
 double optimizerSeconds(const PlanInputs& in, double params) {
     const ParallelConfig& p = in.parallel;
-    const double shard = params / (p.zero >= 1 ? std::max(1, p.dp * p.cp) : 1);
     const PrecisionPolicy& prec = p.precision;
+    if (p.offloadOptimizer)
+        return params / std::max(1, p.dp * p.cp) * (prec.gradBytes() + prec.weightBytes()) /
+               in.assume.hostLinkBandwidth;
+    const double shard = params / (p.zero >= 1 ? std::max(1, p.dp * p.cp) : 1);
     const double bytes = 2.0 * shard *
                          (prec.weightBytes() + prec.gradBytes() + prec.masterBytes() +
                           optimizerStateBytes(p.optimizer));
@@ -204,10 +208,7 @@ Estimate evaluate(const PlanInputs& in) {
     e.comm[int(Axis::CP)] = cpComm(in, layers, mbs * slow.attentionSeconds);
     e.comm[int(Axis::PP)] = ppComm(in, e.computeTime);
     e.comm[int(Axis::DP)] = dpComm(in, params, e.microbatchCompute, e.computeTime);
-    e.optimizerTime = p.offloadOptimizer ? 0.0 : optimizerSeconds(in, params);
-    if (p.offloadOptimizer) // gradients down and weights up over PCIe, Adam on the host
-        e.optimizerTime = params / std::max(1, p.dp * p.cp) *
-                          (p.precision.gradBytes() + p.precision.weightBytes()) / 25e9;
+    e.optimizerTime = optimizerSeconds(in, params);
 
     // Step time: microbatches paced by compute plus the per-microbatch TP/CP waits, the
     // pipeline bubble at that pace, then the exposed PP and DP transfers and the optimizer.

@@ -63,7 +63,7 @@ double pipelineBubbleFraction(PipelineSchedule s, int p, int m, int v) {
     return bubble / (m + bubble);
 }
 
-double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v) {
+double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v, int stage) {
     switch (s) {
     case PipelineSchedule::Naive:
         return 1.0;
@@ -71,11 +71,11 @@ double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v) {
         return m;
     case PipelineSchedule::OneFOneB:
     case PipelineSchedule::ZeroBubble:
-        return std::min(p, m);
+        return std::min(p - stage, m);
     case PipelineSchedule::Interleaved:
-        return p * (1.0 + (p - 1.0) / (double(p) * std::max(1, v)));
+        return std::min<double>(m, (p - stage) + (p - 1.0) / std::max(1, v));
     }
-    return std::min(p, m);
+    return std::min(p - stage, m);
 }
 
 double optimizerStateBytes(Optimizer o) {

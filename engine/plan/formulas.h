@@ -32,9 +32,10 @@ double ringAllGatherSeconds(double bytes, int n, double bandwidth, double latenc
 double pipelineBubbleFraction(PipelineSchedule s, int p, int m, int v = 1);
 // Bubble time in units of one microbatch's forward+backward on one stage: (p-1)/v, etc.
 double pipelineBubbleMicrobatches(PipelineSchedule s, int p, int m, int v = 1);
-// Microbatches whose activations the first stage holds at its peak (Korthikanti et al. 2022:
-// GPipe m, 1F1B p, interleaved p (1 + (p-1)/(p v))).
-double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v = 1);
+// Microbatches whose activations pipeline rank `stage` holds at its peak (Korthikanti et al.
+// 2022: GPipe m, 1F1B p - stage, interleaved (p - stage) + (p-1)/v, i.e. p (1 + (p-1)/(p v)) on
+// the first stage), never more than the m microbatches of the step.
+double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v = 1, int stage = 0);
 
 // --- Model state ----------------------------------------------------------------------------
 // Optimizer state bytes per parameter, excluding the fp32 master copy (AdamW 8, SGD momentum 4).

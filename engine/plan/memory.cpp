@@ -42,26 +42,6 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p) {
     return replicated / sp + split / t;
 }
 
-namespace {
-
-double inflightOnStage(const ParallelConfig& p, int stage) {
-    const int m = std::max(1, p.microbatches());
-    switch (p.schedule) {
-    case PipelineSchedule::Naive:
-        return 1.0;
-    case PipelineSchedule::GPipe:
-        return m;
-    case PipelineSchedule::OneFOneB:
-    case PipelineSchedule::ZeroBubble:
-        return std::min(p.pp - stage, m);
-    case PipelineSchedule::Interleaved:
-        return std::min<double>(m, (p.pp - stage) + (p.pp - 1.0) / std::max(1, p.vpp));
-    }
-    return 1.0;
-}
-
-} // namespace
-
 MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
@@ -96,7 +76,8 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     const double T = localTokens(m, p);
     const double sp = p.sequenceParallel ? t : 1.0;
     mem.activationsPerLayer = activationBytesPerLayer(m, p);
-    mem.inflightMicrobatches = inflightOnStage(p, stage);
+    mem.inflightMicrobatches =
+        pipelineInflightMicrobatches(p.schedule, p.pp, std::max(1, p.microbatches()), p.vpp, stage);
     if (!m.isBare()) {
         if (first) // token ids (int64) and, with dropout, the embedding dropout mask
             mem.stageExtraActivations +=

@@ -63,6 +63,17 @@ TEST(Search, KeepAllReturnsEveryEvaluatedLayout) {
     EXPECT_EQ(static_cast<long long>(r.all.size()), r.evaluated);
 }
 
+TEST(Search, EveryEvaluatedLayoutPassesValidate) {
+    // The search's fast rule check must not let through anything validate() rejects.
+    SearchOptions o;
+    o.keepAll = true;
+    const SearchResult r = searchLlama8b(o);
+    const ModelSpec m = findModelPreset("llama3-8b");
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
+    for (const Candidate& cand : r.all)
+        ASSERT_TRUE(validate(m, c, cand.config).empty());
+}
+
 TEST(Search, CancelStopsEarly) {
     std::atomic<bool> cancel{true};
     SearchOptions o;

@@ -1,6 +1,7 @@
 #include "layout.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace shardscope {
 
@@ -66,6 +67,33 @@ GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, co
         return placeGroup(cluster, a, p.pp, p.tp * p.cp * p.dp);
     }
     return {};
+}
+
+RankCoordinate rankCoordinate(const ParallelConfig& p, int rank, int gpusPerNode) {
+    RankCoordinate c;
+    const int tp = std::max(1, p.tp), cp = std::max(1, p.cp), dp = std::max(1, p.dp);
+    c.tp = rank % tp;
+    c.cp = (rank / tp) % cp;
+    c.dp = (rank / (tp * cp)) % dp;
+    c.pp = rank / (tp * cp * dp);
+    c.node = rank / std::max(1, gpusPerNode);
+    c.tpGroup = rank / tp;
+    return c;
+}
+
+ClusterSpec clusterForWorld(const ClusterSpec& cluster, int world) {
+    ClusterSpec c = cluster;
+    world = std::max(1, world);
+    const int node = std::max(1, cluster.gpusPerNode);
+    c.gpusPerNode = world % node == 0 ? node : world < node ? world : std::gcd(world, node);
+    c.nodes = world / c.gpusPerNode;
+    return c;
+}
+
+bool tpCrossesNodes(const ParallelConfig& p, int gpusPerNode) {
+    // TP groups are contiguous blocks of tp ranks: they stay inside nodes exactly when tp
+    // divides the node size.
+    return p.tp > gpusPerNode || (gpusPerNode % std::max(1, p.tp)) != 0;
 }
 
 } // namespace shardscope

@@ -30,6 +30,22 @@ GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int 
 GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, const Assumptions& a,
                          Axis axis);
 
+// Where global rank `rank` sits in each parallel group, in the order placeAxis assumes.
+struct RankCoordinate {
+    int dp = 0, tp = 0, pp = 0, cp = 0;
+    int node = 0;    // node index for a cluster of `gpusPerNode`
+    int tpGroup = 0; // index of its tensor-parallel group (ranks sharing dp, pp and cp)
+};
+RankCoordinate rankCoordinate(const ParallelConfig& p, int rank, int gpusPerNode);
+
+// True when some tensor-parallel group spans more than one node.
+bool tpCrossesNodes(const ParallelConfig& p, int gpusPerNode);
+
+// The cluster a layout of `world` GPUs occupies, for questions that do not depend on the
+// network (memory): whole nodes of cluster.gpusPerNode when `world` is a multiple of it, one
+// partial node when it is smaller, otherwise nodes of gcd(world, gpusPerNode) GPUs.
+ClusterSpec clusterForWorld(const ClusterSpec& cluster, int world);
+
 // Tokens of one microbatch on one context-parallel rank.
 inline double localTokens(const ModelSpec& m, const ParallelConfig& p) {
     return double(m.seqLen) / std::max(1, p.cp) * p.microBatch;

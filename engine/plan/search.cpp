@@ -151,4 +151,30 @@ done:
     return r;
 }
 
+std::vector<std::size_t> paretoFront(const std::vector<Candidate>& candidates) {
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+        if (candidates[i].fits) {
+            order.push_back(i);
+        }
+    }
+    // Sweep by memory (ties: faster first); a point is on the front when it is faster than
+    // everything that uses less memory.
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        if (candidates[a].memory != candidates[b].memory) {
+            return candidates[a].memory < candidates[b].memory;
+        }
+        return candidates[a].tokensPerSecond > candidates[b].tokensPerSecond;
+    });
+    std::vector<std::size_t> front;
+    double best = -1;
+    for (std::size_t i : order) {
+        if (candidates[i].tokensPerSecond > best) {
+            front.push_back(i);
+            best = candidates[i].tokensPerSecond;
+        }
+    }
+    return front;
+}
+
 } // namespace shardscope

@@ -57,4 +57,8 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                            const Assumptions& assume, const SearchSpace& space,
                            const SearchOptions& options = {});
 
+// Indices of the candidates no other candidate beats on both memory (lower) and throughput
+// (higher), ordered by increasing memory. Only fitting candidates are considered.
+std::vector<std::size_t> paretoFront(const std::vector<Candidate>& candidates);
+
 } // namespace shardscope

@@ -101,5 +101,49 @@ TEST(Search, NothingFitsIsReported) {
     EXPECT_GT(r.rejected.at("memory"), 0);
 }
 
+Candidate point(double memory, double tps, bool fits = true) {
+    Candidate c;
+    c.memory = memory;
+    c.tokensPerSecond = tps;
+    c.fits = fits;
+    return c;
+}
+
+TEST(ParetoFront, KeepsOnlyUnbeatenFittingPointsByMemory) {
+    const std::vector<Candidate> cs = {
+        point(50, 100),        // beaten by #2 (less memory, same speed is not enough: #2 is faster)
+        point(60, 300),        // front
+        point(40, 120),        // front
+        point(30, 500, false), // does not fit: ignored even though it beats everything
+        point(20, 80),         // front: least memory
+        point(70, 250),        // beaten by #1
+        point(40, 110),        // same memory as #2, slower: beaten
+    };
+    const std::vector<std::size_t> front = paretoFront(cs);
+    EXPECT_EQ(front, (std::vector<std::size_t>{4, 2, 1}));
+}
+
+TEST(ParetoFront, EveryFittingSearchCandidateIsOnOrBehindTheFront) {
+    SearchOptions o;
+    o.keepAll = true;
+    const SearchResult r = searchLlama8b(o);
+    const auto front = paretoFront(r.all);
+    ASSERT_FALSE(front.empty());
+    // The fastest fitting layout is always on the front.
+    EXPECT_DOUBLE_EQ(r.all[front.back()].tokensPerSecond, r.top.front().tokensPerSecond);
+    for (const Candidate& c : r.all) {
+        if (!c.fits) {
+            continue;
+        }
+        bool dominatedOrOn = false;
+        for (std::size_t f : front) {
+            if (r.all[f].memory <= c.memory && r.all[f].tokensPerSecond >= c.tokensPerSecond) {
+                dominatedOrOn = true;
+            }
+        }
+        EXPECT_TRUE(dominatedOrOn);
+    }
+}
+
 } // namespace
 } // namespace shardscope

@@ -1,0 +1,76 @@
+#include "memory_summary.h"
+
+#include "core/units.h"
+#include "formulas.h"
+#include "layout.h"
+
+#include <cmath>
+
+namespace shardscope {
+
+namespace {
+
+std::string gpuCount(int n, const std::string& gpu) {
+    return n == 1 ? "one " + gpu : formatCount(double(n)) + " x " + gpu;
+}
+
+} // namespace
+
+MemoryVerdict memoryVerdict(const PlanInputs& in, const Estimate& e) {
+    MemoryVerdict v;
+    const std::string gpu = in.cluster.gpu.name;
+    const MemoryBreakdown& m = e.memory;
+    v.perGpu = m.total();
+    v.capacity = e.capacity;
+    v.free = v.capacity - v.perGpu;
+    v.fits = v.perGpu <= v.capacity;
+    v.gpus = std::max(1, in.parallel.worldSize());
+    v.perGpuFixed = m.activations + m.temporary + m.overhead;
+    v.modelStateBytes =
+        double(e.params.total) *
+        (in.parallel.precision.weightBytes() + in.parallel.precision.gradBytes() +
+         in.parallel.precision.masterBytes() + optimizerStateBytes(in.parallel.optimizer));
+    const double room = v.capacity - v.perGpuFixed;
+    v.minimumGpus = room > 0 ? int(std::ceil(v.modelStateBytes / room)) : 0;
+    v.formula = "N = ceil(model state / (capacity - activations - temporary - overhead)) = "
+                "ceil(" +
+                formatBytes(v.modelStateBytes) + " / (" + formatBytes(v.capacity) + " - " +
+                formatBytes(v.perGpuFixed) + ")) = " + std::to_string(v.minimumGpus);
+
+    if (v.fits) {
+        v.text = v.gpus == 1 ? "Fits on one " + gpu + " with " + formatBytes(v.free) + " free."
+                             : "Fits on each of the " + gpuCount(v.gpus, gpu) + " with " +
+                                   formatBytes(v.free) + " free on the most loaded GPU.";
+        return v;
+    }
+    v.text = "Does not fit: " + formatBytes(v.perGpu) + " per GPU is " + formatBytes(-v.free) +
+             " over the " + formatBytes(v.capacity) + " of one " + gpu + ". ";
+    if (v.minimumGpus > 0) {
+        v.text += "Needs at least " + gpuCount(v.minimumGpus, gpu) +
+                  " (model state sharded over all of them, ZeRO-3 / FSDP).";
+    } else {
+        v.text += "Activations, buffers and overhead alone (" + formatBytes(v.perGpuFixed) +
+                  ") exceed one GPU: recompute, a smaller micro batch, or more TP / CP.";
+    }
+    return v;
+}
+
+std::vector<SweepPoint> memoryOverDataParallel(const PlanInputs& in, int zeroStage,
+                                               const std::vector<int>& dps) {
+    std::vector<SweepPoint> out;
+    out.reserve(dps.size());
+    for (int dp : dps) {
+        PlanInputs at = in;
+        at.parallel.dp = std::max(1, dp);
+        at.parallel.zero = zeroStage;
+        // Keep the microbatch count: the global batch grows with dp as in weak scaling.
+        at.parallel.globalBatch =
+            std::max(1, in.parallel.microbatches()) * at.parallel.microBatch * at.parallel.dp;
+        at.cluster = clusterForWorld(in.cluster, at.parallel.worldSize());
+        const Estimate e = evaluate(at);
+        out.push_back({at.parallel.worldSize(), at.parallel.dp, e.memory.total()});
+    }
+    return out;
+}
+
+} // namespace shardscope

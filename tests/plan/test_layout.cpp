@@ -1,0 +1,59 @@
+// Rank placement: coordinates in Megatron's order (tp fastest, then cp, dp, pp) and node spans.
+#include "plan/layout.h"
+#include "plan_test_support.h"
+
+#include <gtest/gtest.h>
+#include <set>
+
+namespace shardscope {
+namespace {
+
+ParallelConfig layout(int dp, int tp, int pp, int cp) {
+    ParallelConfig p;
+    p.dp = dp;
+    p.tp = tp;
+    p.pp = pp;
+    p.cp = cp;
+    return p;
+}
+
+TEST(RankCoordinate, TensorFastestThenContextDataPipeline) {
+    const ParallelConfig p = layout(2, 4, 3, 2); // 48 ranks
+    EXPECT_EQ(rankCoordinate(p, 0, 8).tp, 0);
+    const RankCoordinate r = rankCoordinate(p, 4 * 2 * 2 + 4 + 3, 8); // pp1 dp0 cp1 tp3
+    EXPECT_EQ(r.tp, 3);
+    EXPECT_EQ(r.cp, 1);
+    EXPECT_EQ(r.dp, 0);
+    EXPECT_EQ(r.pp, 1);
+    EXPECT_EQ(r.node, 23 / 8);
+    EXPECT_EQ(r.tpGroup, 23 / 4);
+    const RankCoordinate last = rankCoordinate(p, 47, 8);
+    EXPECT_EQ(last.tp, 3);
+    EXPECT_EQ(last.cp, 1);
+    EXPECT_EQ(last.dp, 1);
+    EXPECT_EQ(last.pp, 2);
+}
+
+TEST(RankCoordinate, EveryCoordinateOccursExactlyOnce) {
+    const ParallelConfig p = layout(3, 2, 4, 2);
+    std::set<std::tuple<int, int, int, int>> seen;
+    for (int r = 0; r < p.worldSize(); ++r) {
+        const RankCoordinate c = rankCoordinate(p, r, 8);
+        seen.insert({c.dp, c.tp, c.pp, c.cp});
+    }
+    EXPECT_EQ(int(seen.size()), p.worldSize());
+}
+
+TEST(TpCrossesNodes, OnlyWhenTpDoesNotDivideTheNode) {
+    EXPECT_FALSE(tpCrossesNodes(layout(8, 8, 1, 1), 8));
+    EXPECT_FALSE(tpCrossesNodes(layout(8, 4, 1, 1), 8));
+    EXPECT_TRUE(tpCrossesNodes(layout(4, 16, 1, 1), 8));
+    EXPECT_TRUE(tpCrossesNodes(layout(8, 3, 1, 1), 8));
+    // The placement the communication model uses agrees.
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 8);
+    EXPECT_EQ(placeAxis(c, layout(4, 16, 1, 1), Assumptions{}, Axis::TP).crossesNodes, true);
+    EXPECT_EQ(placeAxis(c, layout(8, 8, 1, 1), Assumptions{}, Axis::TP).crossesNodes, false);
+}
+
+} // namespace
+} // namespace shardscope

@@ -1,0 +1,91 @@
+// The Memory page's verdict and ZeRO sweep, including the lesson's "at least 2 GPUs for 7B".
+#include "core/units.h"
+#include "plan/layout.h"
+#include "plan/memory_summary.h"
+#include "plan_test_support.h"
+
+#include <gtest/gtest.h>
+
+namespace shardscope {
+namespace {
+
+PlanInputs bare(double params, int dp, int zero) {
+    PlanInputs in;
+    in.model.name = "bare";
+    in.model.bareParams = params;
+    in.parallel.dp = dp;
+    in.parallel.zero = zero;
+    in.parallel.globalBatch = dp;
+    in.parallel.precision = {Precision::Bf16, Precision::Fp32, false}; // the lesson's 14 B/param
+    in.cluster = clusterForWorld(makeCluster(findGpuPreset("h100-sxm"), 8, 1), dp);
+    return in;
+}
+
+TEST(MemoryVerdict, SevenBillionNeedsAtLeastTwoH100) {
+    // Lesson 2: "You need at least 2 to train a 7B model naively": 14 B/param x 7e9 = 98 GB.
+    const PlanInputs in = bare(7e9, 1, 0);
+    const MemoryVerdict v = memoryVerdict(in, estimate(in));
+    EXPECT_FALSE(v.fits);
+    EXPECT_NEAR(v.modelStateBytes, 98e9, 1e3);
+    EXPECT_EQ(v.minimumGpus, 2);
+    EXPECT_NE(v.text.find("Needs at least 2 x"), std::string::npos) << v.text;
+    EXPECT_NE(v.formula.find("= 2"), std::string::npos) << v.formula;
+}
+
+TEST(MemoryVerdict, FitsOnOneGpuSaysHowMuchIsFree) {
+    const PlanInputs in = bare(1e9, 1, 0); // 14 GB of state
+    const Estimate e = estimate(in);
+    const MemoryVerdict v = memoryVerdict(in, e);
+    EXPECT_TRUE(v.fits);
+    EXPECT_DOUBLE_EQ(v.free, e.capacity - e.memory.total());
+    EXPECT_EQ(v.text.rfind("Fits on one ", 0), 0u) << v.text;
+    EXPECT_NE(v.text.find(formatBytes(v.free) + " free"), std::string::npos) << v.text;
+}
+
+TEST(MemoryVerdict, ManyGpusNameTheCountAndTheMostLoadedGpu) {
+    const PlanInputs in = bare(7e9, 8, 3); // 98 GB / 8
+    const MemoryVerdict v = memoryVerdict(in, estimate(in));
+    EXPECT_TRUE(v.fits);
+    EXPECT_NE(v.text.find("each of the 8 x"), std::string::npos) << v.text;
+}
+
+TEST(MemoryVerdict, ActivationsAloneTooLargeSaySo) {
+    PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 1, test::layout(8, 1, 1, 8, 3));
+    in.parallel.microBatch = 64;
+    in.parallel.globalBatch = 512;
+    in.parallel.recompute = Recompute::None;
+    const MemoryVerdict v = memoryVerdict(in, estimate(in));
+    EXPECT_FALSE(v.fits);
+    EXPECT_EQ(v.minimumGpus, 0);
+    EXPECT_NE(v.text.find("alone"), std::string::npos) << v.text;
+}
+
+TEST(MemoryOverDataParallel, ZeroStagesShardMoreAsGpusGrow) {
+    const PlanInputs in = bare(7e9, 1, 0);
+    const std::vector<int> dps = {1, 2, 4, 8, 64};
+    const auto z0 = memoryOverDataParallel(in, 0, dps);
+    const auto z3 = memoryOverDataParallel(in, 3, dps);
+    ASSERT_EQ(z0.size(), dps.size());
+    EXPECT_EQ(z3.back().gpus, 64);
+    EXPECT_NEAR(z0.front().bytes, z3.front().bytes, 1.0); // one GPU: nothing to shard
+    // ZeRO-0 replicates the model state; only the gradient buckets of the all-reduce are new.
+    EXPECT_NEAR(z0.back().bytes, z0.front().bytes, 1e-3 * z0.front().bytes);
+    for (std::size_t i = 1; i < dps.size(); ++i)
+        EXPECT_LT(z3[i].bytes, z3[i - 1].bytes);
+    // ZeRO-3 on 64 GPUs: 98 GB / 64 of state plus the fixed overhead.
+    const double overheadOnly = memoryOverDataParallel(bare(0.0, 1, 3), 3, {1}).front().bytes;
+    EXPECT_NEAR(z3.back().bytes, 98e9 / 64 * 1.05 + overheadOnly, 0.2e9);
+}
+
+TEST(ClusterForWorld, WholeNodesPartialNodeOrGcd) {
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 4);
+    EXPECT_EQ(clusterForWorld(c, 16).nodes, 2);
+    EXPECT_EQ(clusterForWorld(c, 16).gpusPerNode, 8);
+    EXPECT_EQ(clusterForWorld(c, 3).gpusPerNode, 3);
+    EXPECT_EQ(clusterForWorld(c, 3).nodes, 1);
+    EXPECT_EQ(clusterForWorld(c, 12).gpusPerNode, 4);
+    EXPECT_EQ(clusterForWorld(c, 12).worldSize(), 12);
+}
+
+} // namespace
+} // namespace shardscope

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdint>
 #include <initializer_list>
+#include <sstream>
 #include <utility>
 
 namespace shardscope {
@@ -412,6 +413,16 @@ std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& co
     } catch (const std::exception& e) {
         return {{"internal", e.what(), "report this as a bug"}};
     }
+}
+
+std::string layoutSummary(const ParallelConfig& p) {
+    std::ostringstream s;
+    s << "dp" << p.dp << " tp" << p.tp << " pp" << p.pp;
+    if (p.vpp > 1)
+        s << "x" << p.vpp;
+    s << " cp" << p.cp << " zero" << p.zero << (p.sequenceParallel ? " sp" : "") << " mb"
+      << p.microBatch << " " << toString(p.schedule) << " recompute-" << toString(p.recompute);
+    return s.str();
 }
 
 } // namespace shardscope

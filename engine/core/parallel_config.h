@@ -71,6 +71,9 @@ std::vector<Violation> validate(const ModelSpec& model, const ClusterSpec& clust
 // The same rules without a cluster (world size is then dp*tp*pp*cp by definition).
 std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& config);
 
+// One line: "dp2 tp8 pp4 cp1 zero1 sp mb1 1f1b recompute-selective" ("pp4x2" when interleaved).
+std::string layoutSummary(const ParallelConfig& p);
+
 std::string toString(PipelineSchedule s);
 std::string toString(Recompute r);
 std::string toString(Optimizer o);

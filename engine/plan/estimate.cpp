@@ -157,6 +157,24 @@ double optimizerSeconds(const PlanInputs& in, double params) {
 
 } // namespace
 
+MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, int* stage) {
+    // The first stage holds the embedding and the most in-flight microbatches, the last the LM
+    // head and the logits: one of them is always the most loaded.
+    MemoryBreakdown worst = memoryForStage(in, 0);
+    int worstStage = 0;
+    const int lastStage = std::max(0, in.parallel.pp - 1);
+    if (lastStage > 0) {
+        MemoryBreakdown last = memoryForStage(in, lastStage);
+        if (last.total() > worst.total()) {
+            worst = last;
+            worstStage = lastStage;
+        }
+    }
+    if (stage)
+        *stage = worstStage;
+    return worst;
+}
+
 Estimate evaluate(const PlanInputs& in) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
@@ -166,16 +184,7 @@ Estimate evaluate(const PlanInputs& in) {
     const int world = std::max(1, p.worldSize());
     const int lastStage = std::max(0, p.pp - 1);
 
-    // Memory: the first and last stages are the candidates for the most loaded one.
-    e.memory = memoryForStage(in, 0);
-    e.worstStage = 0;
-    if (lastStage > 0) {
-        MemoryBreakdown last = memoryForStage(in, lastStage);
-        if (last.total() > e.memory.total()) {
-            e.memory = last;
-            e.worstStage = lastStage;
-        }
-    }
+    e.memory = mostLoadedStageMemory(in, &e.worstStage);
     e.capacity = cl.gpu.memoryBytes;
     e.fits = e.memory.total() <= e.capacity;
 
@@ -253,6 +262,15 @@ Estimate estimate(const PlanInputs& in) {
     Estimate e = evaluate(in);
     e.violations = validate(in.model, in.cluster, in.parallel);
     return e;
+}
+
+std::vector<StepPart> stepTimeParts(const Estimate& e) {
+    std::vector<StepPart> parts = {{"Compute", e.computeTime}};
+    for (Axis a : {Axis::TP, Axis::CP, Axis::PP, Axis::DP})
+        parts.push_back({"Exposed " + toString(a), e.axis(a).exposed});
+    parts.push_back({"Bubble", e.bubbleTime});
+    parts.push_back({"Optimizer", e.optimizerTime});
+    return parts;
 }
 
 } // namespace shardscope

@@ -113,8 +113,18 @@ Estimate estimate(const PlanInputs& in);
 // Evaluate without validation, for callers that already know the layout is valid (search).
 Estimate evaluate(const PlanInputs& in);
 
+// The step time split into parts that add up to Estimate::stepTime: compute, the exposed
+// communication of each axis, the pipeline bubble and the optimizer step.
+struct StepPart {
+    std::string label; // "Compute", "Exposed TP", ..., "Bubble", "Optimizer"
+    double seconds = 0;
+};
+std::vector<StepPart> stepTimeParts(const Estimate& e);
+
 // Pieces, exposed for tests and for the explanation of single figures.
 MemoryBreakdown memoryForStage(const PlanInputs& in, int stage);
+// Memory of the most loaded pipeline stage (its index in *stage when given).
+MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, int* stage = nullptr);
 double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p);
 
 } // namespace shardscope

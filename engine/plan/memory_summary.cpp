@@ -67,8 +67,7 @@ std::vector<SweepPoint> memoryOverDataParallel(const PlanInputs& in, int zeroSta
         at.parallel.globalBatch =
             std::max(1, in.parallel.microbatches()) * at.parallel.microBatch * at.parallel.dp;
         at.cluster = clusterForWorld(in.cluster, at.parallel.worldSize());
-        const Estimate e = evaluate(at);
-        out.push_back({at.parallel.worldSize(), at.parallel.dp, e.memory.total()});
+        out.push_back({at.parallel.worldSize(), at.parallel.dp, mostLoadedStageMemory(at).total()});
     }
     return out;
 }

@@ -151,5 +151,19 @@ TEST(Estimate, InvalidLayoutIsReportedNotCrashing) {
     EXPECT_TRUE(std::isfinite(e.memory.total()));
 }
 
+TEST(StepTimeParts, AddUpToTheStepTime) {
+    for (const char* model : {"llama3-8b", "llama3-70b"}) {
+        PlanInputs in = test::inputs(model, "h100-sxm", 8, 8, test::layout(4, 4, 4, 256, 1));
+        in.parallel.cp = 1;
+        const Estimate e = estimate(in);
+        double sum = 0;
+        for (const StepPart& p : stepTimeParts(e))
+            sum += p.seconds;
+        EXPECT_NEAR(sum, e.stepTime, 1e-9 * e.stepTime) << model;
+        EXPECT_DOUBLE_EQ(stepTimeParts(e).front().seconds, e.computeTime);
+        EXPECT_GT(stepTimeParts(e)[5].seconds, 0.0) << "pp 4 has a bubble";
+    }
+}
+
 } // namespace
 } // namespace shardscope

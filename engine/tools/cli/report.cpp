@@ -46,16 +46,6 @@ private:
 
 } // namespace
 
-std::string layoutSummary(const ParallelConfig& p) {
-    std::ostringstream s;
-    s << "dp" << p.dp << " tp" << p.tp << " pp" << p.pp;
-    if (p.vpp > 1)
-        s << "x" << p.vpp;
-    s << " cp" << p.cp << " zero" << p.zero << (p.sequenceParallel ? " sp" : "") << " mb"
-      << p.microBatch << " " << toString(p.schedule) << " recompute-" << toString(p.recompute);
-    return s.str();
-}
-
 nlohmann::json explanationJson(const Explanation& x) {
     return {{"key", x.key},
             {"label", x.label},

@@ -33,6 +33,5 @@ nlohmann::json validationJson(const std::vector<PublishedRun>& runs,
 void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
                      const std::vector<RunComparison>& results, bool markdown);
 
-std::string layoutSummary(const ParallelConfig& p); // "dp16 tp8 pp8 (1f1b) zero1 sp mb1 ..."
 
 } // namespace shardscope::cli

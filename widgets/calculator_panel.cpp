@@ -1,0 +1,137 @@
+#include "calculator_panel.h"
+
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QScrollArea>
+#include <QScrollBar>
+#include <QSplitter>
+#include <QVBoxLayout>
+
+namespace shardscope {
+
+namespace {
+
+QString escaped(const std::string& s) {
+    return QString::fromStdString(s).toHtmlEscaped();
+}
+
+// Tinted background and a solid border of the level's colour over the window colour: the text
+// keeps the palette's own colour, so it reads in light and dark themes alike.
+QString verdictStyle(VerdictLevel level) {
+    QColor color;
+    switch (level) {
+    case VerdictLevel::Good:
+        color = QColor(0x00, 0x9E, 0x73);
+        break;
+    case VerdictLevel::Warning:
+        color = QColor(0xE6, 0x9F, 0x00);
+        break;
+    case VerdictLevel::Bad:
+        color = QColor(0xD5, 0x5E, 0x00);
+        break;
+    }
+    QColor tint = color;
+    tint.setAlpha(48);
+    return QStringLiteral("QLabel { background-color: %1; border: 1px solid %2; "
+                          "border-left: 5px solid %2; border-radius: 3px; padding: 8px; }")
+        .arg(tint.name(QColor::HexArgb), color.name(QColor::HexRgb));
+}
+
+} // namespace
+
+CalculatorPanel::CalculatorPanel(QWidget* parent)
+    : QWidget(parent), controlsArea_(new QScrollArea), verdict_(new QLabel),
+      pictureLayout_(new QVBoxLayout), formulas_(new QPlainTextEdit), splitter_(new QSplitter) {
+    splitter_->setOrientation(Qt::Horizontal);
+    splitter_->setChildrenCollapsible(false);
+
+    controlsArea_->setWidgetResizable(true);
+    controlsArea_->setFrameShape(QFrame::NoFrame);
+    controlsArea_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    controlsArea_->setMinimumWidth(260);
+    splitter_->addWidget(controlsArea_);
+
+    auto* right = new QWidget;
+    auto* rightLayout = new QVBoxLayout(right);
+    rightLayout->setContentsMargins(0, 0, 0, 0);
+    verdict_->setWordWrap(true);
+    verdict_->setTextFormat(Qt::RichText); // pages emphasise figures and list problems
+    verdict_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    verdict_->setAccessibleName(tr("Verdict"));
+    verdict_->setVisible(false);
+    rightLayout->addWidget(verdict_);
+    pictureLayout_->setContentsMargins(0, 0, 0, 0);
+    rightLayout->addLayout(pictureLayout_, 3);
+    // A plain-text view lays out only the lines on screen; a rich-text browser would lay out the
+    // whole panel on every control change (most of a redraw's time on the Explorer page).
+    formulas_->setReadOnly(true);
+    formulas_->setAccessibleName(tr("Formulas"));
+    rightLayout->addWidget(formulas_, 2);
+    splitter_->addWidget(right);
+    splitter_->setStretchFactor(0, 0);
+    splitter_->setStretchFactor(1, 1);
+    // Controls get a column's width; the picture and formulas get the rest.
+    splitter_->setSizes({320, 880});
+
+    auto* layout = new QHBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(splitter_);
+    setVerdict(QString(), VerdictLevel::Good);
+}
+
+void CalculatorPanel::setControls(QWidget* controls) {
+    controlsArea_->setWidget(controls); // deletes the previous controls
+    // Wide enough that no field is cut off: the area never scrolls sideways.
+    const int width =
+        controls->sizeHint().width() + controlsArea_->verticalScrollBar()->sizeHint().width();
+    controlsArea_->setMinimumWidth(std::max(260, width));
+}
+
+void CalculatorPanel::setPicture(QWidget* picture) {
+    while (QLayoutItem* item = pictureLayout_->takeAt(0)) {
+        delete item->widget();
+        delete item;
+    }
+    if (picture != nullptr)
+        pictureLayout_->addWidget(picture);
+}
+
+void CalculatorPanel::setExplanations(const std::vector<Explanation>& explanations) {
+    QString html;
+    // Paragraphs, not a table: QTextDocument lays tables out several times slower, and this
+    // panel is rebuilt on every control change.
+    for (const Explanation& e : explanations) {
+        html += QStringLiteral("<p><b>%1</b>").arg(escaped(e.label));
+        if (!e.display.empty())
+            html += QStringLiteral(" = %1").arg(escaped(e.display));
+        if (!e.formula.empty())
+            html += QStringLiteral("<br><tt>%1</tt>").arg(escaped(e.formula));
+        if (!e.substituted.empty())
+            html += QStringLiteral("<br><tt>= %1</tt>").arg(escaped(e.substituted));
+        if (!e.source.empty())
+            html += QStringLiteral("<br><small><i>%1</i></small>").arg(escaped(e.source));
+        html += QStringLiteral("</p>");
+    }
+    formulaHtml_ = html;
+    const int scroll = formulas_->verticalScrollBar()->value(); // keep the reader's place
+    formulas_->document()->setHtml(html);
+    formulas_->verticalScrollBar()->setValue(scroll);
+}
+
+void CalculatorPanel::setVerdict(const QString& text, VerdictLevel level) {
+    level_ = level;
+    verdict_->setText(text);
+    verdict_->setStyleSheet(verdictStyle(level));
+    verdict_->setVisible(!text.isEmpty());
+}
+
+QString CalculatorPanel::verdictText() const {
+    return verdict_->text();
+}
+
+QString CalculatorPanel::formulaHtml() const {
+    return formulaHtml_;
+}
+
+} // namespace shardscope

@@ -1,0 +1,46 @@
+// The frame every page uses: controls on the left; on the right a plain verdict, the picture,
+// and the formula panel with the user's numbers substituted and the source of each figure.
+#pragma once
+
+#include "plan/explain.h"
+
+#include <QWidget>
+#include <vector>
+
+class QLabel;
+class QScrollArea;
+class QSplitter;
+class QPlainTextEdit;
+class QVBoxLayout;
+
+namespace shardscope {
+
+enum class VerdictLevel { Good, Warning, Bad };
+
+class CalculatorPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit CalculatorPanel(QWidget* parent = nullptr);
+
+    void setControls(QWidget* controls); // takes ownership; placed in a scroll area
+    void setPicture(QWidget* picture);   // takes ownership
+    // The formula panel: one entry per figure (label, value, formula, substituted, source).
+    void setExplanations(const std::vector<Explanation>& explanations);
+    // Rich text: callers escape what they did not write themselves.
+    void setVerdict(const QString& text, VerdictLevel level);
+
+    QString verdictText() const;
+    VerdictLevel verdictLevel() const { return level_; }
+    QString formulaHtml() const; // what the formula panel shows, for reports and tests
+
+private:
+    QScrollArea* controlsArea_;
+    QLabel* verdict_;
+    QVBoxLayout* pictureLayout_;
+    QPlainTextEdit* formulas_;
+    QSplitter* splitter_;
+    QString formulaHtml_;
+    VerdictLevel level_ = VerdictLevel::Good;
+};
+
+} // namespace shardscope

@@ -1,0 +1,195 @@
+#include "chart_style.h"
+
+#include "core/units.h"
+
+#include <QHelpEvent>
+#include <QImage>
+#include <QPaintEngine>
+#include <QPainter>
+#include <QPalette>
+#include <QPicture>
+#include <QToolTip>
+#include <QWidget>
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace shardscope::detail {
+
+QColor categoryColor(int index) {
+    static const std::array<QColor, kCategoryColorCount> colors = {
+        QColor(0x00, 0x72, 0xB2), // blue
+        QColor(0xE6, 0x9F, 0x00), // orange
+        QColor(0x00, 0x9E, 0x73), // bluish green
+        QColor(0xD5, 0x5E, 0x00), // vermillion
+        QColor(0x56, 0xB4, 0xE9), // sky blue
+        QColor(0xCC, 0x79, 0xA7), // reddish purple
+        QColor(0xF0, 0xE4, 0x42), // yellow
+    };
+    const int n = kCategoryColorCount;
+    return colors[static_cast<std::size_t>(((index % n) + n) % n)];
+}
+
+QColor rampColor(int index, int count) {
+    if (count <= 1)
+        return categoryColor(0);
+    // Stop short of a full turn so the last index does not come back to the first hue.
+    const double hue = 0.83 * index / (count - 1.0);
+    // Rounded to 8-bit RGB so colours compare equal to the pixels they paint.
+    return QColor::fromRgba(
+        QColor::fromHsvF(static_cast<float>(std::clamp(hue, 0.0, 1.0)), 0.62f, 0.88f).rgba());
+}
+
+QColor textOn(const QColor& background) {
+    const double luma =
+        0.299 * background.redF() + 0.587 * background.greenF() + 0.114 * background.blueF();
+    return luma > 0.55 ? QColor(Qt::black) : QColor(Qt::white);
+}
+
+QColor mix(const QColor& a, const QColor& b, double t) {
+    const auto lerp = [t](float x, float y) { return static_cast<float>(x + (y - x) * t); };
+    return QColor::fromRgba(QColor::fromRgbF(lerp(a.redF(), b.redF()), lerp(a.greenF(), b.greenF()),
+                                             lerp(a.blueF(), b.blueF()),
+                                             lerp(a.alphaF(), b.alphaF()))
+                                .rgba());
+}
+
+bool isDark(const QPalette& palette) {
+    return palette.color(QPalette::Base).lightnessF() < 0.5;
+}
+
+QString toQString(const std::string& s) {
+    return QString::fromStdString(s);
+}
+
+QString formatValue(double v, ValueKind kind) {
+    switch (kind) {
+    case ValueKind::Bytes:
+        return toQString(formatBytes(v));
+    case ValueKind::Seconds:
+        return toQString(formatSeconds(v));
+    case ValueKind::Rate:
+        return toQString(formatRate(v));
+    case ValueKind::Plain:
+        break;
+    }
+    // Counts of GPUs and the like: 1024 must not print as "1020".
+    return QLocale::c().toString(v, 'g', 6);
+}
+
+namespace {
+
+// "40.0 GB" -> "40 GB", "2.50 s" -> "2.5 s"; scientific notation is left alone.
+QString trimZeros(const QString& s) {
+    const qsizetype end = s.indexOf(QLatin1Char(' ')) < 0 ? s.size() : s.indexOf(QLatin1Char(' '));
+    QString number = s.left(end);
+    if (!number.contains(QLatin1Char('.')) || number.contains(QLatin1Char('e')))
+        return s;
+    while (number.endsWith(QLatin1Char('0')))
+        number.chop(1);
+    if (number.endsWith(QLatin1Char('.')))
+        number.chop(1);
+    return number + s.mid(end);
+}
+
+} // namespace
+
+QString formatTick(double v, ValueKind kind) {
+    return trimZeros(formatValue(v, kind));
+}
+
+void showToolTip(const QHelpEvent* event, QWidget* widget, const QString& text) {
+    if (text.isEmpty()) {
+        QToolTip::hideText();
+        return;
+    }
+    // Rich text so long formulas wrap; the text itself is escaped.
+    QString html = text.toHtmlEscaped();
+    html.replace(QLatin1Char('\n'), QStringLiteral("<br>"));
+    QToolTip::showText(event->globalPos(), QStringLiteral("<qt>%1</qt>").arg(html), widget);
+}
+
+QString FormatTicker::getTickLabel(double tick, const QLocale&, QChar, int) {
+    // Ticks near zero come out as 1e-17 from floating-point steps.
+    return format_(std::fabs(tick) < 1e-12 ? 0.0 : tick);
+}
+
+QString FormatLogTicker::getTickLabel(double tick, const QLocale&, QChar, int) {
+    return format_(tick);
+}
+
+void setUpPlot(QCustomPlot& plot, bool legendOnRight) {
+    plot.setInteractions({});
+    plot.setAutoAddPlottableToLegend(false);
+    plot.legend->setVisible(true);
+    plot.xAxis2->setVisible(false);
+    plot.yAxis2->setVisible(false);
+    if (legendOnRight) {
+        // A column right of the axis rect, top-aligned by a stretchy spacer under the legend.
+        auto* side = new QCPLayoutGrid;
+        plot.plotLayout()->addElement(0, 1, side);
+        plot.plotLayout()->setColumnStretchFactor(1, 0.001);
+        plot.axisRect()->insetLayout()->take(plot.legend);
+        side->addElement(0, 0, plot.legend);
+        side->addElement(1, 0, new QCPLayoutElement(&plot));
+        side->setRowStretchFactor(0, 0.001);
+        plot.legend->setMargins(QMargins(6, 4, 6, 4));
+        side->setMargins(QMargins(0, 8, 8, 8));
+    }
+}
+
+void stylePlot(QCustomPlot& plot, const QPalette& palette) {
+    const QColor bg = palette.color(QPalette::Base);
+    const QColor fg = palette.color(QPalette::Text);
+    const QColor grid = mix(bg, fg, 0.22);
+    const QColor subGrid = mix(bg, fg, 0.10);
+    plot.setBackground(bg);
+    for (QCPAxisRect* rect : plot.axisRects()) {
+        rect->setBackground(Qt::NoBrush);
+        for (QCPAxis* axis : rect->axes()) {
+            axis->setBasePen(QPen(fg, 1));
+            axis->setTickPen(QPen(fg, 1));
+            axis->setSubTickPen(QPen(fg, 1));
+            axis->setTickLabelColor(fg);
+            axis->setLabelColor(fg);
+            axis->grid()->setPen(QPen(grid, 1, Qt::DotLine));
+            axis->grid()->setSubGridPen(QPen(subGrid, 1, Qt::DotLine));
+            axis->grid()->setZeroLinePen(Qt::NoPen);
+        }
+    }
+    plot.legend->setBrush(bg);
+    plot.legend->setBorderPen(QPen(grid));
+    plot.legend->setTextColor(fg);
+}
+
+void renderPlot(QCustomPlot& plot, QPainter& painter, const QSize& size, bool relayout) {
+    const QPaintEngine* engine = painter.paintEngine();
+    if (engine != nullptr && engine->type() == QPaintEngine::Raster) {
+        // Pixels anyway: paint straight into an image, which is far cheaper than recording
+        // 100k scatter points into a picture first.
+        const qreal dpr = painter.device()->devicePixelRatioF();
+        QImage image((QSizeF(size) * dpr).toSize(), QImage::Format_ARGB32_Premultiplied);
+        image.setDevicePixelRatio(dpr);
+        image.fill(Qt::transparent);
+        {
+            QCPPainter direct(&image);
+            plot.toPainter(&direct, size.width(), size.height());
+        }
+        painter.drawImage(QPointF(0, 0), image);
+    } else {
+        QPicture picture;
+        {
+            QCPPainter recorder(&picture);
+            recorder.setMode(QCPPainter::pmVectorized); // no pixel-snapping tweaks
+            plot.toPainter(&recorder, size.width(), size.height());
+        }
+        painter.save();
+        painter.drawPicture(0, 0, picture);
+        painter.restore();
+    }
+    // toPainter leaves the layout computed for `size`; hit-testing needs the on-screen one.
+    if (relayout)
+        plot.replot(QCustomPlot::rpQueuedRefresh);
+}
+
+} // namespace shardscope::detail

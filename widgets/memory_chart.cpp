@@ -1,0 +1,169 @@
+#include "memory_chart.h"
+
+#include "chart_style.h"
+#include "core/units.h"
+
+#include <QHelpEvent>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+
+namespace shardscope {
+
+namespace {
+
+constexpr double kBarWidth = 0.6;
+
+// Bars sit at keys 1..n so tick i labels bar i - 1.
+double keyOf(std::size_t bar) {
+    return static_cast<double>(bar + 1);
+}
+
+} // namespace
+
+const std::array<QString, MemoryChart::kCategories>& MemoryChart::categoryNames() {
+    static const std::array<QString, kCategories> names = {
+        tr("Weights"),     tr("Gradients"),         tr("Optimizer state"),
+        tr("Activations"), tr("Temporary buffers"), tr("Runtime overhead")};
+    return names;
+}
+
+std::array<double, MemoryChart::kCategories> MemoryChart::categoryBytes(const MemoryBreakdown& m) {
+    return {m.parameters, m.gradients, m.optimizer, m.activations, m.temporary, m.overhead};
+}
+
+MemoryChart::MemoryChart(QWidget* parent) : Chart(parent), plot_(new QCustomPlot(this)) {
+    setTitle(tr("Memory per GPU"));
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(plot_);
+    detail::setUpPlot(*plot_, true);
+    setMinimumSize(320, 220);
+    rebuild();
+}
+
+void MemoryChart::setBars(std::vector<MemoryBar> bars, double capacityBytes,
+                          const QString& capacityLabel) {
+    bars_ = std::move(bars);
+    capacity_ = capacityBytes;
+    capacityLabel_ = capacityLabel;
+    rebuild();
+}
+
+void MemoryChart::setCategoryTooltips(const std::array<QString, kCategories>& tooltips) {
+    tooltips_ = tooltips;
+}
+
+void MemoryChart::rebuild() {
+    plot_->clearPlottables();
+    plot_->clearItems();
+    plot_->legend->clearItems();
+    detail::stylePlot(*plot_, palette());
+
+    QVector<double> keys;
+    QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
+    double top = 0;
+    for (std::size_t i = 0; i < bars_.size(); ++i) {
+        keys.push_back(keyOf(i));
+        ticker->addTick(keyOf(i), bars_[i].label);
+        top = std::max(top, bars_[i].memory.total());
+    }
+
+    const QColor separator = palette().color(QPalette::Base);
+    std::array<QCPBars*, kCategories> stack{};
+    for (int c = 0; c < kCategories; ++c) {
+        auto* bars = new QCPBars(plot_->xAxis, plot_->yAxis);
+        bars->setName(categoryNames()[static_cast<std::size_t>(c)]);
+        bars->setWidth(kBarWidth);
+        bars->setStackingGap(0);
+        bars->setBrush(detail::categoryColor(c));
+        bars->setPen(QPen(separator, 1));
+        QVector<double> values;
+        for (const MemoryBar& bar : bars_)
+            values.push_back(categoryBytes(bar.memory)[static_cast<std::size_t>(c)] / GB);
+        bars->setData(keys, values, true);
+        if (c > 0)
+            bars->moveAbove(stack[static_cast<std::size_t>(c - 1)]);
+        stack[static_cast<std::size_t>(c)] = bars;
+    }
+    // Legend top to bottom in the order the segments stack, top first.
+    for (int c = kCategories - 1; c >= 0; --c)
+        plot_->legend->addItem(
+            new QCPPlottableLegendItem(plot_->legend, stack[static_cast<std::size_t>(c)]));
+
+    if (capacity_ > 0) {
+        const QColor fg = palette().color(QPalette::Text);
+        auto* line = new QCPItemStraightLine(plot_);
+        line->point1->setCoords(0, capacity_ / GB);
+        line->point2->setCoords(1, capacity_ / GB);
+        line->setPen(QPen(fg, 1.5, Qt::DashLine));
+        auto* label = new QCPItemText(plot_);
+        label->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+        label->position->setTypeY(QCPItemPosition::ptPlotCoords);
+        label->position->setCoords(0.01, capacity_ / GB);
+        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+        const QString value = detail::formatTick(capacity_, ValueKind::Bytes); // "80 GB"
+        label->setText(capacityLabel_.isEmpty() ? value
+                                                : capacityLabel_ + QStringLiteral(": ") + value);
+        label->setColor(fg);
+        label->setPadding(QMargins(2, 0, 2, 2));
+    }
+
+    plot_->xAxis->setTicker(ticker);
+    plot_->xAxis->setSubTicks(false);
+    plot_->xAxis->setTickLength(0, 4);
+    plot_->xAxis->grid()->setVisible(false);
+    plot_->xAxis->setRange(keyOf(0) - 0.6, keyOf(bars_.empty() ? 0 : bars_.size() - 1) + 0.6);
+    plot_->yAxis->setLabel(tr("GB per GPU"));
+    const double yMax = std::max(top, capacity_) * 1.1 / GB;
+    plot_->yAxis->setRange(0, yMax > 0 ? yMax : 1.0);
+    plot_->replot(QCustomPlot::rpQueuedRefresh);
+}
+
+QString MemoryChart::tooltipAt(const QPoint& pos) const {
+    if (bars_.empty())
+        return {};
+    const QPointF p = plot_->mapFrom(this, pos);
+    if (!plot_->axisRect()->rect().contains(p.toPoint()))
+        return {};
+    const double key = plot_->xAxis->pixelToCoord(p.x());
+    const double gb = plot_->yAxis->pixelToCoord(p.y());
+    const long nearest = std::lround(key) - 1;
+    if (nearest < 0 || nearest >= static_cast<long>(bars_.size()) ||
+        std::fabs(key - keyOf(static_cast<std::size_t>(nearest))) > kBarWidth / 2 || gb < 0)
+        return {};
+    const MemoryBar& bar = bars_[static_cast<std::size_t>(nearest)];
+    const auto bytes = categoryBytes(bar.memory);
+    double base = 0;
+    for (std::size_t c = 0; c < bytes.size(); ++c) {
+        const double height = bytes[c] / GB;
+        if (height > 0 && gb >= base && gb < base + height) {
+            QString text = bar.label + QLatin1Char('\n') + categoryNames()[c] +
+                           QStringLiteral(": ") + detail::toQString(formatBytes(bytes[c])) +
+                           QStringLiteral(" of ") +
+                           detail::toQString(formatBytes(bar.memory.total()));
+            if (!tooltips_[c].isEmpty())
+                text += QLatin1Char('\n') + tooltips_[c];
+            return text;
+        }
+        base += height;
+    }
+    return {};
+}
+
+void MemoryChart::renderTo(QPainter& painter, const QSize& size) {
+    detail::renderPlot(*plot_, painter, size);
+}
+
+bool MemoryChart::event(QEvent* e) {
+    if (e->type() == QEvent::ToolTip) {
+        auto* help = static_cast<QHelpEvent*>(e);
+        detail::showToolTip(help, this, tooltipAt(help->pos()));
+        return true;
+    }
+    if (e->type() == QEvent::PaletteChange)
+        rebuild();
+    return Chart::event(e);
+}
+
+} // namespace shardscope

@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# Install what is missing, build (release preset), and run the main job. Extra arguments go to
-# shardscope-cli; without any it prints the default plan (Llama 3 70B on 8 nodes x 8 H100).
+# Install what is missing, build (release preset), and start the app on its built-in default
+# session (Llama 3 70B on 8 nodes x 8 H100). Arguments go to the app (a .shardscope session or a
+# config.json to open, or --render ...); a first argument that is a shardscope-cli command
+# (plan, search, explain, models, gpus, devices, validate) runs the command-line planner instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release
-if [ $# -eq 0 ]; then
-  set -- plan
+
+case "${1:-}" in
+  plan|search|explain|models|gpus|devices|validate)
+    exec build/release/engine/tools/shardscope-cli "$@" ;;
+esac
+
+if [ -z "${DISPLAY:-}" ] && [ -z "${WAYLAND_DISPLAY:-}" ] && [ -z "${QT_QPA_PLATFORM:-}" ] \
+   && [ $# -eq 0 ]; then
+  echo "run.sh: no display found; rendering the Memory page to shardscope-memory.png instead"
+  echo "run.sh: (on a desktop, scripts/run.sh opens the window)"
+  exec build/release/app/shardscope --render memory -o shardscope-memory.png
 fi
-exec build/release/engine/tools/shardscope-cli "$@"
+exec build/release/app/shardscope "$@"

@@ -1,0 +1,364 @@
+#include "plan_controls.h"
+
+#include "core/presets.h"
+#include "core/units.h"
+#include "plan/formulas.h"
+
+#include <QComboBox>
+#include <QSpinBox>
+
+namespace shardscope {
+
+namespace {
+
+QString q(const std::string& s) {
+    return QString::fromStdString(s);
+}
+
+// Architecture edits turn any model into a custom one (a bare count has no architecture, so it
+// starts again from the Llama 3 8B shape).
+void makeCustom(Session& s) {
+    if (s.model.isBare()) {
+        const int seq = s.model.seqLen;
+        s.model = findModelPreset("llama3-8b");
+        if (seq > 0)
+            s.model.seqLen = seq;
+    }
+    if (s.modelSource != ModelSource::Custom) {
+        s.modelSource = ModelSource::Custom;
+        s.modelOrigin.clear();
+        s.model.id.clear();
+        s.model.name = "Custom (from " + s.model.name + ")";
+        s.model.publishedParams = 0;
+        s.model.source = "edited in Shardscope";
+    }
+}
+
+QString modelKey(const Session& s) {
+    switch (s.modelSource) {
+    case ModelSource::Preset:
+        return "preset:" + q(s.modelOrigin);
+    case ModelSource::Custom:
+        return "custom";
+    case ModelSource::Bare:
+        return "bare";
+    case ModelSource::HuggingFace:
+        return "imported";
+    }
+    return {};
+}
+
+void afterLayoutEdit(Session& s, LayoutFollows follows) {
+    if (follows == LayoutFollows::Cluster)
+        fitDataParallelToCluster(s);
+    else
+        fitClusterToLayout(s);
+}
+
+struct NamedPolicy {
+    QString key;
+    QString label;
+    PrecisionPolicy policy;
+};
+
+// The policies people use, including the lessons' 12 and 14 bytes-per-parameter conventions.
+const std::vector<NamedPolicy>& precisionPolicies() {
+    static const std::vector<NamedPolicy> all = {
+        {"fp32", "fp32", PrecisionPolicy::fp32()},
+        {"bf16", "bf16, fp32 grads, fp32 master", PrecisionPolicy::bf16Mixed(true)},
+        {"bf16-bf16grads", "bf16, bf16 grads, fp32 master", PrecisionPolicy::bf16Mixed(false)},
+        {"bf16-fp32grads-nomaster",
+         "bf16, fp32 grads, no master",
+         {Precision::Bf16, Precision::Fp32, false}},
+        {"bf16-nomaster", "bf16, bf16 grads, no master", {Precision::Bf16, Precision::Bf16, false}},
+        {"fp8", "fp8 compute, fp32 grads, fp32 master", PrecisionPolicy::fp8Mixed()},
+    };
+    return all;
+}
+
+} // namespace
+
+QComboBox* addModelControls(SessionForm& form) {
+    form.addSection("Model");
+    std::vector<std::pair<QString, QString>> items;
+    for (const ModelSpec& m : modelPresets())
+        items.push_back({q(m.name), "preset:" + q(m.id)});
+    items.push_back({"Custom architecture", "custom"});
+    items.push_back({"Parameter count only", "bare"});
+    items.push_back({"Imported config.json", "imported"});
+    items.push_back({"Open Hugging Face config.json...", "hf"});
+    QComboBox* picker = form.addChoice(
+        "model", "Model",
+        "A preset, your own architecture, a bare parameter count (model state only), or a "
+        "Hugging Face config.json (also by dropping it on the window)",
+        items, modelKey, [](Session& s, const QString& key) {
+            if (key.startsWith("preset:")) {
+                s.modelSource = ModelSource::Preset;
+                s.modelOrigin = key.mid(7).toStdString();
+                s.model = findModelPreset(s.modelOrigin);
+            } else if (key == "custom") {
+                makeCustom(s);
+            } else if (key == "bare" && !s.model.isBare()) {
+                const double n = double(countParameters(s.model).total);
+                const int seq = s.model.seqLen;
+                s.model = ModelSpec{};
+                s.model.name = formatCount(n) + " parameters";
+                s.model.bareParams = n;
+                s.model.seqLen = seq;
+                s.modelSource = ModelSource::Bare;
+                s.modelOrigin.clear();
+            }
+            // "imported" and "hf" change nothing here: the window imports files.
+        });
+
+    auto archInt = [&](const char* name, const QString& label, const QString& tip, int max,
+                       int ModelSpec::*field) {
+        QSpinBox* spin = form.addInt(
+            name, label, tip, 1, max, [field](const Session& s) { return s.model.*field; },
+            [field](Session& s, int v) {
+                makeCustom(s);
+                s.model.*field = v;
+            });
+        form.setEnabledWhen(spin, [](const Session& s) { return !s.model.isBare(); });
+    };
+    archInt("layers", "Layers", "Transformer layers (L)", 1024, &ModelSpec::layers);
+    archInt("hidden", "Hidden size", "Model width h", 1 << 17, &ModelSpec::hidden);
+    archInt("heads", "Attention heads", "Query heads a", 1024, &ModelSpec::heads);
+    archInt("kv-heads", "KV heads", "Key/value heads (fewer than heads: grouped-query attention)",
+            1024, &ModelSpec::kvHeads);
+    QSpinBox* ffn = form.addInt(
+        "ffn", "FFN hidden", "Width of the MLP's inner layer", 1, 1 << 20,
+        [](const Session& s) { return int(s.model.ffnHidden); },
+        [](Session& s, int v) {
+            makeCustom(s);
+            s.model.ffnHidden = v;
+        });
+    form.setEnabledWhen(ffn, [](const Session& s) { return !s.model.isBare(); });
+    QSpinBox* vocab = form.addInt(
+        "vocab", "Vocabulary", "Tokens in the vocabulary (embedding and LM head rows)", 1, 1 << 22,
+        [](const Session& s) { return int(s.model.vocab); },
+        [](Session& s, int v) {
+            makeCustom(s);
+            s.model.vocab = v;
+        });
+    form.setEnabledWhen(vocab, [](const Session& s) { return !s.model.isBare(); });
+    QComboBox* act = form.addChoice(
+        "activation", "MLP", "GELU (2 matrices) or a gated MLP (SwiGLU/GeGLU, 3 matrices)",
+        {{"GELU", "gelu"}, {"SwiGLU", "swiglu"}, {"GeGLU", "geglu"}},
+        [](const Session& s) {
+            return s.model.activation == Activation::Gelu    ? QString("gelu")
+                   : s.model.activation == Activation::GeGlu ? QString("geglu")
+                                                             : QString("swiglu");
+        },
+        [](Session& s, const QString& k) {
+            makeCustom(s);
+            s.model.activation = k == "gelu"    ? Activation::Gelu
+                                 : k == "geglu" ? Activation::GeGlu
+                                                : Activation::SwiGlu;
+        });
+    form.setEnabledWhen(act, [](const Session& s) { return !s.model.isBare(); });
+    auto* params = form.addDouble(
+        "params", "Parameters", "The bare parameter count, in billions (model state only)", 0.001,
+        1e5, 3, " B",
+        [](const Session& s) {
+            return s.model.bareParams.value_or(double(countParameters(s.model).total)) / 1e9;
+        },
+        [](Session& s, double v) {
+            s.model.bareParams = v * 1e9;
+            s.model.name = formatCount(v * 1e9) + " parameters";
+        });
+    form.setEnabledWhen(params, [](const Session& s) { return s.model.isBare(); });
+    form.addInt(
+        "seq", "Sequence length", "Tokens per training sequence (s)", 1, 1 << 20,
+        [](const Session& s) { return s.model.seqLen; },
+        [](Session& s, int v) { s.model.seqLen = v; });
+    return picker;
+}
+
+void addGpuControl(SessionForm& form) {
+    std::vector<std::pair<QString, QString>> items;
+    for (const GpuSpec& g : gpuPresets())
+        items.push_back({q(g.name), q(g.id)});
+    form.addChoice(
+        "gpu", "GPU", "The GPU type: memory, peak FLOP/s, HBM and NVLink bandwidth (datasheets)",
+        items, [](const Session& s) { return q(s.cluster.gpu.id); },
+        [](Session& s, const QString& id) {
+            const ClusterSpec fresh =
+                makeCluster(findGpuPreset(id.toStdString()), s.cluster.gpusPerNode, s.cluster.nodes,
+                            s.cluster.interBandwidth);
+            s.cluster.gpu = fresh.gpu;
+            s.cluster.intraBandwidth = fresh.intraBandwidth;
+        });
+}
+
+void addPrecisionControls(SessionForm& form) {
+    form.addSection("Precision and optimizer");
+    form.addChoice(
+        "precision", "Precision",
+        "Which dtypes hold weights, gradients and optimizer state (bytes per parameter with "
+        "AdamW), and which peak FLOP/s applies",
+        [] {
+            std::vector<std::pair<QString, QString>> items;
+            // The bytes per parameter come from the planner (weights + grads + master + AdamW).
+            for (const NamedPolicy& p : precisionPolicies())
+                items.push_back(
+                    {QString("%1 (%2 B/param)")
+                         .arg(p.label)
+                         .arg(modelStateBytesPerParam(p.policy, Optimizer::AdamW, 0, 1)),
+                     p.key});
+            return items;
+        }(),
+        [](const Session& s) {
+            for (const NamedPolicy& p : precisionPolicies()) {
+                if (p.policy.compute == s.parallel.precision.compute &&
+                    p.policy.grads == s.parallel.precision.grads &&
+                    p.policy.fp32Master == s.parallel.precision.fp32Master)
+                    return p.key;
+            }
+            return QString();
+        },
+        [](Session& s, const QString& key) {
+            for (const NamedPolicy& p : precisionPolicies()) {
+                if (p.key == key)
+                    s.parallel.precision = p.policy;
+            }
+        });
+    form.addChoice(
+        "optimizer", "Optimizer", "AdamW keeps two fp32 moments (8 B/param); SGD one",
+        {{"AdamW", "adamw"}, {"SGD with momentum", "sgd"}},
+        [](const Session& s) { return q(toString(s.parallel.optimizer)); },
+        [](Session& s, const QString& k) {
+            s.parallel.optimizer = optimizerFromString(k.toStdString());
+        });
+    form.addBool(
+        "offload", "Offload optimizer",
+        "ZeRO-Offload: optimizer state (and sharded fp32 gradients) live in CPU memory",
+        [](const Session& s) { return s.parallel.offloadOptimizer; },
+        [](Session& s, bool on) { s.parallel.offloadOptimizer = on; });
+}
+
+void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedule) {
+    form.addSection("Layout");
+    form.addChoice(
+        "zero", "ZeRO stage",
+        "0: replicate everything; 1: shard optimizer state; 2: + gradients; 3 (FSDP): + weights",
+        {{"0 (DDP)", "0"}, {"1 (optimizer)", "1"}, {"2 (+ gradients)", "2"}, {"3 / FSDP", "3"}},
+        [](const Session& s) { return QString::number(s.parallel.zero); },
+        [](Session& s, const QString& k) { s.parallel.zero = k.toInt(); });
+    auto degree = [&](const char* name, const QString& label, const QString& tip,
+                      int ParallelConfig::*field, LayoutFollows how, bool slider = false) {
+        form.addInt(
+            name, label, tip, 1, 1 << 16, [field](const Session& s) { return s.parallel.*field; },
+            [field, how](Session& s, int v) {
+                s.parallel.*field = v;
+                afterLayoutEdit(s, how);
+            },
+            slider);
+    };
+    // dp always resizes the cluster: "dp 2 -> 4" means twice the GPUs.
+    degree("dp", "Data parallel (dp)", "Model replicas; gradients are reduced across them",
+           &ParallelConfig::dp, LayoutFollows::Layout, true);
+    degree("tp", "Tensor parallel (tp)", "Each layer's matrices split over tp GPUs (Megatron)",
+           &ParallelConfig::tp, follows);
+    degree("pp", "Pipeline parallel (pp)", "Layers split into pp stages", &ParallelConfig::pp,
+           follows);
+    degree("cp", "Context parallel (cp)", "The sequence split over cp GPUs (ring attention)",
+           &ParallelConfig::cp, follows);
+    form.addBool(
+        "sp", "Sequence parallel", "Shard the norm and dropout activations across the TP group",
+        [](const Session& s) { return s.parallel.sequenceParallel; },
+        [](Session& s, bool on) { s.parallel.sequenceParallel = on; });
+    if (withSchedule) {
+        QComboBox* schedule = form.addChoice(
+            "schedule", "Pipeline schedule", "How microbatches flow through the stages",
+            {{"Naive", "naive"},
+             {"GPipe", "gpipe"},
+             {"1F1B", "1f1b"},
+             {"Interleaved 1F1B", "interleaved"},
+             {"Zero bubble", "zero-bubble"}},
+            [](const Session& s) { return q(toString(s.parallel.schedule)); },
+            [](Session& s, const QString& k) {
+                s.parallel.schedule = scheduleFromString(k.toStdString());
+                if (s.parallel.schedule != PipelineSchedule::Interleaved)
+                    s.parallel.vpp = 1;
+                else if (s.parallel.vpp < 2)
+                    s.parallel.vpp = 2;
+            });
+        form.setEnabledWhen(schedule, [](const Session& s) { return s.parallel.pp > 1; });
+        QSpinBox* vpp = form.addInt(
+            "vpp", "Virtual stages", "Model chunks per pipeline rank (interleaved schedule)", 1, 64,
+            [](const Session& s) { return s.parallel.vpp; },
+            [](Session& s, int v) { s.parallel.vpp = v; });
+        form.setEnabledWhen(vpp, [](const Session& s) {
+            return s.parallel.schedule == PipelineSchedule::Interleaved;
+        });
+    }
+    form.addChoice(
+        "recompute", "Recompute",
+        "Activation checkpointing: none, selective (attention only) or full (keep layer inputs)",
+        {{"None", "none"}, {"Selective", "selective"}, {"Full", "full"}},
+        [](const Session& s) { return q(toString(s.parallel.recompute)); },
+        [](Session& s, const QString& k) {
+            s.parallel.recompute = recomputeFromString(k.toStdString());
+        });
+    form.addInt(
+        "micro-batch", "Micro batch", "Sequences per microbatch on each data-parallel rank", 1,
+        4096, [](const Session& s) { return s.parallel.microBatch; },
+        [](Session& s, int v) { s.parallel.microBatch = v; });
+    form.addBool(
+        "flash", "FlashAttention",
+        "Fused attention: no s x s scores stored, no memory-bound softmax passes",
+        [](const Session& s) { return s.parallel.flashAttention; },
+        [](Session& s, bool on) { s.parallel.flashAttention = on; });
+}
+
+void addClusterControls(SessionForm& form) {
+    form.addSection("Cluster");
+    form.addInt(
+        "gpus-per-node", "GPUs per node", "GPUs joined by NVLink inside one node", 1, 256,
+        [](const Session& s) { return s.cluster.gpusPerNode; },
+        [](Session& s, int v) {
+            s.cluster.gpusPerNode = v;
+            fitDataParallelToCluster(s);
+        });
+    form.addInt(
+        "nodes", "Nodes", "Nodes joined by the network", 1, 1 << 15,
+        [](const Session& s) { return s.cluster.nodes; },
+        [](Session& s, int v) {
+            s.cluster.nodes = v;
+            fitDataParallelToCluster(s);
+        },
+        true);
+    form.addDouble(
+        "intra-bw", "NVLink per GPU", "Bandwidth per GPU per direction inside a node", 1, 1e5, 0,
+        " GB/s", [](const Session& s) { return s.cluster.intraBandwidth / 1e9; },
+        [](Session& s, double v) { s.cluster.intraBandwidth = v * 1e9; });
+    form.addDouble(
+        "inter-bw", "Network per GPU", "Bandwidth per GPU per direction across nodes (its NIC)",
+        0.1, 1e5, 1, " GB/s", [](const Session& s) { return s.cluster.interBandwidth / 1e9; },
+        [](Session& s, double v) { s.cluster.interBandwidth = v * 1e9; });
+    form.addDouble(
+        "mtbf", "GPU MTBF", "Mean time between failures of one GPU (Llama 3: about 45,600 h)", 1,
+        1e9, 0, " h", [](const Session& s) { return s.cluster.gpuMtbfHours; },
+        [](Session& s, double v) { s.cluster.gpuMtbfHours = v; });
+    form.addDouble(
+        "price", "Price per GPU-hour", "What one GPU-hour costs", 0, 1e4, 2, "",
+        [](const Session& s) { return s.cluster.gpuHourCost; },
+        [](Session& s, double v) { s.cluster.gpuHourCost = v; });
+}
+
+void addTrainingControls(SessionForm& form, bool withTokens) {
+    form.addSection("Training run");
+    form.addInt(
+        "global-batch", "Global batch", "Sequences per optimizer step across the whole job", 1,
+        1 << 22, [](const Session& s) { return s.parallel.globalBatch; },
+        [](Session& s, int v) { s.parallel.globalBatch = v; }, true);
+    if (!withTokens)
+        return;
+    form.addDouble(
+        "tokens", "Tokens to train", "D in 6ND: the tokens the run trains on, in billions", 0, 1e7,
+        0, " B tokens", [](const Session& s) { return s.train.trainTokens / 1e9; },
+        [](Session& s, double v) { s.train.trainTokens = v * 1e9; });
+}
+
+} // namespace shardscope

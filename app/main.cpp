@@ -1,0 +1,90 @@
+// shardscope: the desktop app. With --render it draws one page headless and exits.
+#include "main_window.h"
+#include "render.h"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QRegularExpression>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+int main(int argc, char* argv[]) {
+    // Headless rendering must not need a display: pick the offscreen platform before Qt starts,
+    // unless the caller chose one.
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--render") == 0 && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+            qputenv("QT_QPA_PLATFORM", "offscreen");
+    }
+    // QApplication takes "-session ID" for X11 session management and removes it from argv, so
+    // our --session is read from a copy and hidden from Qt.
+    QStringList arguments;
+    std::vector<char*> qtArgv;
+    for (int i = 0; i < argc; ++i) {
+        arguments << QString::fromLocal8Bit(argv[i]);
+        const bool ours =
+            std::strcmp(argv[i], "--session") == 0 || std::strcmp(argv[i], "-session") == 0;
+        if (ours && i + 1 < argc) {
+            arguments << QString::fromLocal8Bit(argv[++i]);
+            continue;
+        }
+        if (std::strncmp(argv[i], "--session=", 10) == 0)
+            continue;
+        qtArgv.push_back(argv[i]);
+    }
+    int qtArgc = int(qtArgv.size());
+    qtArgv.push_back(nullptr);
+    QApplication app(qtArgc, qtArgv.data());
+    QApplication::setApplicationName("Shardscope");
+    QApplication::setOrganizationName("Shardscope");
+    QApplication::setApplicationVersion(SHARDSCOPE_VERSION);
+    QApplication::setDesktopFileName("shardscope");
+
+    QCommandLineParser cli;
+    cli.setApplicationDescription("A workbench for distributed training of large language models.");
+    cli.addHelpOption();
+    cli.addVersionOption();
+    cli.addPositionalArgument("file", "A .shardscope session or a Hugging Face config.json.",
+                              "[file]");
+    const QCommandLineOption render("render",
+                                    "Draw PAGE (memory, explorer, explorer/cluster, "
+                                    "explorer/search) with no display and exit.",
+                                    "PAGE");
+    const QCommandLineOption session("session", "The session to render (default: built in).",
+                                     "FILE");
+    const QCommandLineOption output({"o", "output"}, "Where --render writes its PNG.", "OUT.png");
+    const QCommandLineOption size("size", "Window size for --render (default 1600x1000).", "WxH",
+                                  "1600x1000");
+    const QCommandLineOption theme("theme", "light, dark or system (--render default: light).",
+                                   "THEME");
+    cli.addOptions({render, session, output, size, theme});
+    cli.process(arguments);
+
+    if (cli.isSet(render)) {
+        shardscope::RenderRequest r;
+        r.page = cli.value(render);
+        r.session = cli.value(session);
+        r.output = cli.value(output);
+        if (cli.isSet(theme))
+            r.theme = cli.value(theme);
+        const auto m = QRegularExpression("^(\\d+)x(\\d+)$").match(cli.value(size));
+        if (!m.hasMatch()) {
+            std::fprintf(stderr, "shardscope: --size must look like 1600x1000, not \"%s\"\n",
+                         qPrintable(cli.value(size)));
+            return 2;
+        }
+        r.size = {m.captured(1).toInt(), m.captured(2).toInt()};
+        const QString error = shardscope::renderPage(r);
+        if (!error.isEmpty()) {
+            std::fprintf(stderr, "shardscope: %s\n", qPrintable(error));
+            return 2;
+        }
+        return 0;
+    }
+
+    shardscope::MainWindow window;
+    window.show();
+    if (!cli.positionalArguments().isEmpty())
+        window.openFile(cli.positionalArguments().first());
+    return app.exec();
+}

@@ -1,0 +1,396 @@
+#include "explorer_page.h"
+
+#include "breakdown_bar.h"
+#include "calculator_panel.h"
+#include "controls/plan_controls.h"
+#include "core/units.h"
+#include "layout_scatter.h"
+#include "memory_chart.h"
+#include "page_support.h"
+#include "session_document.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QStandardItemModel>
+#include <QTabWidget>
+#include <QTableView>
+
+namespace shardscope {
+
+namespace {
+
+QTableView* makeTable(QAbstractItemModel* model, QWidget* parent = nullptr) {
+    auto* view = new QTableView(parent);
+    view->setModel(model);
+    view->verticalHeader()->hide();
+    view->horizontalHeader()->setStretchLastSection(true);
+    view->setSelectionBehavior(QAbstractItemView::SelectRows);
+    view->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    return view;
+}
+
+QString tableHtml(const QStandardItemModel& m) {
+    QString html = "<table border=\"1\" cellspacing=\"0\" cellpadding=\"4\"><tr>";
+    for (int c = 0; c < m.columnCount(); ++c)
+        html += "<th>" + m.headerData(c, Qt::Horizontal).toString().toHtmlEscaped() + "</th>";
+    html += "</tr>";
+    for (int r = 0; r < m.rowCount(); ++r) {
+        html += "<tr>";
+        for (int c = 0; c < m.columnCount(); ++c)
+            html += "<td>" + m.data(m.index(r, c)).toString().toHtmlEscaped() + "</td>";
+        html += "</tr>";
+    }
+    return html + "</table>";
+}
+
+constexpr int kCandidateRole = Qt::UserRole + 1;
+
+} // namespace
+
+ExplorerPage::ExplorerPage(SessionDocument* doc, QWidget* parent)
+    : Page(parent), doc_(doc), panel_(new CalculatorPanel(this)), form_(new SessionForm(doc)),
+      tabs_(new QTabWidget), figures_(new QStandardItemModel(this)),
+      comm_(new QStandardItemModel(this)), stepBar_(new BreakdownBar),
+      memoryChart_(new MemoryChart), clusterMap_(new ClusterMap), hoverLabel_(new QLabel),
+      mapWarning_(new QLabel), searchButton_(new QPushButton("Search all layouts")),
+      cancelButton_(new QPushButton("Cancel")), progress_(new QProgressBar),
+      searchStatus_(new QLabel), tpInNode_(new QCheckBox("TP inside a node")),
+      zeroBubble_(new QCheckBox("Try zero-bubble")), results_(new QStandardItemModel(this)),
+      sorted_(new QSortFilterProxyModel(this)), resultsView_(nullptr), scatter_(new LayoutScatter) {
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(panel_);
+
+    forwardImportRequests(addModelControls(*form_));
+    addClusterControls(*form_);
+    addGpuControl(*form_);
+    addTrainingControls(*form_, true);
+    addPrecisionControls(*form_);
+    addLayoutControls(*form_, LayoutFollows::Cluster, true);
+    panel_->setControls(form_);
+
+    tabs_->addTab(buildOverview(), "Overview");
+    tabs_->addTab(buildClusterView(), "Cluster map");
+    tabs_->addTab(buildSearchView(), "Search");
+    panel_->setPicture(tabs_);
+
+    connect(doc_, &SessionDocument::changed, this, &ExplorerPage::sessionChanged);
+    connect(&worker_, &SearchWorker::progress, this, [this](int serial, double f) {
+        if (serial == serial_)
+            progress_->setValue(int(f * 1000));
+    });
+    connect(&worker_, &SearchWorker::finished, this, &ExplorerPage::showResult);
+    form_->refresh();
+    refresh();
+}
+
+QWidget* ExplorerPage::buildOverview() {
+    auto* w = new QWidget;
+    auto* h = new QHBoxLayout(w);
+    auto* figuresView = makeTable(figures_);
+    figuresView->setObjectName("figures");
+    h->addWidget(figuresView, 2);
+    auto* right = new QVBoxLayout;
+    stepBar_->setTitle("Step time");
+    memoryChart_->setTitle("Memory per GPU");
+    right->addWidget(new QLabel("<b>Step time</b>: where each step's seconds go"));
+    right->addWidget(stepBar_);
+    right->addWidget(memoryChart_, 2);
+    right->addWidget(new QLabel("<b>Communication per axis</b> (per step, per GPU)"));
+    auto* commView = makeTable(comm_);
+    commView->setObjectName("communication");
+    right->addWidget(commView, 1);
+    h->addLayout(right, 3);
+    return w;
+}
+
+QWidget* ExplorerPage::buildClusterView() {
+    auto* w = new QWidget;
+    auto* v = new QVBoxLayout(w);
+    auto* top = new QHBoxLayout;
+    auto* colorBy = new QComboBox;
+    colorBy->setObjectName("color-by");
+    for (ColorBy c : {ColorBy::TpGroup, ColorBy::PpStage, ColorBy::DpReplica, ColorBy::CpRank})
+        colorBy->addItem(toDisplayString(c), int(c));
+    connect(colorBy, &QComboBox::activated, this, [this, colorBy](int i) {
+        clusterMap_->setColorBy(ColorBy(colorBy->itemData(i).toInt()));
+    });
+    top->addWidget(new QLabel("Colour by"));
+    top->addWidget(colorBy);
+    top->addStretch();
+    top->addWidget(hoverLabel_);
+    v->addLayout(top);
+    mapWarning_->setWordWrap(true);
+    mapWarning_->setObjectName("map-warning");
+    v->addWidget(mapWarning_);
+    clusterMap_->setTitle("Cluster map");
+    v->addWidget(clusterMap_, 1);
+    connect(clusterMap_, &ClusterMap::gpuHovered, this, [this](int rank) {
+        hoverLabel_->setText(rank >= 0 ? clusterMap_->describeGpu(rank) : QString());
+    });
+    return w;
+}
+
+QWidget* ExplorerPage::buildSearchView() {
+    auto* w = new QWidget;
+    auto* v = new QVBoxLayout(w);
+    auto* bar = new QHBoxLayout;
+    searchButton_->setObjectName("search");
+    cancelButton_->setObjectName("cancel-search");
+    cancelButton_->setEnabled(false);
+    progress_->setRange(0, 1000);
+    progress_->setTextVisible(false);
+    tpInNode_->setChecked(true);
+    tpInNode_->setToolTip("Reject layouts whose TP groups span nodes");
+    zeroBubble_->setToolTip("Also try the zero-bubble schedule (ZB-H1)");
+    bar->addWidget(searchButton_);
+    bar->addWidget(cancelButton_);
+    bar->addWidget(tpInNode_);
+    bar->addWidget(zeroBubble_);
+    bar->addWidget(progress_, 1);
+    v->addLayout(bar);
+    searchStatus_->setWordWrap(true);
+    searchStatus_->setText("Search every dp x tp x pp x cp x ZeRO x recompute x micro batch "
+                           "layout of this model on this cluster for this global batch.");
+    v->addWidget(searchStatus_);
+
+    sorted_->setSourceModel(results_);
+    sorted_->setSortRole(Qt::UserRole);
+    resultsView_ = makeTable(sorted_);
+    resultsView_->setObjectName("results");
+    resultsView_->setSortingEnabled(true);
+    resultsView_->setToolTip("Click a layout to apply it");
+    scatter_->setTitle("Layouts: memory per GPU vs throughput");
+    auto* split = new QSplitter(Qt::Vertical);
+    split->addWidget(resultsView_);
+    split->addWidget(scatter_);
+    v->addWidget(split, 1);
+
+    connect(searchButton_, &QPushButton::clicked, this, &ExplorerPage::startSearch);
+    connect(cancelButton_, &QPushButton::clicked, this, &ExplorerPage::cancelSearch);
+    connect(resultsView_, &QTableView::clicked, this,
+            [this](const QModelIndex& i) { applyResult(i.row()); });
+    connect(scatter_, &LayoutScatter::candidateClicked, this,
+            [this](int index) { applyCandidate(std::size_t(index)); });
+    return w;
+}
+
+std::vector<Chart*> ExplorerPage::charts() const {
+    return {stepBar_, memoryChart_, clusterMap_, scatter_};
+}
+
+std::vector<std::pair<QString, QAbstractItemModel*>> ExplorerPage::tables() const {
+    return {{"Figures", figures_}, {"Communication per axis", comm_}, {"Search results", sorted_}};
+}
+
+bool ExplorerPage::showView(const QString& view) {
+    const QStringList views = {"overview", "cluster", "search"};
+    if (view.isEmpty())
+        return true;
+    const int i = int(views.indexOf(view));
+    if (i < 0)
+        return false;
+    tabs_->setCurrentIndex(i);
+    return true;
+}
+
+void ExplorerPage::refresh() {
+    const PlanInputs& in = doc_->inputs();
+    const Estimate& e = doc_->estimate();
+
+    std::vector<QList<QStandardItem*>> rows;
+    const std::vector<Explanation> all = explainAll(in, e, allFigures());
+    for (const Explanation& x : all) {
+        const QString tip = explanationTooltip(x);
+        rows.push_back({figureItem(qs(x.label), 0, tip), figureItem(qs(x.display), x.value, tip),
+                        figureItem(qs(x.substituted), 0, tip)});
+    }
+    setRows(figures_, {"Figure", "Value", "Formula with your numbers"}, std::move(rows));
+
+    rows.clear();
+    const FigureId commFigures[] = {FigureId::CommDP, FigureId::CommTP, FigureId::CommPP,
+                                    FigureId::CommCP};
+    for (Axis a : kAxes) {
+        const AxisComm& c = e.axis(a);
+        const QString tip = explanationTooltip(explain(in, e, commFigures[int(a)]));
+        rows.push_back(
+            {figureItem(qs(toString(a)), 0, tip),
+             figureItem(QString::number(c.groupSize), c.groupSize, tip),
+             figureItem(c.groupSize <= 1 ? "-"
+                        : c.crossesNodes ? "network " + qs(formatBytes(c.bandwidth) + "/s")
+                                         : "NVLink " + qs(formatBytes(c.bandwidth) + "/s"),
+                        c.bandwidth, tip),
+             figureItem(qs(formatBytes(c.bytes)), c.bytes, tip),
+             figureItem(qs(formatSeconds(c.seconds)), c.seconds, tip),
+             figureItem(qs(formatSeconds(c.window)), c.window, tip),
+             figureItem(qs(formatSeconds(c.exposed)), c.exposed, tip)});
+    }
+    setRows(comm_, {"Axis", "Group", "Link", "Bytes", "On the wire", "Hidden behind", "Exposed"},
+            std::move(rows));
+
+    std::vector<Segment> parts;
+    for (const StepPart& p : stepTimeParts(e))
+        parts.push_back(
+            {qs(p.label), p.seconds,
+             p.label == "Compute"  ? explanationTooltip(explain(in, e, FigureId::ComputeTime))
+             : p.label == "Bubble" ? explanationTooltip(explain(in, e, FigureId::Bubble))
+                                   : QString()});
+    stepBar_->setSegments(std::move(parts), ValueKind::Seconds);
+
+    memoryChart_->setBars({{QString("stage %1").arg(e.worstStage), e.memory}}, e.capacity,
+                          qs(in.cluster.gpu.name));
+
+    clusterMap_->setLayout(in.cluster, in.parallel);
+    mapWarning_->setText(clusterMap_->warning());
+    mapWarning_->setVisible(!clusterMap_->warning().isEmpty());
+
+    // The verdict: what this layout achieves, or what is wrong with it.
+    QString text;
+    VerdictLevel level = VerdictLevel::Good;
+    if (!e.valid()) {
+        text = "<b>This layout breaks " + QString::number(e.violations.size()) +
+               (e.violations.size() == 1 ? " rule" : " rules") + ".</b>" +
+               violationsHtml(e.violations);
+        level = VerdictLevel::Bad;
+    } else if (!e.fits) {
+        text = "<b>Does not fit:</b> " + qs(formatBytes(e.memory.total())) + " per GPU on stage " +
+               QString::number(e.worstStage) + ", over the " + qs(formatBytes(e.capacity)) +
+               ". Try ZeRO, recompute, more TP or PP, or the Search tab.";
+        level = VerdictLevel::Bad;
+    } else {
+        text = QString("%1 tokens/s, %2 per GPU, <b>MFU %3</b>; step %4, bubble %5. %6 of %7 "
+                       "per GPU.")
+                   .arg(qs(formatCount(e.tokensPerSecond)), qs(formatRate(e.tflopsPerGpu)),
+                        qs(formatPercent(e.mfu)), qs(formatSeconds(e.stepTime)),
+                        qs(formatPercent(e.bubbleFraction)), qs(formatBytes(e.memory.total())),
+                        qs(formatBytes(e.capacity)));
+        if (e.timeToTrain > 0)
+            text += QString("<br>%1 tokens in %2 of training (%3 wall time at %4 useful under "
+                            "failures), %5 GPU-hours, cost %6.")
+                        .arg(qs(formatCount(in.train.trainTokens)),
+                             qs(formatSeconds(e.timeToTrain)), qs(formatSeconds(e.wallTimeToTrain)),
+                             qs(formatPercent(e.trainingFraction)), qs(formatCount(e.gpuHours)),
+                             qs(formatCount(e.cost)));
+        if (!clusterMap_->warning().isEmpty()) {
+            text += "<br>" + clusterMap_->warning().toHtmlEscaped();
+            level = VerdictLevel::Warning;
+        }
+    }
+    panel_->setVerdict(text, level);
+    panel_->setExplanations(all);
+}
+
+void ExplorerPage::startSearch() {
+    SearchRequest request;
+    request.inputs = doc_->inputs();
+    request.space.tpWithinNode = tpInNode_->isChecked();
+    request.space.tryZeroBubble = zeroBubble_->isChecked();
+    serial_ = worker_.start(request);
+    progress_->setValue(0);
+    searchButton_->setEnabled(false);
+    cancelButton_->setEnabled(true);
+    searchStatus_->setText("Searching...");
+}
+
+void ExplorerPage::cancelSearch() {
+    worker_.cancel();
+    searchStatus_->setText("Cancelling...");
+}
+
+void ExplorerPage::showResult(int serial, const SearchResultPtr& result) {
+    if (serial != serial_)
+        return; // a superseded search
+    searchButton_->setEnabled(true);
+    cancelButton_->setEnabled(false);
+    if (result->cancelled) {
+        searchStatus_->setText("Search cancelled; the previous results are kept.");
+        emit searchFinished(true);
+        return;
+    }
+    result_ = result;
+    progress_->setValue(1000);
+
+    QString rejected;
+    for (const auto& [rule, n] : result->rejected)
+        rejected += QString("%1 %2, ").arg(qs(rule)).arg(n);
+    rejected.chop(2);
+    searchStatus_->setText(
+        QString("%1 layouts considered, %2 valid, %3 fit. Rejected: %4. Click a row or a point "
+                "to apply it.")
+            .arg(qs(formatCount(double(result->considered))),
+                 qs(formatCount(double(result->evaluated))),
+                 qs(formatCount(double(result->fitting))), rejected.isEmpty() ? "none" : rejected));
+
+    results_->clear();
+    results_->setHorizontalHeaderLabels({"#", "Layout", "Memory per GPU", "Tokens/s", "MFU",
+                                         "Step time", "dp", "tp", "pp", "cp", "ZeRO"});
+    for (std::size_t i = 0; i < result->top.size(); ++i) {
+        const Candidate& c = result->top[i];
+        QList<QStandardItem*> row = {
+            figureItem(QString::number(i + 1), double(i + 1)),
+            figureItem(qs(layoutSummary(c.config)), double(i)),
+            figureItem(qs(formatBytes(c.memory)), c.memory),
+            figureItem(qs(formatCount(c.tokensPerSecond)), c.tokensPerSecond),
+            figureItem(qs(formatPercent(c.mfu)), c.mfu),
+            figureItem(qs(formatSeconds(c.stepTime)), c.stepTime),
+            figureItem(QString::number(c.config.dp), c.config.dp),
+            figureItem(QString::number(c.config.tp), c.config.tp),
+            figureItem(QString::number(c.config.pp), c.config.pp),
+            figureItem(QString::number(c.config.cp), c.config.cp),
+            figureItem(QString::number(c.config.zero), c.config.zero)};
+        row[0]->setData(qulonglong(i), kCandidateRole);
+        results_->appendRow(row);
+    }
+    resultsView_->sortByColumn(0, Qt::AscendingOrder); // best first until the user sorts
+    resultsView_->resizeColumnsToContents();
+    scatter_->setCandidates(result->all, paretoFront(result->all), doc_->estimate().capacity);
+    emit searchFinished(false);
+}
+
+void ExplorerPage::applyResult(int row) {
+    if (!result_ || row < 0 || row >= sorted_->rowCount())
+        return;
+    const QModelIndex source = sorted_->mapToSource(sorted_->index(row, 0));
+    const auto i = std::size_t(results_->data(source, kCandidateRole).toULongLong());
+    if (i >= result_->top.size())
+        return;
+    const ParallelConfig config = result_->top[i].config;
+    doc_->edit("Apply layout " + qs(layoutSummary(config)),
+               [&](Session& s) { s.parallel = config; });
+}
+
+void ExplorerPage::applyCandidate(std::size_t index) {
+    if (!result_ || index >= result_->all.size())
+        return;
+    const ParallelConfig config = result_->all[index].config;
+    doc_->edit("Apply layout " + qs(layoutSummary(config)),
+               [&](Session& s) { s.parallel = config; });
+    scatter_->setHighlighted(int(index));
+}
+
+QString ExplorerPage::reportHtml() const {
+    const PlanInputs& in = doc_->inputs();
+    QString html = "<h2>Explorer: " + qs(in.model.name).toHtmlEscaped() + " on " +
+                   QString::number(in.cluster.worldSize()) + " x " +
+                   qs(in.cluster.gpu.name).toHtmlEscaped() + "</h2>";
+    html += "<p>Layout: <tt>" + qs(layoutSummary(in.parallel)).toHtmlEscaped() + "</tt></p>";
+    html += "<p>" + panel_->verdictText() + "</p>";
+    html += "<h3>Figures</h3>" + tableHtml(*figures_);
+    html += "<h3>Step time</h3><p><img src=\"chart:0\" width=\"640\"></p>";
+    html += "<h3>Communication per axis</h3>" + tableHtml(*comm_);
+    html += "<h3>Cluster map</h3><p><img src=\"chart:2\" width=\"640\"></p>";
+    if (result_) {
+        html += "<h3>Search</h3><p>" + searchStatus_->text().toHtmlEscaped() + "</p>" +
+                tableHtml(*results_) + "<p><img src=\"chart:3\" width=\"640\"></p>";
+    }
+    return html;
+}
+
+} // namespace shardscope

@@ -1,0 +1,55 @@
+// A session: everything the user set up (model, cluster, layout, training run, which page),
+// saved as versioned JSON in a .shardscope file. Plain data: no Qt, so tests and the headless
+// renderer can build one directly.
+#pragma once
+
+#include "plan/estimate.h"
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+namespace shardscope {
+
+// Where the model came from; the ModelSpec itself is always saved in full, so a session opens
+// the same even when the preset list or the imported config.json changes.
+enum class ModelSource { Preset, Custom, Bare, HuggingFace };
+std::string toString(ModelSource s);
+ModelSource modelSourceFromString(const std::string& s); // throws InputError
+
+struct Session {
+    static constexpr int kFormatVersion = 1;
+    static constexpr const char* kFormatName = "shardscope-session";
+
+    ModelSource modelSource = ModelSource::Preset;
+    std::string modelOrigin; // preset id or imported file path; empty for custom and bare
+    ModelSpec model;
+    ClusterSpec cluster;
+    ParallelConfig parallel;
+    TrainConfig train;
+    std::string page = "memory"; // the page shown when the session was saved
+
+    PlanInputs planInputs() const { return {model, cluster, parallel, train, Assumptions{}}; }
+};
+
+// Keep layout and cluster consistent after an edit. The Explorer treats the cluster as given and
+// sets dp = GPUs / (tp pp cp) when that divides; the Memory page treats the layout as given and
+// resizes the cluster to its GPU count (clusterForWorld). Either leaves things as they are when no
+// exact fit exists, so validation can explain the mismatch.
+void fitDataParallelToCluster(Session& s);
+void fitClusterToLayout(Session& s);
+
+// Llama 3 70B on 8 nodes x 8 H100 SXM5: dp2 tp8 pp4, ZeRO-1, SP, selective recompute, bf16,
+// global batch 512 x 8192 tokens, 15T tokens (the same default as `shardscope-cli plan`).
+Session defaultSession();
+
+nlohmann::json sessionToJson(const Session& s);
+// Throws InputError naming what is wrong: not a session, a newer format version, a bad field.
+Session sessionFromJson(const nlohmann::json& j);
+
+// Read a .shardscope file; InputError names the file and the problem.
+Session loadSession(const std::string& path);
+// Write atomically (a temporary file renamed over the target), so a failed save never destroys
+// the previous file. InputError when the file cannot be written.
+void saveSession(const Session& s, const std::string& path);
+
+} // namespace shardscope

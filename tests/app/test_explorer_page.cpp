@@ -1,0 +1,165 @@
+// The Explorer page: live figures follow every control, the cluster map warns about TP across
+// nodes, and the search runs in the background, cancels, sorts and applies.
+#include "app_test_support.h"
+#include "breakdown_bar.h"
+#include "calculator_panel.h"
+#include "cluster_map.h"
+#include "layout_scatter.h"
+#include "pages/explorer_page.h"
+#include "session_document.h"
+
+#include <QProgressBar>
+#include <QSignalSpy>
+#include <QSortFilterProxyModel>
+#include <QTableView>
+
+using namespace shardscope;
+using namespace shardscope::test;
+
+namespace {
+
+struct Fixture {
+    SessionDocument doc;
+    ExplorerPage page{&doc};
+    Fixture() { page.show(); } // hidden pages refresh only when shown
+    SessionForm* form() { return page.form(); }
+    double value(const QString& label) { return figure(page.figures(), label); }
+};
+
+} // namespace
+
+class TestExplorerPage : public QObject {
+    Q_OBJECT
+private slots:
+    void showsEveryFigureWithItsFormula() {
+        Fixture f;
+        QCOMPARE(f.page.figures()->rowCount(), int(allFigures().size()));
+        QVERIFY(f.value("MFU") > 0.3 && f.value("MFU") < 0.7);
+        QVERIFY(tooltip(f.page.figures(), "Step time").contains("="));
+        QVERIFY(f.page.panel()->verdictText().contains("MFU"));
+        // The step-time bar adds up to the step time.
+        double sum = 0;
+        for (const Segment& s : f.page.stepBreakdown()->segments())
+            sum += s.value;
+        QVERIFY(std::abs(sum - f.value("Step time")) < 1e-9 * sum);
+        QCOMPARE(f.page.communication()->rowCount(), 4);
+    }
+
+    void clusterControlsMoveThroughputAndCost() {
+        Fixture f;
+        const double tps = f.value("Throughput");
+        setInt(f.form(), "nodes", 16);
+        QCOMPARE(f.doc.session().parallel.dp, 4); // dp follows the cluster
+        QVERIFY(f.value("Throughput") > 1.5 * tps);
+
+        const double dpTime = figure(f.page.communication(), "DP", 4);
+        setDouble(f.form(), "inter-bw", 12.5);
+        QVERIFY(figure(f.page.communication(), "DP", 4) > 2 * dpTime);
+
+        const double cost = f.value("Cost to train");
+        setDouble(f.form(), "price", 4);
+        QVERIFY(std::abs(f.value("Cost to train") - 2 * cost) < 1e-6 * cost * 4);
+
+        const double time = f.value("Time to train");
+        setDouble(f.form(), "tokens", 30000);
+        QVERIFY(std::abs(f.value("Time to train") - 2 * time) < 1e-6 * time * 2);
+
+        const double fraction = f.value("Expected training-time fraction");
+        setDouble(f.form(), "mtbf", 4000);
+        QVERIFY(f.value("Expected training-time fraction") < fraction);
+    }
+
+    void layoutControlsMoveBubbleAndStep() {
+        Fixture f;
+        const double bubble = f.value("Pipeline bubble");
+        choose(f.form(), "schedule", "interleaved");
+        QCOMPARE(f.doc.session().parallel.vpp, 2);
+        QVERIFY(f.value("Pipeline bubble") < bubble);
+        const double step = f.value("Step time");
+        setInt(f.form(), "global-batch", 1024);
+        QVERIFY(f.value("Step time") > 1.8 * step);
+        setInt(f.form(), "tp", 4); // dp follows: 64 / (4 x 4) = 4
+        QCOMPARE(f.doc.session().parallel.dp, 4);
+        QCOMPARE(f.doc.session().cluster.worldSize(), 64);
+    }
+
+    void clusterMapWarnsWhenTpCrossesNodes() {
+        Fixture f;
+        QVERIFY(f.page.clusterMap()->warning().isEmpty());
+        QCOMPARE(f.page.clusterMap()->gpuCount(), 64);
+        setInt(f.form(), "tp", 16);
+        QVERIFY(!f.page.clusterMap()->warning().isEmpty());
+        QVERIFY(f.page.clusterMap()->tpCrossesNodes());
+        QVERIFY(f.page.communication()->item(1, 2)->text().startsWith("network"));
+        QVERIFY(f.page.panel()->verdictLevel() != VerdictLevel::Good);
+        QVERIFY(f.page.showView("cluster"));
+        QVERIFY(!f.page.showView("nonsense"));
+    }
+
+    void invalidLayoutListsTheRulesWithFixes() {
+        Fixture f;
+        setInt(f.form(), "tp", 3);
+        QVERIFY(f.page.panel()->verdictLevel() == VerdictLevel::Bad);
+        QVERIFY2(f.page.panel()->verdictText().contains("Fix:"),
+                 qPrintable(f.page.panel()->verdictText()));
+    }
+
+    void searchFinishesSortsAndApplies() {
+        Fixture f;
+        setInt(f.form(), "nodes", 2); // keep it quick: 16 GPUs
+        choose(f.form(), "model", "preset:llama3-8b");
+        QSignalSpy done(&f.page, &ExplorerPage::searchFinished);
+        f.page.startSearch();
+        QVERIFY(f.page.searchRunning());
+        QVERIFY(done.wait(60000));
+        QCOMPARE(done.first().first().toBool(), false);
+        const SearchResultPtr r = f.page.searchResult();
+        QVERIFY(r && !r->top.empty());
+        QCOMPARE(f.page.results()->rowCount(), int(r->top.size()));
+        QCOMPARE(f.page.scatter()->pointCount(), r->all.size());
+        QCOMPARE(f.page.searchProgress()->value(), 1000);
+
+        // Sort by throughput ascending: the first row is now the slowest of the top layouts
+        // (layouts with equal throughput may come in either order, so compare throughput).
+        f.page.resultsView()->sortByColumn(3, Qt::AscendingOrder);
+        f.page.applyResult(0);
+        QCOMPARE(f.doc.estimate().tokensPerSecond, r->top.back().tokensPerSecond);
+        const std::string slowest = layoutSummary(f.doc.session().parallel);
+        f.page.resultsView()->sortByColumn(3, Qt::DescendingOrder);
+        f.page.applyResult(0);
+        QCOMPARE(f.doc.estimate().tokensPerSecond, r->top.front().tokensPerSecond);
+        QCOMPARE(f.value("Throughput"), r->top.front().tokensPerSecond);
+        f.doc.undoStack()->undo();
+        QCOMPARE(layoutSummary(f.doc.session().parallel), slowest);
+
+        // A click on a scatter point applies that layout.
+        emit f.page.scatter()->candidateClicked(0);
+        QCOMPARE(layoutSummary(f.doc.session().parallel), layoutSummary(r->all[0].config));
+    }
+
+    void hiddenPageCatchesUpWhenShown() {
+        SessionDocument doc;
+        ExplorerPage page(&doc);
+        const double step = figure(page.figures(), "Step time");
+        doc.edit("batch", [](Session& s) { s.parallel.globalBatch = 1024; });
+        QCOMPARE(figure(page.figures(), "Step time"), step); // not redrawn while hidden
+        page.show();
+        QVERIFY(figure(page.figures(), "Step time") > 1.8 * step);
+    }
+
+    void searchCancelsAndKeepsPreviousResults() {
+        Fixture f;
+        choose(f.form(), "model", "preset:llama3-405b");
+        setInt(f.form(), "nodes", 2048); // 16,384 GPUs: a long search
+        QSignalSpy done(&f.page, &ExplorerPage::searchFinished);
+        f.page.startSearch();
+        f.page.cancelSearch();
+        QVERIFY(done.wait(60000));
+        QCOMPARE(done.first().first().toBool(), true);
+        QVERIFY(!f.page.searchResult());
+        QVERIFY(!f.page.searchRunning());
+    }
+};
+
+QTEST_MAIN(TestExplorerPage)
+#include "test_explorer_page.moc"

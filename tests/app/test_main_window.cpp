@@ -1,0 +1,135 @@
+// The main window: sessions (save, open, recent), bad files change nothing, drag and drop of a
+// config.json, pages and their views.
+#include "main_window.h"
+#include "pages/page.h"
+
+#include <QDir>
+#include <QFile>
+#include <QMimeData>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTemporaryDir>
+#include <QUrl>
+#include <QtTest>
+#include <nlohmann/json.hpp>
+
+using namespace shardscope;
+
+namespace {
+std::string snapshot(SessionDocument* doc) {
+    return sessionToJson(doc->session()).dump();
+}
+
+QString handle(MainWindow& w, const QString& path) {
+    QSignalSpy handled(&w, &MainWindow::fileHandled);
+    w.openFile(path);
+    if (!handled.wait(10000))
+        return "timed out";
+    return handled.first().first().toString();
+}
+} // namespace
+
+class TestMainWindow : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true);
+        QCoreApplication::setOrganizationName("ShardscopeTest");
+        QCoreApplication::setApplicationName("test_main_window");
+    }
+
+    void startsOnTheDefaultSessionWithBothPages() {
+        MainWindow w;
+        w.setQuiet(true);
+        QCOMPARE(w.document()->session().model.id, std::string("llama3-70b"));
+        QCOMPARE(int(w.pages().size()), 2);
+        QVERIFY(w.page("memory") && w.page("explorer"));
+        QCOMPARE(w.currentPage()->id(), QString("memory"));
+        QVERIFY(w.showPage("explorer"));
+        QCOMPARE(w.currentPage()->id(), QString("explorer"));
+        QVERIFY(!w.showPage("nope"));
+        QVERIFY(w.windowTitle().contains("Untitled"));
+    }
+
+    void sessionRoundTripThroughAFile() {
+        QTemporaryDir dir;
+        const QString path = QDir(dir.path()).filePath("plan.shardscope");
+        MainWindow w;
+        w.setQuiet(true);
+        w.document()->edit("tp 4", [](Session& s) {
+            s.parallel.tp = 4;
+            s.parallel.dp = 4;
+        });
+        w.showPage("explorer");
+        QVERIFY(w.document()->isModified());
+        QCOMPARE(w.saveSessionAs(path), QString());
+        QVERIFY(!w.document()->isModified());
+        QVERIFY(w.windowTitle().contains("plan.shardscope"));
+        QCOMPARE(w.recentFiles().first(), QFileInfo(path).absoluteFilePath());
+        Session written = loadSession(path.toStdString());
+        QCOMPARE(written.page, std::string("explorer")); // where the user was
+        const std::string saved = sessionToJson(written).dump();
+
+        MainWindow fresh;
+        fresh.setQuiet(true);
+        QCOMPARE(handle(fresh, path), QString());
+        QCOMPARE(snapshot(fresh.document()), saved);
+        QCOMPARE(fresh.currentPage()->id(), QString("explorer")); // reopens where it was saved
+        QCOMPARE(fresh.document()->filePath(), path);
+        QVERIFY(!fresh.document()->isModified());
+    }
+
+    void malformedAndFutureSessionsChangeNothing() {
+        QTemporaryDir dir;
+        MainWindow w;
+        w.setQuiet(true);
+        w.document()->edit("zero", [](Session& s) { s.parallel.zero = 2; });
+        const std::string before = snapshot(w.document());
+        const int steps = w.document()->undoStack()->count();
+
+        const QString bad = QDir(dir.path()).filePath("bad.shardscope");
+        QFile f(bad);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("{\"format\": \"shardscope-session\", \"version\": 1, \"model\": 3");
+        f.close();
+        QVERIFY(handle(w, bad).contains("bad.shardscope"));
+        QCOMPARE(snapshot(w.document()), before);
+
+        nlohmann::json future = sessionToJson(defaultSession());
+        future["version"] = 2;
+        const QString newer = QDir(dir.path()).filePath("newer.shardscope");
+        QFile g(newer);
+        QVERIFY(g.open(QIODevice::WriteOnly));
+        g.write(QByteArray::fromStdString(future.dump()));
+        g.close();
+        QVERIFY(handle(w, newer).contains("newer Shardscope"));
+        QCOMPARE(snapshot(w.document()), before);
+        QCOMPARE(w.document()->undoStack()->count(), steps);
+    }
+
+    void droppedConfigJsonLoadsTheModel() {
+        MainWindow w;
+        w.setQuiet(true);
+        QSignalSpy handled(&w, &MainWindow::fileHandled);
+        auto* mime = new QMimeData;
+        mime->setUrls({QUrl::fromLocalFile(SHARDSCOPE_TEST_DATA "/hf/mistral-7b-v0.1.json")});
+        QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&w, &enter);
+        QVERIFY(enter.isAccepted());
+        QDropEvent drop(QPointF(10, 10), Qt::CopyAction, mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&w, &drop);
+        QVERIFY(handled.wait(10000));
+        QCOMPARE(handled.first().first().toString(), QString());
+        const Session& s = w.document()->session();
+        QVERIFY(s.modelSource == ModelSource::HuggingFace);
+        QCOMPARE(s.model.hidden, 4096);
+        QCOMPARE(s.model.kvHeads, 8);
+        // Importing is one undoable step.
+        w.document()->undoStack()->undo();
+        QCOMPARE(w.document()->session().model.id, std::string("llama3-70b"));
+        delete mime;
+    }
+};
+
+QTEST_MAIN(TestMainWindow)
+#include "test_main_window.moc"

@@ -1,0 +1,199 @@
+// The Memory page: every control moves the figures it should, the lessons' memory examples come
+// out of the GUI path, and the verdict says the right thing.
+#include "app_test_support.h"
+#include "calculator_panel.h"
+#include "memory_chart.h"
+#include "pages/memory_page.h"
+#include "series_chart.h"
+#include "session_document.h"
+
+#include <memory>
+
+using namespace shardscope;
+using namespace shardscope::test;
+
+namespace {
+constexpr double GB = 1e9;
+
+struct Fixture {
+    SessionDocument doc;
+    MemoryPage page{&doc};
+    Fixture() { page.show(); } // hidden pages refresh only when shown
+    SessionForm* form() { return page.form(); }
+    double row(const QString& label) { return figure(page.breakdown(), label); }
+    QString verdict() { return page.panel()->verdictText(); }
+};
+} // namespace
+
+class TestMemoryPage : public QObject {
+    Q_OBJECT
+private slots:
+    void defaultSessionFitsAndSaysSo() {
+        Fixture f;
+        QVERIFY2(f.verdict().startsWith("Fits on each of the 64 x NVIDIA H100"),
+                 qPrintable(f.verdict()));
+        QVERIFY(f.page.panel()->verdictLevel() == VerdictLevel::Good);
+        QCOMPARE(int(f.page.memoryChart()->bars().size()), 4); // one bar per pipeline stage
+        QCOMPARE(f.page.memoryChart()->capacity(), 80 * GB);
+        QVERIFY(tooltip(f.page.breakdown(), "Activations").contains("Korthikanti"));
+        QVERIFY(f.page.panel()->formulaHtml().contains("Rajbhandari"));
+    }
+
+    void eachControlMovesItsFigures() {
+        Fixture f;
+        auto check = [&](const char* what, auto change, const QString& figureName, bool grows) {
+            const double before = f.row(figureName);
+            change();
+            const double after = f.row(figureName);
+            QVERIFY2(grows ? after > before * 1.01 : after < before * 0.99,
+                     qPrintable(QString("%1: %2 went from %3 to %4")
+                                    .arg(what, figureName)
+                                    .arg(before)
+                                    .arg(after)));
+        };
+        check(
+            "zero 3", [&] { choose(f.form(), "zero", "3"); }, "Weights", false);
+        check(
+            "zero 0", [&] { choose(f.form(), "zero", "0"); }, "Optimizer state", true);
+        check(
+            "tp 4", [&] { setInt(f.form(), "tp", 4); }, "Weights", true);
+        QCOMPARE(f.doc.session().cluster.worldSize(), 32); // the cluster follows the layout
+        check(
+            "pp 8", [&] { setInt(f.form(), "pp", 8); }, "Weights", false);
+        check(
+            "micro batch 2", [&] { setInt(f.form(), "micro-batch", 2); }, "Activations", true);
+        check(
+            "seq 4096", [&] { setInt(f.form(), "seq", 4096); }, "Activations", false);
+        check(
+            "recompute full", [&] { choose(f.form(), "recompute", "full"); }, "Activations", false);
+        check(
+            "recompute none", [&] { choose(f.form(), "recompute", "none"); }, "Activations", true);
+        check(
+            "flash off", [&] { setBool(f.form(), "flash", false); }, "Activations", true);
+        check(
+            "sp off", [&] { setBool(f.form(), "sp", false); }, "Activations", true);
+        check(
+            "cp 2", [&] { setInt(f.form(), "cp", 2); }, "Activations", false);
+        check(
+            "fp32", [&] { choose(f.form(), "precision", "fp32"); }, "Weights", true);
+        check(
+            "sgd", [&] { choose(f.form(), "optimizer", "sgd"); }, "Optimizer state", false);
+        check(
+            "offload", [&] { setBool(f.form(), "offload", true); }, "Optimizer state", false);
+        QCOMPARE(f.row("Optimizer state"), 0.0);
+        check(
+            "model 8B", [&] { choose(f.form(), "model", "preset:llama3-8b"); }, "Weights", false);
+        check(
+            "layers 64", [&] { setInt(f.form(), "layers", 64); }, "Weights", true);
+        QVERIFY(f.doc.session().modelSource == ModelSource::Custom);
+        const double capacity = f.page.memoryChart()->capacity();
+        choose(f.form(), "gpu", "a100-40gb");
+        QCOMPARE(f.page.memoryChart()->capacity(), 40 * GB);
+        QVERIFY(capacity != f.page.memoryChart()->capacity());
+    }
+
+    void dpGrowsTheClusterAndShardsZero() {
+        Fixture f;
+        const double optimizer = f.row("Optimizer state");
+        setInt(f.form(), "dp", 4);
+        QCOMPARE(f.doc.session().cluster.worldSize(), 128);
+        QCOMPARE(f.row("Optimizer state"), optimizer / 2); // ZeRO-1 over twice the replicas
+    }
+
+    void lesson2_SevenBillionNeedsTwoH100() {
+        // "Parameters 14 GB, gradients 28 GB, Adam 56 GB: ~98 GB. You need at least 2."
+        Fixture f;
+        choose(f.form(), "model", "bare");
+        setDouble(f.form(), "params", 7);
+        choose(f.form(), "precision", "bf16-fp32grads-nomaster");
+        choose(f.form(), "zero", "0");
+        setInt(f.form(), "tp", 1);
+        setInt(f.form(), "pp", 1);
+        setInt(f.form(), "dp", 1);
+        QCOMPARE(f.row("Weights"), 14 * GB);
+        QCOMPARE(f.row("Gradients"), 28 * GB);
+        QCOMPARE(f.row("Optimizer state"), 56 * GB);
+        QVERIFY2(f.verdict().contains("Needs at least 2 x NVIDIA H100"), qPrintable(f.verdict()));
+        QVERIFY(f.page.panel()->verdictLevel() == VerdictLevel::Bad);
+    }
+
+    void lesson1_SevenBillionOnEightGpusNeedsFsdp() {
+        // "Small model (7B), 8 GPUs: Pure DP ... ~84 GB - slightly over. Turn on FSDP to fix it."
+        Fixture f;
+        choose(f.form(), "model", "bare");
+        setDouble(f.form(), "params", 7);
+        choose(f.form(), "precision", "bf16-nomaster");
+        choose(f.form(), "zero", "0");
+        setInt(f.form(), "tp", 1);
+        setInt(f.form(), "pp", 1);
+        setInt(f.form(), "dp", 8);
+        const auto state = [&] {
+            return f.row("Weights") + f.row("Gradients") + f.row("Optimizer state");
+        };
+        QCOMPARE(state(), 84 * GB);
+        QVERIFY(f.verdict().startsWith("Does not fit"));
+        choose(f.form(), "zero", "3");
+        QCOMPARE(state(), 10.5 * GB);
+        QVERIFY2(f.verdict().startsWith("Fits on each of the 8 x"), qPrintable(f.verdict()));
+    }
+
+    void lesson1_405BZero3On1024Gpus() {
+        // "405B x 12 bytes = 4.86 TB. Stage 3 on 1,024 GPUs: 4.75 GB per GPU."
+        Fixture f;
+        choose(f.form(), "model", "bare");
+        setDouble(f.form(), "params", 405);
+        choose(f.form(), "precision", "bf16-nomaster");
+        setInt(f.form(), "tp", 1);
+        setInt(f.form(), "pp", 1);
+        setInt(f.form(), "dp", 1024);
+        choose(f.form(), "zero", "3");
+        const double state = f.row("Weights") + f.row("Gradients") + f.row("Optimizer state");
+        QVERIFY2(std::abs(state - 4.746 * GB) < 0.01 * GB, qPrintable(QString::number(state)));
+    }
+
+    void lesson2_Llama70BWeightsAlone140GB() {
+        Fixture f;
+        setInt(f.form(), "tp", 1);
+        setInt(f.form(), "pp", 1);
+        setInt(f.form(), "dp", 1);
+        QVERIFY(std::abs(f.row("Weights") - 141.1 * GB) < 0.1 * GB);
+        QVERIFY(f.verdict().contains("Does not fit"));
+    }
+
+    void zeroChartShardsWithMoreGpus() {
+        Fixture f;
+        const auto& series = f.page.zeroChart()->series();
+        QCOMPARE(int(series.size()), 4);
+        const Series& z3 = series[3];
+        QVERIFY(z3.y.front() > z3.y.back());
+        QVERIFY(series[0].y.back() > z3.y.back());
+        QCOMPARE(z3.x.front(), 32.0); // tp 8 x pp 4 x dp 1
+    }
+
+    void undoRestoresFiguresAndControls() {
+        Fixture f;
+        const double weights = f.row("Weights");
+        setInt(f.form(), "tp", 2);
+        QVERIFY(f.row("Weights") > weights);
+        f.doc.undoStack()->undo();
+        QCOMPARE(f.row("Weights"), weights);
+        QCOMPARE(qobject_cast<QSpinBox*>(f.form()->control("tp"))->value(), 8);
+    }
+
+    void sliderDragIsOneUndoStep() {
+        Fixture f;
+        auto* slider = qobject_cast<QSlider*>(f.form()->control("dp-slider"));
+        QVERIFY(slider);
+        emit slider->sliderPressed();
+        for (int v = 3; v <= 8; ++v)
+            slider->setValue(v);
+        emit slider->sliderReleased();
+        QCOMPARE(f.doc.session().parallel.dp, 8);
+        QCOMPARE(f.doc.undoStack()->count(), 1);
+        f.doc.undoStack()->undo();
+        QCOMPARE(f.doc.session().parallel.dp, 2);
+    }
+};
+
+QTEST_MAIN(TestMemoryPage)
+#include "test_memory_page.moc"

@@ -1,0 +1,82 @@
+// `shardscope --render`: a PNG of each page with no display, and clear errors for bad input.
+#include <QDir>
+#include <QImage>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+namespace {
+struct Run {
+    int code;
+    QString err;
+};
+
+Run render(const QStringList& args) {
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.remove("QT_QPA_PLATFORM"); // --render must pick offscreen on its own
+    env.insert("XDG_CONFIG_HOME", QDir::tempPath() + "/shardscope-render-test");
+    p.setProcessEnvironment(env);
+    p.start(SHARDSCOPE_APP, QStringList{"--render"} + args);
+    if (!p.waitForFinished(120000))
+        return {-1, "timed out"};
+    return {p.exitCode(), QString::fromUtf8(p.readAllStandardError())};
+}
+} // namespace
+
+class TestRender : public QObject {
+    Q_OBJECT
+private slots:
+    void rendersEveryPage() {
+        QTemporaryDir dir;
+        for (const QString page : {"memory", "explorer", "explorer/cluster", "explorer/search"}) {
+            const QString out = QDir(dir.path()).filePath(QString(page).replace('/', '-') + ".png");
+            const Run r = render({page, "-o", out, "--size", "1500x900"});
+            QVERIFY2(r.code == 0, qPrintable(page + ": " + r.err));
+            const QImage image(out);
+            QVERIFY2(!image.isNull(), qPrintable(out));
+            QCOMPARE(image.size(), QSize(1500, 900));
+        }
+    }
+
+    void rendersASessionFile() {
+        QTemporaryDir dir;
+        const QString session = QDir(dir.path()).filePath("s.shardscope");
+        QFile f(session);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        QFile source(SHARDSCOPE_SOURCE_DIR "/docs/sessions/llama3-405b.shardscope");
+        QVERIFY2(source.open(QIODevice::ReadOnly), "docs/sessions/llama3-405b.shardscope");
+        f.write(source.readAll());
+        f.close();
+        const QString out = QDir(dir.path()).filePath("o.png");
+        const Run r = render({"explorer/cluster", "--session", session, "-o", out});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        QCOMPARE(QImage(out).size(), QSize(1600, 1000));
+    }
+
+    void badInputExitsTwoWithAMessage() {
+        QTemporaryDir dir;
+        const QString out = QDir(dir.path()).filePath("o.png");
+        Run r = render({"nowhere", "-o", out});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("unknown page") && r.err.contains("memory"), qPrintable(r.err));
+        r = render({"memory", "-o", QDir(dir.path()).filePath("o.jpg")});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains(".png"));
+        r = render({"memory", "--session", dir.path() + "/missing.shardscope", "-o", out});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains("missing.shardscope"));
+        r = render({"memory", "-o", out, "--size", "huge"});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains("--size"));
+        r = render({"memory", "-o", out, "--size", "400x300"}); // below the window's minimum
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("cannot be smaller"), qPrintable(r.err));
+        r = render({"explorer/nothing", "-o", out});
+        QCOMPARE(r.code, 2);
+        QVERIFY(!QFile::exists(out));
+    }
+};
+
+QTEST_MAIN(TestRender)
+#include "test_render.moc"

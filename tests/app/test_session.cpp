@@ -1,0 +1,146 @@
+// Sessions: JSON round trip, versioning, clear errors, atomic saves, layout/cluster fitting.
+#include "core/error.h"
+#include "core/presets.h"
+#include "session.h"
+
+#include <QDir>
+#include <QTemporaryDir>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace shardscope {
+namespace {
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+void write(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+}
+
+TEST(Session, DefaultIsLlama3_70BOn8x8H100) {
+    const Session s = defaultSession();
+    EXPECT_EQ(s.model.id, "llama3-70b");
+    EXPECT_EQ(s.cluster.worldSize(), 64);
+    EXPECT_EQ(s.cluster.gpu.id, "h100-sxm");
+    EXPECT_EQ(s.parallel.worldSize(), 64);
+    EXPECT_TRUE(estimate(s.planInputs()).valid());
+}
+
+TEST(Session, JsonRoundTripKeepsEverything) {
+    Session s = defaultSession();
+    s.modelSource = ModelSource::Custom;
+    s.model.layers = 40;
+    s.model.name = "mine";
+    s.cluster.nodes = 3;
+    s.cluster.interBandwidth = 12.5e9;
+    s.parallel.tp = 4;
+    s.parallel.schedule = PipelineSchedule::Interleaved;
+    s.parallel.vpp = 3;
+    s.parallel.precision = {Precision::Bf16, Precision::Fp32, false};
+    s.train.trainTokens = 2e12;
+    s.page = "explorer";
+    const Session back = sessionFromJson(sessionToJson(s));
+    EXPECT_EQ(sessionToJson(back), sessionToJson(s));
+    EXPECT_EQ(back.model.layers, 40);
+    EXPECT_EQ(back.modelSource, ModelSource::Custom);
+    EXPECT_EQ(back.parallel.vpp, 3);
+    EXPECT_FALSE(back.parallel.precision.fp32Master);
+    EXPECT_DOUBLE_EQ(back.cluster.interBandwidth, 12.5e9);
+    EXPECT_EQ(back.page, "explorer");
+}
+
+TEST(Session, SaveAndLoadThroughAFile) {
+    QTemporaryDir dir;
+    const std::string path = QDir(dir.path()).filePath("a.shardscope").toStdString();
+    Session s = defaultSession();
+    s.parallel.zero = 3;
+    saveSession(s, path);
+    // The MIME type's magic looks for this in the first 256 bytes.
+    const std::size_t at = slurp(path).find("\"format\": \"shardscope-session\"");
+    EXPECT_LT(at, 256u);
+    EXPECT_LT(slurp(path).find("\"version\": 1"), 256u);
+    EXPECT_EQ(loadSession(path).parallel.zero, 3);
+}
+
+TEST(Session, NewerVersionIsRefusedWithAClearMessage) {
+    nlohmann::json j = sessionToJson(defaultSession());
+    j["version"] = 7;
+    try {
+        sessionFromJson(j);
+        FAIL() << "accepted a future version";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("newer Shardscope"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("version 7"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Session, MalformedFilesNameTheProblem) {
+    QTemporaryDir dir;
+    const std::string path = QDir(dir.path()).filePath("bad.shardscope").toStdString();
+    const std::pair<std::string, std::string> cases[] = {
+        {"{ not json", "bad.shardscope"},
+        {"[1, 2]", "not a Shardscope session"},
+        {R"({"format": "shardscope-session"})", "version"},
+        {R"({"format": "shardscope-session", "version": "one"})", "version"},
+        {R"({"format": "shardscope-session", "version": 1, "model_source": "preset"})",
+         "missing \"model\""},
+    };
+    for (const auto& [text, expected] : cases) {
+        write(path, text);
+        try {
+            loadSession(path);
+            ADD_FAILURE() << "accepted: " << text;
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+                << text << " -> " << e.what();
+        }
+    }
+    // A bad field inside a part names the part and the field.
+    nlohmann::json j = sessionToJson(defaultSession());
+    j["layout"]["tp"] = -3;
+    try {
+        sessionFromJson(j);
+        FAIL();
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("layout"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("tp"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Session, FailedSaveKeepsThePreviousFile) {
+    QTemporaryDir dir;
+    const std::string path = QDir(dir.path()).filePath("keep.shardscope").toStdString();
+    saveSession(defaultSession(), path);
+    const std::string before = slurp(path);
+    EXPECT_THROW(saveSession(defaultSession(), dir.path().toStdString() + "/no/such/dir/x"),
+                 InputError);
+    EXPECT_EQ(slurp(path), before);
+}
+
+TEST(Session, FitDataParallelToTheCluster) {
+    Session s = defaultSession(); // 64 GPUs
+    s.parallel.tp = 4;
+    fitDataParallelToCluster(s);
+    EXPECT_EQ(s.parallel.dp, 4); // 64 / (4 x 4)
+    s.parallel.tp = 3;           // 64 is not a multiple of 12: left for validation to explain
+    fitDataParallelToCluster(s);
+    EXPECT_EQ(s.parallel.dp, 4);
+}
+
+TEST(Session, FitClusterToTheLayout) {
+    Session s = defaultSession();
+    s.parallel.dp = 4; // 4 x 8 x 4 = 128 GPUs
+    fitClusterToLayout(s);
+    EXPECT_EQ(s.cluster.worldSize(), 128);
+    EXPECT_EQ(s.cluster.gpusPerNode, 8);
+}
+
+} // namespace
+} // namespace shardscope

@@ -1,11 +1,15 @@
 #include "calculator_panel.h"
 
+#include <QFontDatabase>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSplitter>
+#include <QTextBlock>
+#include <QTextCursor>
+#include <QTextDocument>
 #include <QVBoxLayout>
 
 namespace shardscope {
@@ -66,6 +70,7 @@ CalculatorPanel::CalculatorPanel(QWidget* parent)
     // A plain-text view lays out only the lines on screen; a rich-text browser would lay out the
     // whole panel on every control change (most of a redraw's time on the Explorer page).
     formulas_->setReadOnly(true);
+    formulas_->setUndoRedoEnabled(false); // edits in place would pile up history otherwise
     formulas_->setAccessibleName(tr("Formulas"));
     rightLayout->addWidget(formulas_, 2);
     splitter_->addWidget(right);
@@ -98,25 +103,84 @@ void CalculatorPanel::setPicture(QWidget* picture) {
 }
 
 void CalculatorPanel::setExplanations(const std::vector<Explanation>& explanations) {
+    // The HTML is what reports and tests read; the panel shows the same lines.
     QString html;
-    // Paragraphs, not a table: QTextDocument lays tables out several times slower, and this
-    // panel is rebuilt on every control change.
+    std::vector<FormulaLine> lines;
     for (const Explanation& e : explanations) {
         html += QStringLiteral("<p><b>%1</b>").arg(escaped(e.label));
-        if (!e.display.empty())
+        QString heading = QString::fromStdString(e.label);
+        if (!e.display.empty()) {
             html += QStringLiteral(" = %1").arg(escaped(e.display));
-        if (!e.formula.empty())
+            heading += " = " + QString::fromStdString(e.display);
+        }
+        lines.push_back({heading, LineStyle::Heading});
+        if (!e.formula.empty()) {
             html += QStringLiteral("<br><tt>%1</tt>").arg(escaped(e.formula));
-        if (!e.substituted.empty())
+            lines.push_back({QString::fromStdString(e.formula), LineStyle::Formula});
+        }
+        if (!e.substituted.empty()) {
             html += QStringLiteral("<br><tt>= %1</tt>").arg(escaped(e.substituted));
-        if (!e.source.empty())
+            lines.push_back({"= " + QString::fromStdString(e.substituted), LineStyle::Formula});
+        }
+        if (!e.source.empty()) {
             html += QStringLiteral("<br><small><i>%1</i></small>").arg(escaped(e.source));
+            lines.push_back({QString::fromStdString(e.source), LineStyle::Source});
+        }
         html += QStringLiteral("</p>");
+        lines.push_back({QString(), LineStyle::Source}); // space between figures
     }
     formulaHtml_ = html;
-    const int scroll = formulas_->verticalScrollBar()->value(); // keep the reader's place
-    formulas_->document()->setHtml(html);
-    formulas_->verticalScrollBar()->setValue(scroll);
+    showFormulaLines(std::move(lines));
+}
+
+QTextCharFormat CalculatorPanel::formatFor(LineStyle style) const {
+    QTextCharFormat f;
+    switch (style) {
+    case LineStyle::Heading:
+        f.setFontWeight(QFont::Bold);
+        break;
+    case LineStyle::Formula:
+        f.setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+        break;
+    case LineStyle::Source:
+        f.setFontItalic(true);
+        f.setFontPointSize(std::max(6.0, font().pointSizeF() * 0.85));
+        break;
+    }
+    return f;
+}
+
+void CalculatorPanel::showFormulaLines(std::vector<FormulaLine> lines) {
+    // A control change alters a few numbers: rewrite only the lines that changed, so the view
+    // re-lays out a handful of lines instead of the whole panel (most of a redraw's cost before).
+    QTextDocument* doc = formulas_->document();
+    const bool sameShape =
+        lines.size() == lines_.size() &&
+        std::equal(lines.begin(), lines.end(), lines_.begin(),
+                   [](const FormulaLine& a, const FormulaLine& b) { return a.style == b.style; });
+    QTextCursor cursor(doc);
+    cursor.beginEditBlock();
+    if (sameShape) {
+        QTextBlock block = doc->begin();
+        for (std::size_t i = 0; i < lines.size() && block.isValid(); ++i, block = block.next()) {
+            if (lines[i].text == lines_[i].text)
+                continue;
+            cursor.setPosition(block.position());
+            cursor.movePosition(QTextCursor::EndOfBlock, QTextCursor::KeepAnchor);
+            cursor.insertText(lines[i].text, formatFor(lines[i].style));
+        }
+    } else {
+        const int scroll = formulas_->verticalScrollBar()->value(); // keep the reader's place
+        doc->clear();
+        for (std::size_t i = 0; i < lines.size(); ++i) {
+            if (i > 0)
+                cursor.insertBlock();
+            cursor.insertText(lines[i].text, formatFor(lines[i].style));
+        }
+        formulas_->verticalScrollBar()->setValue(scroll);
+    }
+    cursor.endEditBlock();
+    lines_ = std::move(lines);
 }
 
 void CalculatorPanel::setVerdict(const QString& text, VerdictLevel level) {

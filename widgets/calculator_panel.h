@@ -4,6 +4,7 @@
 
 #include "plan/explain.h"
 
+#include <QTextCharFormat>
 #include <QWidget>
 #include <vector>
 
@@ -34,12 +35,21 @@ public:
     QString formulaHtml() const; // what the formula panel shows, for reports and tests
 
 private:
+    enum class LineStyle { Heading, Formula, Source };
+    struct FormulaLine {
+        QString text;
+        LineStyle style;
+    };
+    QTextCharFormat formatFor(LineStyle style) const;
+    void showFormulaLines(std::vector<FormulaLine> lines);
+
     QScrollArea* controlsArea_;
     QLabel* verdict_;
     QVBoxLayout* pictureLayout_;
     QPlainTextEdit* formulas_;
     QSplitter* splitter_;
     QString formulaHtml_;
+    std::vector<FormulaLine> lines_; // what the formula panel shows, one text block each
     VerdictLevel level_ = VerdictLevel::Good;
 };
 

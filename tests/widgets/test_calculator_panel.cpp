@@ -2,9 +2,9 @@
 #include "calculator_panel.h"
 
 #include <QLabel>
+#include <QPlainTextEdit>
 #include <QPointer>
 #include <QScrollArea>
-#include <QPlainTextEdit>
 #include <QtTest>
 
 using namespace shardscope;
@@ -61,6 +61,35 @@ private slots:
 
         panel.setExplanations({});
         QCOMPARE(panel.formulaHtml(), QString());
+    }
+
+    void formulaPanelFollowsEveryUpdate() {
+        // The panel rewrites only the lines that changed; what it shows must still be exactly
+        // the new explanations, whether the shape stays or changes.
+        CalculatorPanel panel;
+        const QPlainTextEdit* view = panel.findChild<QPlainTextEdit*>();
+        QVERIFY(view != nullptr);
+        auto make = [](const char* label, const char* display, const char* substituted) {
+            Explanation e;
+            e.label = label;
+            e.display = display;
+            e.formula = "a x b";
+            e.substituted = substituted;
+            e.source = "a paper";
+            return e;
+        };
+        panel.setExplanations({make("Weights", "4.54 GB", "2 x 2.27"), make("MFU", "49.8 %", "x")});
+        QVERIFY(view->toPlainText().contains("Weights = 4.54 GB"));
+        panel.setExplanations({make("Weights", "9.08 GB", "2 x 4.54"), make("MFU", "49.8 %", "x")});
+        const QString text = view->toPlainText();
+        QVERIFY(text.contains("Weights = 9.08 GB"));
+        QVERIFY(text.contains("= 2 x 4.54"));
+        QVERIFY(!text.contains("4.54 GB"));
+        QCOMPARE(text.count("a paper"), 2);
+        panel.setExplanations({make("Only", "1", "1")}); // a different shape: rebuilt
+        QVERIFY(view->toPlainText().startsWith("Only = 1"));
+        QVERIFY(!view->toPlainText().contains("Weights"));
+        QVERIFY(!view->document()->isUndoAvailable()); // in-place edits keep no history
     }
 
     void controlsAndPictureAreOwnedAndReplaced() {

@@ -87,7 +87,8 @@ json parseOrFail(const std::string& text) {
 TEST(CliHelp, TopLevelHelpListsEveryCommand) {
     const CliResult r = run({"--help"});
     EXPECT_EQ(r.code, 0) << r.err;
-    for (const char* cmd : {"plan", "search", "explain", "models", "gpus", "devices", "validate"})
+    for (const char* cmd :
+         {"plan", "search", "explain", "schedule", "models", "gpus", "devices", "validate"})
         EXPECT_CONTAINS(r.out, cmd);
 }
 
@@ -119,6 +120,9 @@ TEST(CliHelp, EveryCommandsHelpExitsZeroAndNamesItsFlags) {
         {"gpus", {"--json"}},
         {"devices", {"--json"}},
         {"validate", {"--markdown", "--json", "runs"}},
+        {"schedule",
+         {"--schedule", "--pp", "--microbatches", "--vpp", "--forward", "--backward-input",
+          "--backward-weight", "--p2p", "--ops", "--json"}},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.command);
@@ -654,6 +658,39 @@ TEST(CliBadInput, ValidateFiles) {
     expectRejected({{"validate", headerOnly.path()}, {"holds no runs"}});
     const TempFile empty("empty.csv", "");
     expectRejected({{"validate", empty.path()}, {"empty"}});
+}
+
+TEST(CliSchedule, OneFOneBListsOpsAndTheBubble) {
+    const CliResult r = run({"schedule", "--schedule", "1f1b", "--pp", "4", "-m", "8"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_CONTAINS(r.out, "rank   0: F0 F1 F2 F3 B+W0 F4");
+    // (p-1)/(m+p-1) = 3/11, simulated and closed form.
+    EXPECT_CONTAINS(r.out, "bubble 27.3 % simulated; closed form 27.3 %");
+    EXPECT_CONTAINS(r.out, "makespan 33");
+}
+
+TEST(CliSchedule, JsonCarriesTheTimeline) {
+    const CliResult r = run({"schedule", "--schedule", "zero-bubble", "--pp", "2", "-m", "2",
+                             "--p2p", "0.5", "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["schedule"], "zero-bubble");
+    EXPECT_DOUBLE_EQ(j["costs"]["p2p"].get<double>(), 0.5);
+    ASSERT_EQ(j["ranks"].size(), 2u);
+    const json& first = j["ranks"][0]["ops"][0];
+    EXPECT_EQ(first["op"], "F");
+    EXPECT_EQ(first["send"]["peer"], 1);
+    EXPECT_EQ(first["send"]["tensor"], "activation");
+    EXPECT_TRUE(first["recv"].is_null());
+    EXPECT_GT(j["makespan"].get<double>(), 6.0);
+}
+
+TEST(CliSchedule, UnsupportedShapesExitTwoWithTheReason) {
+    expectRejected({{"schedule", "--schedule", "interleaved", "--pp", "4", "-m", "6", "--vpp", "2"},
+                    {"divisible by p", "m = 8"}});
+    expectRejected({{"schedule", "--schedule", "1f1b", "--vpp", "2"}, {"set v = 1"}});
+    expectRejected({{"schedule", "--forward", "-1"}, {"not negative"}});
+    expectRejected({{"schedule", "--schedule", "sideways"}, {"sideways"}});
 }
 
 } // namespace

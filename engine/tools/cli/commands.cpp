@@ -8,6 +8,7 @@
 #include "plan/published_runs.h"
 #include "plan/search.h"
 #include "report.h"
+#include "schedule_report.h"
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -118,6 +119,32 @@ int runValidate(const std::string& path, bool markdown, bool json, std::ostream&
     return 0;
 }
 
+struct ScheduleOptions {
+    std::string schedule = "1f1b";
+    int pp = 4, microbatches = 8, vpp = 1;
+    OpCosts costs;
+    double p2p = 0;
+    bool ops = false;
+};
+
+int runSchedule(const ScheduleOptions& o, bool json, std::ostream& out) {
+    ScheduleSpec spec;
+    spec.kind = scheduleFromString(o.schedule);
+    spec.stages = o.pp;
+    spec.microbatches = o.microbatches;
+    spec.virtualStages = o.vpp;
+    const PipelineProgram program = buildPipelineProgram(spec);
+    PipelineCosts costs;
+    costs.perRank = {o.costs};
+    costs.p2p = o.p2p;
+    const PipelineTimeline t = simulate(program, costs);
+    if (json)
+        out << scheduleJson(program, costs, t).dump(2) << '\n';
+    else
+        printSchedule(out, program, costs, t, o.ops);
+    return 0;
+}
+
 } // namespace
 
 int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -156,6 +183,32 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     gpus->add_flag("--json", o.json, "Machine-readable output");
     auto* devices = app.add_subcommand("devices", "List this machine's CUDA GPUs");
     devices->add_flag("--json", o.json, "Machine-readable output");
+
+    ScheduleOptions so;
+    auto* scheduleCmd = app.add_subcommand(
+        "schedule", "A pipeline schedule's op lists per rank and its simulated timeline");
+    scheduleCmd
+        ->add_option("--schedule", so.schedule, "naive, gpipe, 1f1b, interleaved, zero-bubble")
+        ->capture_default_str();
+    scheduleCmd->add_option("--pp", so.pp, "Pipeline ranks p")->capture_default_str();
+    scheduleCmd->add_option("--microbatches,-m", so.microbatches, "Microbatches per step m")
+        ->capture_default_str();
+    scheduleCmd->add_option("--vpp", so.vpp, "Model chunks per rank v (interleaved)")
+        ->capture_default_str();
+    scheduleCmd->add_option("--forward", so.costs.forward, "Time of one forward op")
+        ->capture_default_str();
+    scheduleCmd
+        ->add_option("--backward-input", so.costs.backwardInput,
+                     "Time of one input-gradient op (B)")
+        ->capture_default_str();
+    scheduleCmd
+        ->add_option("--backward-weight", so.costs.backwardWeight,
+                     "Time of one weight-gradient op (W)")
+        ->capture_default_str();
+    scheduleCmd->add_option("--p2p", so.p2p, "Time for a tensor to reach the next rank")
+        ->capture_default_str();
+    scheduleCmd->add_flag("--ops", so.ops, "List every op even when there are many");
+    scheduleCmd->add_flag("--json", o.json, "Machine-readable output with the timeline");
 
     std::string runsPath;
     bool markdown = false;
@@ -200,6 +253,8 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
             return runSearch(o, out, err);
         if (explainCmd->parsed())
             return runExplain(o, out, err);
+        if (scheduleCmd->parsed())
+            return runSchedule(so, o.json, out);
         if (validateCmd->parsed())
             return runValidate(runsPath, markdown, o.json, out, err);
         if (models->parsed()) {

@@ -33,5 +33,4 @@ nlohmann::json validationJson(const std::vector<PublishedRun>& runs,
 void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
                      const std::vector<RunComparison>& results, bool markdown);
 
-
 } // namespace shardscope::cli

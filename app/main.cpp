@@ -48,7 +48,7 @@ int main(int argc, char* argv[]) {
                               "[file]");
     const QCommandLineOption render("render",
                                     "Draw PAGE (memory, explorer, explorer/cluster, "
-                                    "explorer/search) with no display and exit.",
+                                    "explorer/search, pipeline) with no display and exit.",
                                     "PAGE");
     const QCommandLineOption session("session", "The session to render (default: built in).",
                                      "FILE");

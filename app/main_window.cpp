@@ -4,6 +4,7 @@
 #include "core/units.h"
 #include "pages/explorer_page.h"
 #include "pages/memory_page.h"
+#include "pages/pipeline_page.h"
 #include "report.h"
 #include "table_export.h"
 
@@ -42,7 +43,7 @@ MainWindow::MainWindow(QWidget* parent)
     initResources();
     setAcceptDrops(true);
     setWindowIcon(QIcon(":/shardscope/shardscope.svg"));
-    pages_ = {new MemoryPage(&doc_), new ExplorerPage(&doc_)};
+    pages_ = {new MemoryPage(&doc_), new ExplorerPage(&doc_), new PipelinePage(&doc_)};
     for (Page* p : pages_) {
         sidebar_->addItem(p->title());
         stack_->addWidget(p);

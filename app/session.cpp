@@ -27,6 +27,48 @@ template <typename T> T readPart(const nlohmann::json& j, const char* key) {
     }
 }
 
+// Absent fields keep their defaults; present ones must have the right type and range.
+PipelineLesson readPipelineLesson(const nlohmann::json& j) {
+    PipelineLesson l;
+    try {
+        if (!j.is_object())
+            throw InputError("expected an object");
+        if (j.contains("schedule"))
+            l.schedule = scheduleFromString(j.at("schedule").get<std::string>());
+        if (j.contains("compare"))
+            l.compare = j.at("compare").is_null()
+                            ? std::nullopt
+                            : std::optional(scheduleFromString(j.at("compare").get<std::string>()));
+        const auto whole = [&](const char* key, int& out, int lo, int hi) {
+            if (!j.contains(key))
+                return;
+            out = j.at(key).get<int>();
+            if (out < lo || out > hi)
+                throw InputError(std::string(key) + " must be " + std::to_string(lo) + " to " +
+                                 std::to_string(hi));
+        };
+        whole("pp", l.stages, 1, 64);
+        whole("microbatches", l.microbatches, 1, 1024);
+        whole("vpp", l.virtualStages, 1, 16);
+        const auto number = [&](const char* key, double& out) {
+            if (!j.contains(key))
+                return;
+            out = j.at(key).get<double>();
+            if (!(out >= 0) || out > 1e6)
+                throw InputError(std::string(key) + " must be between 0 and 1e6");
+        };
+        number("forward", l.costs.forward);
+        number("backward_input", l.costs.backwardInput);
+        number("backward_weight", l.costs.backwardWeight);
+        number("p2p", l.p2p);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(std::string("session \"pipeline\": ") + e.what());
+    } catch (const InputError& e) {
+        throw InputError(std::string("session \"pipeline\": ") + e.what());
+    }
+    return l;
+}
+
 } // namespace
 
 std::string toString(ModelSource s) {
@@ -84,6 +126,16 @@ nlohmann::json sessionToJson(const Session& s) {
     j["cluster"] = s.cluster;
     j["layout"] = s.parallel;
     j["train"] = s.train;
+    const PipelineLesson& l = s.pipeline;
+    j["pipeline"] = {{"schedule", toString(l.schedule)},
+                     {"compare", l.compare ? nlohmann::json(toString(*l.compare)) : nullptr},
+                     {"pp", l.stages},
+                     {"microbatches", l.microbatches},
+                     {"vpp", l.virtualStages},
+                     {"forward", l.costs.forward},
+                     {"backward_input", l.costs.backwardInput},
+                     {"backward_weight", l.costs.backwardWeight},
+                     {"p2p", l.p2p}};
     j["page"] = s.page;
     return j;
 }
@@ -108,6 +160,8 @@ Session sessionFromJson(const nlohmann::json& j) {
     s.cluster = readPart<ClusterSpec>(j, "cluster");
     s.parallel = readPart<ParallelConfig>(j, "layout");
     s.train = readPart<TrainConfig>(j, "train");
+    if (j.contains("pipeline"))
+        s.pipeline = readPipelineLesson(j["pipeline"]);
     if (j.contains("page"))
         s.page = readPart<std::string>(j, "page");
     return s;

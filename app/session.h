@@ -4,8 +4,10 @@
 #pragma once
 
 #include "plan/estimate.h"
+#include "sched/pipeline_simulator.h"
 
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 
 namespace shardscope {
@@ -15,6 +17,29 @@ namespace shardscope {
 enum class ModelSource { Preset, Custom, Bare, HuggingFace };
 std::string toString(ModelSource s);
 ModelSource modelSourceFromString(const std::string& s); // throws InputError
+
+// The Pipeline page's lesson: a schedule, optionally a second one to compare, on p ranks with m
+// microbatches (v chunks per rank for an interleaved schedule), with per-op costs.
+struct PipelineLesson {
+    PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+    std::optional<PipelineSchedule> compare = PipelineSchedule::ZeroBubble;
+    int stages = 4;
+    int microbatches = 8;
+    int virtualStages = 2; // used by whichever schedule is interleaved
+    OpCosts costs;
+    double p2p = 0;
+
+    ScheduleSpec spec(PipelineSchedule kind) const {
+        return {kind, stages, microbatches,
+                kind == PipelineSchedule::Interleaved ? virtualStages : 1};
+    }
+    PipelineCosts pipelineCosts() const {
+        PipelineCosts c;
+        c.perRank = {costs};
+        c.p2p = p2p;
+        return c;
+    }
+};
 
 struct Session {
     static constexpr int kFormatVersion = 1;
@@ -26,6 +51,7 @@ struct Session {
     ClusterSpec cluster;
     ParallelConfig parallel;
     TrainConfig train;
+    PipelineLesson pipeline;
     std::string page = "memory"; // the page shown when the session was saved
 
     PlanInputs planInputs() const { return {model, cluster, parallel, train, Assumptions{}}; }

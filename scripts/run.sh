@@ -2,8 +2,8 @@
 # Install what is missing, build (release preset), and start the app on its built-in default
 # session (Llama 3 70B on 8 nodes x 8 H100). Arguments go to the app (a .shardscope session or a
 # config.json to open, or --render ...); a first argument that is a shardscope-cli command
-# (plan, search, explain, schedule, models, gpus, devices, validate) runs the command-line
-# planner instead.
+# (plan, search, explain, schedule, collective, models, gpus, devices, validate) runs the
+# command-line planner instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -11,7 +11,7 @@ cmake --preset release >/dev/null
 cmake --build --preset release
 
 case "${1:-}" in
-  plan|search|explain|schedule|models|gpus|devices|validate)
+  plan|search|explain|schedule|collective|models|gpus|devices|validate)
     exec build/release/engine/tools/shardscope-cli "$@" ;;
 esac
 

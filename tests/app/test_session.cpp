@@ -46,6 +46,10 @@ TEST(Session, JsonRoundTripKeepsEverything) {
     s.parallel.precision = {Precision::Bf16, Precision::Fp32, false};
     s.train.trainTokens = 2e12;
     s.page = "explorer";
+    s.pipeline.schedule = PipelineSchedule::Interleaved;
+    s.pipeline.compare.reset();
+    s.pipeline.microbatches = 12;
+    s.pipeline.costs.backwardWeight = 0.5;
     const Session back = sessionFromJson(sessionToJson(s));
     EXPECT_EQ(sessionToJson(back), sessionToJson(s));
     EXPECT_EQ(back.model.layers, 40);
@@ -54,6 +58,10 @@ TEST(Session, JsonRoundTripKeepsEverything) {
     EXPECT_FALSE(back.parallel.precision.fp32Master);
     EXPECT_DOUBLE_EQ(back.cluster.interBandwidth, 12.5e9);
     EXPECT_EQ(back.page, "explorer");
+    EXPECT_EQ(back.pipeline.schedule, PipelineSchedule::Interleaved);
+    EXPECT_FALSE(back.pipeline.compare.has_value());
+    EXPECT_EQ(back.pipeline.microbatches, 12);
+    EXPECT_DOUBLE_EQ(back.pipeline.costs.backwardWeight, 0.5);
 }
 
 TEST(Session, SaveAndLoadThroughAFile) {
@@ -102,6 +110,14 @@ TEST(Session, MalformedFilesNameTheProblem) {
                 << text << " -> " << e.what();
         }
     }
+    // A session without a pipeline lesson (written before the Pipeline page) keeps the default.
+    nlohmann::json old = sessionToJson(defaultSession());
+    old.erase("pipeline");
+    EXPECT_EQ(sessionFromJson(old).pipeline.stages, 4);
+    old["pipeline"] = {{"pp", 0}};
+    EXPECT_THROW(sessionFromJson(old), InputError);
+    old["pipeline"] = {{"schedule", "sideways"}};
+    EXPECT_THROW(sessionFromJson(old), InputError);
     // A bad field inside a part names the part and the field.
     nlohmann::json j = sessionToJson(defaultSession());
     j["layout"]["tp"] = -3;

@@ -87,8 +87,8 @@ json parseOrFail(const std::string& text) {
 TEST(CliHelp, TopLevelHelpListsEveryCommand) {
     const CliResult r = run({"--help"});
     EXPECT_EQ(r.code, 0) << r.err;
-    for (const char* cmd :
-         {"plan", "search", "explain", "schedule", "models", "gpus", "devices", "validate"})
+    for (const char* cmd : {"plan", "search", "explain", "schedule", "collective", "models", "gpus",
+                            "devices", "validate"})
         EXPECT_CONTAINS(r.out, cmd);
 }
 
@@ -123,6 +123,9 @@ TEST(CliHelp, EveryCommandsHelpExitsZeroAndNamesItsFlags) {
         {"schedule",
          {"--schedule", "--pp", "--microbatches", "--vpp", "--forward", "--backward-input",
           "--backward-weight", "--p2p", "--ops", "--json"}},
+        {"collective",
+         {"--algorithm", "--ranks", "--gpus-per-node", "--size", "--intra-bw", "--inter-bw",
+          "--intra-latency", "--inter-latency", "--steps", "--json"}},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.command);
@@ -691,6 +694,33 @@ TEST(CliSchedule, UnsupportedShapesExitTwoWithTheReason) {
     expectRejected({{"schedule", "--schedule", "1f1b", "--vpp", "2"}, {"set v = 1"}});
     expectRejected({{"schedule", "--forward", "-1"}, {"not negative"}});
     expectRejected({{"schedule", "--schedule", "sideways"}, {"sideways"}});
+}
+
+TEST(CliCollective, RingAllReduceStepsTimeAndBusBandwidth) {
+    const CliResult r = run({"collective", "-n", "4", "--gpus-per-node", "4", "--size", "1",
+                             "--intra-bw", "100", "--intra-latency", "0"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_CONTAINS(r.out, "step   1 reduce-scatter");
+    EXPECT_CONTAINS(r.out, "0->1 c3+");
+    EXPECT_CONTAINS(r.out, "all-gather");
+    // 2(n-1) S/(n B) = 6 x 0.25 GB / 100 GB/s = 15 ms; busbw equals the link without latency.
+    EXPECT_CONTAINS(r.out, "time   15.0 ms");
+    EXPECT_CONTAINS(r.out, "busbw  100 GB/s");
+}
+
+TEST(CliCollective, JsonAndErrors) {
+    const CliResult r = run({"collective", "--algorithm", "two-level-allreduce", "-n", "16",
+                             "--gpus-per-node", "8", "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["algorithm"], "two-level-allreduce");
+    EXPECT_EQ(j["steps"].size(), 2u * 7 + 2u * 1);
+    EXPECT_DOUBLE_EQ(j["bus_factor"].get<double>(), 2.0 * 15 / 16);
+    expectRejected({{"collective", "--algorithm", "sideways"}, {"sideways", "ring-allreduce"}});
+    expectRejected({{"collective", "-n", "1"}, {"2 to 1024"}});
+    expectRejected(
+        {{"collective", "--algorithm", "two-level-allreduce", "-n", "12"}, {"whole nodes"}});
+    expectRejected({{"collective", "--size", "0"}, {"positive"}});
 }
 
 } // namespace

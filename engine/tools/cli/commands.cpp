@@ -1,5 +1,6 @@
 #include "commands.h"
 
+#include "collective_report.h"
 #include "core/error.h"
 #include "core/json_io.h"
 #include "core/presets.h"
@@ -145,6 +146,37 @@ int runSchedule(const ScheduleOptions& o, bool json, std::ostream& out) {
     return 0;
 }
 
+struct CollectiveOptions {
+    std::string algorithm = "ring-allreduce";
+    int ranks = 8;
+    double sizeGB = 1;
+    double intraGBps = 450, interGBps = 50, intraUs = 3, interUs = 10;
+    int gpusPerNode = 8;
+    bool steps = false;
+};
+
+int runCollective(const CollectiveOptions& o, bool json, std::ostream& out) {
+    CollectiveSpec spec;
+    spec.kind = collectiveFromString(o.algorithm);
+    spec.ranks = o.ranks;
+    spec.gpusPerNode = o.gpusPerNode;
+    const CollectivePlan plan = buildCollective(spec);
+    LinkModel links;
+    links.gpusPerNode = o.gpusPerNode;
+    links.intraBandwidth = o.intraGBps * 1e9;
+    links.interBandwidth = o.interGBps * 1e9;
+    links.intraLatency = o.intraUs * 1e-6;
+    links.interLatency = o.interUs * 1e-6;
+    if (o.intraUs < 0 || o.interUs < 0)
+        throw InputError("latencies must not be negative");
+    const CollectiveTiming t = timeCollective(plan, o.sizeGB * 1e9, links);
+    if (json)
+        out << collectiveJson(plan, links, t).dump(2) << '\n';
+    else
+        printCollective(out, plan, links, t, o.steps);
+    return 0;
+}
+
 } // namespace
 
 int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -210,6 +242,31 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     scheduleCmd->add_flag("--ops", so.ops, "List every op even when there are many");
     scheduleCmd->add_flag("--json", o.json, "Machine-readable output with the timeline");
 
+    CollectiveOptions co;
+    auto* collectiveCmd = app.add_subcommand(
+        "collective", "A collective algorithm's steps, time, algbw and busbw (alpha-beta model)");
+    collectiveCmd
+        ->add_option("--algorithm", co.algorithm,
+                     "ring-allreduce, ring-allgather, ring-reducescatter, naive-allreduce, "
+                     "two-level-allreduce")
+        ->capture_default_str();
+    collectiveCmd->add_option("--ranks,-n", co.ranks, "GPUs taking part")->capture_default_str();
+    collectiveCmd->add_option("--gpus-per-node", co.gpusPerNode, "GPUs per node")
+        ->capture_default_str();
+    collectiveCmd
+        ->add_option("--size", co.sizeGB, "S in GB as nccl-tests counts it (all-gather: output)")
+        ->capture_default_str();
+    collectiveCmd->add_option("--intra-bw", co.intraGBps, "GB/s per GPU inside a node")
+        ->capture_default_str();
+    collectiveCmd->add_option("--inter-bw", co.interGBps, "GB/s per GPU across nodes")
+        ->capture_default_str();
+    collectiveCmd->add_option("--intra-latency", co.intraUs, "Microseconds per step in a node")
+        ->capture_default_str();
+    collectiveCmd->add_option("--inter-latency", co.interUs, "Microseconds per step across nodes")
+        ->capture_default_str();
+    collectiveCmd->add_flag("--steps", co.steps, "List every step even when there are many");
+    collectiveCmd->add_flag("--json", o.json, "Machine-readable output");
+
     std::string runsPath;
     bool markdown = false;
     auto* validateCmd = app.add_subcommand(
@@ -253,6 +310,8 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
             return runSearch(o, out, err);
         if (explainCmd->parsed())
             return runExplain(o, out, err);
+        if (collectiveCmd->parsed())
+            return runCollective(co, o.json, out);
         if (scheduleCmd->parsed())
             return runSchedule(so, o.json, out);
         if (validateCmd->parsed())

@@ -1,0 +1,82 @@
+// Pipeline: a schedule's timeline on p ranks (and a second schedule beneath it to compare),
+// animated with a playhead, with the simulated bubble beside the closed form and each rank's
+// peak activations. The op lists are the ones the engine runs (engine/sched).
+#pragma once
+
+#include "page.h"
+#include "sched/pipeline_simulator.h"
+
+#include <QElapsedTimer>
+#include <QTimer>
+#include <optional>
+
+class QComboBox;
+class QPushButton;
+class QSlider;
+class QStandardItemModel;
+
+namespace shardscope {
+
+class CalculatorPanel;
+class PipelineView;
+class SeriesChart;
+class SessionForm;
+
+class PipelinePage : public Page {
+    Q_OBJECT
+public:
+    PipelinePage(SessionDocument* doc, QWidget* parent = nullptr);
+
+    QString id() const override { return "pipeline"; }
+    QString title() const override { return "Pipeline"; }
+    std::vector<Chart*> charts() const override;
+    std::vector<std::pair<QString, QAbstractItemModel*>> tables() const override;
+    QString reportHtml() const override;
+
+    // Animation: `seconds` of wall time since the start at the current speed; the whole run
+    // plays in kPlaySeconds at 1x. Deterministic, so tests set it directly.
+    static constexpr double kPlaySeconds = 6.0;
+    void setAnimationTime(double seconds);
+    void play();
+    void pause();
+    bool playing() const { return timer_.isActive(); }
+    void setSpeed(double speed);
+
+    // Write the first schedule's timeline as Chrome trace JSON; empty string or the error.
+    QString exportTrace(const QString& path) const;
+
+    CalculatorPanel* panel() const { return panel_; }
+    SessionForm* form() const { return form_; }
+    PipelineView* viewA() const { return viewA_; }
+    PipelineView* viewB() const { return viewB_; }
+    SeriesChart* memoryChart() const { return memory_; }
+    QStandardItemModel* figures() const { return figures_; }
+    const std::optional<PipelineTimeline>& timelineA() const { return timelineA_; }
+    const std::optional<PipelineTimeline>& timelineB() const { return timelineB_; }
+
+protected:
+    void refresh() override;
+
+private:
+    void tick();
+    double longestMakespan() const;
+
+    SessionDocument* doc_;
+    CalculatorPanel* panel_;
+    SessionForm* form_;
+    PipelineView* viewA_;
+    PipelineView* viewB_;
+    SeriesChart* memory_;
+    QStandardItemModel* figures_;
+    QStandardItemModel* opsA_;
+    QPushButton* playButton_;
+    QSlider* scrub_;
+    QTimer timer_;
+    QElapsedTimer clock_;
+    double speed_ = 1.0;
+    double startedAt_ = 0; // animation seconds when the clock was last started
+    double animationTime_ = kPlaySeconds; // the whole run shows until Play is pressed
+    std::optional<PipelineTimeline> timelineA_, timelineB_;
+};
+
+} // namespace shardscope

@@ -1,0 +1,221 @@
+#include "collective_plan.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+
+namespace shardscope {
+
+namespace {
+
+constexpr const char* kNames[] = {"ring-allreduce", "ring-allgather", "ring-reducescatter",
+                                  "naive-allreduce", "two-level-allreduce"};
+
+int mod(int a, int n) {
+    return ((a % n) + n) % n;
+}
+
+// n - 1 steps around the ring of `members`: in step s, member i sends part i - s + offset to
+// member i + 1, which adds it to its own (reduce) or takes it.
+void ringPass(std::vector<CollectiveStep>& steps, const std::vector<int>& members,
+              const std::vector<std::vector<int>>& parts, const std::string& phase,
+              std::size_t firstStep, int offset, bool reduce) {
+    const int n = int(members.size());
+    for (int s = 0; s < n - 1; ++s) {
+        CollectiveStep& step = steps[firstStep + std::size_t(s)];
+        step.phase = phase;
+        for (int i = 0; i < n; ++i) {
+            for (int c : parts[std::size_t(mod(i - s + offset, n))])
+                step.transfers.push_back(
+                    {members[std::size_t(i)], members[std::size_t(mod(i + 1, n))], c, reduce});
+        }
+    }
+}
+
+// Reduce-scatter: afterwards members[i] holds the sum of parts[i] (each part a list of chunks).
+void ringReduceScatter(std::vector<CollectiveStep>& steps, const std::vector<int>& members,
+                       const std::vector<std::vector<int>>& parts, const std::string& phase,
+                       std::size_t firstStep) {
+    ringPass(steps, members, parts, phase, firstStep, -1, true);
+}
+
+// All-gather: members[i] starts with parts[i] complete and every member ends with all of them.
+void ringAllGather(std::vector<CollectiveStep>& steps, const std::vector<int>& members,
+                   const std::vector<std::vector<int>>& parts, const std::string& phase,
+                   std::size_t firstStep) {
+    ringPass(steps, members, parts, phase, firstStep, 0, false);
+}
+
+std::vector<int> range(int n, int first = 0, int stride = 1) {
+    std::vector<int> v(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i)
+        v[std::size_t(i)] = first + i * stride;
+    return v;
+}
+
+std::vector<std::vector<int>> singleChunks(int n) {
+    std::vector<std::vector<int>> parts;
+    for (int i = 0; i < n; ++i)
+        parts.push_back({i});
+    return parts;
+}
+
+} // namespace
+
+std::string toString(CollectiveKind k) {
+    return kNames[static_cast<int>(k)];
+}
+
+CollectiveKind collectiveFromString(const std::string& s) {
+    for (int i = 0; i < 5; ++i) {
+        if (s == kNames[i])
+            return static_cast<CollectiveKind>(i);
+    }
+    throw InputError("unknown collective \"" + s +
+                     "\" (ring-allreduce, ring-allgather, ring-reducescatter, naive-allreduce, "
+                     "two-level-allreduce)");
+}
+
+CollectivePlan buildCollective(const CollectiveSpec& spec) {
+    const int n = spec.ranks;
+    if (n < 2 || n > 1024)
+        throw InputError("a collective needs 2 to 1024 ranks, not " + std::to_string(n));
+    CollectivePlan plan;
+    plan.spec = spec;
+    plan.chunks = n;
+    const std::vector<int> all = range(n);
+    switch (spec.kind) {
+    case CollectiveKind::RingAllReduce:
+        plan.steps.resize(std::size_t(2 * (n - 1)));
+        ringReduceScatter(plan.steps, all, singleChunks(n), "reduce-scatter", 0);
+        ringAllGather(plan.steps, all, singleChunks(n), "all-gather", std::size_t(n - 1));
+        break;
+    case CollectiveKind::RingReduceScatter:
+        plan.steps.resize(std::size_t(n - 1));
+        ringReduceScatter(plan.steps, all, singleChunks(n), "reduce-scatter", 0);
+        break;
+    case CollectiveKind::RingAllGather:
+        plan.steps.resize(std::size_t(n - 1));
+        ringAllGather(plan.steps, all, singleChunks(n), "all-gather", 0);
+        break;
+    case CollectiveKind::NaiveAllReduce: {
+        plan.chunks = 1; // whole buffers: that is what makes rank 0 the bottleneck
+        CollectiveStep reduce{"reduce to rank 0", {}}, broadcast{"broadcast from rank 0", {}};
+        for (int i = 1; i < n; ++i) {
+            reduce.transfers.push_back({i, 0, 0, true});
+            broadcast.transfers.push_back({0, i, 0, false});
+        }
+        plan.steps = {reduce, broadcast};
+        break;
+    }
+    case CollectiveKind::TwoLevelAllReduce: {
+        const int g = spec.gpusPerNode;
+        if (g < 1 || n % g != 0)
+            throw InputError("two-level all-reduce: " + std::to_string(n) +
+                             " ranks are not whole nodes of " + std::to_string(g) + " GPUs");
+        const int nodes = n / g;
+        // Part j of a buffer (chunks j*nodes .. j*nodes + nodes - 1) belongs to local rank j.
+        std::vector<std::vector<int>> parts;
+        for (int j = 0; j < g; ++j)
+            parts.push_back(range(nodes, j * nodes));
+        const int intra = g - 1, inter = nodes - 1;
+        plan.steps.resize(std::size_t(2 * intra + 2 * inter));
+        // 1. Inside each node, reduce-scatter the g parts (local rank l ends with part l).
+        for (int node = 0; node < nodes && g > 1; ++node)
+            ringReduceScatter(plan.steps, range(g, node * g), parts, "reduce-scatter in nodes", 0);
+        // 2. Across nodes, all-reduce each part among the ranks that own it, chunk by chunk.
+        for (int l = 0; l < g && nodes > 1; ++l) {
+            std::vector<std::vector<int>> sub;
+            for (int c : parts[std::size_t(l)])
+                sub.push_back({c});
+            const std::vector<int> ring = range(nodes, l, g);
+            ringReduceScatter(plan.steps, ring, sub, "reduce-scatter across nodes",
+                              std::size_t(intra));
+            ringAllGather(plan.steps, ring, sub, "all-gather across nodes",
+                          std::size_t(intra + inter));
+        }
+        // 3. Inside each node, all-gather the parts.
+        for (int node = 0; node < nodes && g > 1; ++node)
+            ringAllGather(plan.steps, range(g, node * g), parts, "all-gather in nodes",
+                          std::size_t(intra + 2 * inter));
+        break;
+    }
+    }
+    return plan;
+}
+
+std::vector<std::vector<double>> runCollective(const CollectivePlan& plan,
+                                               std::vector<std::vector<double>> buffers) {
+    const int n = plan.spec.ranks;
+    if (int(buffers.size()) != n)
+        throw InputError("runCollective: " + std::to_string(buffers.size()) + " buffers for " +
+                         std::to_string(n) + " ranks");
+    const std::size_t length = buffers.front().size();
+    for (const auto& b : buffers) {
+        if (b.size() != length || length % std::size_t(plan.chunks) != 0)
+            throw InputError("runCollective: buffers must be equally long and a multiple of " +
+                             std::to_string(plan.chunks) + " elements");
+    }
+    const std::size_t chunk = length / std::size_t(plan.chunks);
+    for (const CollectiveStep& step : plan.steps) {
+        const std::vector<std::vector<double>> before = buffers;
+        for (const ChunkTransfer& t : step.transfers) {
+            const std::size_t at = std::size_t(t.chunk) * chunk;
+            auto& dst = buffers[std::size_t(t.to)];
+            const auto& src = before[std::size_t(t.from)];
+            for (std::size_t i = at; i < at + chunk; ++i)
+                dst[i] = t.reduce ? dst[i] + src[i] : src[i];
+        }
+    }
+    return buffers;
+}
+
+double busBandwidthFactor(CollectiveKind kind, int ranks) {
+    const double n = ranks;
+    switch (kind) {
+    case CollectiveKind::RingAllReduce:
+    case CollectiveKind::NaiveAllReduce:
+    case CollectiveKind::TwoLevelAllReduce:
+        return 2.0 * (n - 1) / n;
+    case CollectiveKind::RingAllGather:
+    case CollectiveKind::RingReduceScatter:
+        return (n - 1) / n;
+    }
+    return 1.0;
+}
+
+CollectiveTiming timeCollective(const CollectivePlan& plan, double bytes, const LinkModel& links) {
+    if (!(bytes > 0))
+        throw InputError("collective size must be positive");
+    if (!(links.intraBandwidth > 0) || !(links.interBandwidth > 0) || links.gpusPerNode < 1)
+        throw InputError("link bandwidths must be positive and nodes must hold a GPU");
+    const int n = plan.spec.ranks;
+    // All-gather's S is its output: each rank's buffer is the whole of it too.
+    const double chunkBytes = bytes / plan.chunks;
+    CollectiveTiming t;
+    t.bytes = bytes;
+    t.sentPerRank.assign(std::size_t(n), 0.0);
+    for (const CollectiveStep& step : plan.steps) {
+        std::vector<double> sendTime(std::size_t(n), 0.0), recvTime(std::size_t(n), 0.0);
+        double latency = 0;
+        for (const ChunkTransfer& x : step.transfers) {
+            const bool sameNode = x.from / links.gpusPerNode == x.to / links.gpusPerNode;
+            const double bw = sameNode ? links.intraBandwidth : links.interBandwidth;
+            latency = std::max(latency, sameNode ? links.intraLatency : links.interLatency);
+            sendTime[std::size_t(x.from)] += chunkBytes / bw;
+            recvTime[std::size_t(x.to)] += chunkBytes / bw;
+            t.sentPerRank[std::size_t(x.from)] += chunkBytes;
+            t.perLink[{x.from, x.to}] += chunkBytes;
+        }
+        double busiest = 0;
+        for (int r = 0; r < n; ++r)
+            busiest = std::max({busiest, sendTime[std::size_t(r)], recvTime[std::size_t(r)]});
+        t.stepSeconds.push_back(latency + busiest);
+        t.seconds += latency + busiest;
+    }
+    t.algbw = t.seconds > 0 ? bytes / t.seconds : 0.0;
+    t.busbw = t.algbw * busBandwidthFactor(plan.spec.kind, n);
+    return t;
+}
+
+} // namespace shardscope

@@ -1,0 +1,73 @@
+// PipelineView: the state at a given playhead time is what the timeline says, and it draws.
+#include "pipeline_view.h"
+
+#include <QImage>
+#include <QPainter>
+#include <QtTest>
+
+using namespace shardscope;
+
+namespace {
+PipelineTimeline oneFOneB(int p, int m) {
+    PipelineCosts costs;
+    costs.perRank = {{1, 1, 1}};
+    return simulate(buildPipelineProgram({PipelineSchedule::OneFOneB, p, m, 1}), costs);
+}
+} // namespace
+
+class TestPipelineView : public QObject {
+    Q_OBJECT
+private slots:
+    void stateAtAGivenTime() {
+        PipelineView view;
+        const PipelineTimeline t = oneFOneB(4, 8);
+        view.setTimeline(t, 1, "1F1B");
+        QCOMPARE(view.makespan(), 33.0);
+        // Rank 0 runs F0 on [0, 1), then F1; rank 3 is idle until its first forward at 3.
+        QCOMPARE(view.opAt(0, 0.5), 0);
+        QCOMPARE(view.opAt(0, 1.5), 1);
+        QCOMPARE(view.opAt(3, 2.5), -1);
+        QCOMPARE(view.opAt(3, 3.5), 0);
+        view.setPlayhead(1.5);
+        QCOMPARE(view.progressOf(0, 0), 1.0);
+        QCOMPARE(view.progressOf(0, 1), 0.5);
+        QCOMPARE(view.progressOf(0, 2), 0.0);
+        view.setPlayhead(1e9); // clamped to the end
+        QCOMPARE(view.playhead(), 33.0);
+    }
+
+    void drawsFinishedOpsInTheirColour() {
+        PipelineView view;
+        view.resize(1000, 300);
+        view.setTimeline(oneFOneB(4, 8), 1, "1F1B");
+        view.setPlayhead(20);
+        QImage image(view.size(), QImage::Format_ARGB32);
+        QPainter painter(&image);
+        view.renderTo(painter, image.size());
+        painter.end();
+        // The middle of rank 0's first forward: [0, 1) of 33 across the plot.
+        const int x = 64 + int((1000 - 64 - 12) * 0.5 / 33.0);
+        const int rowHeight = (300 - 24 - 22) / 4;
+        const QColor pixel = image.pixelColor(x, 24 + rowHeight / 2);
+        QCOMPARE(pixel, view.colorOf(OpKind::Forward));
+        QVERIFY(!view.tooltipAt(QPoint(x, 24 + rowHeight / 2)).isEmpty());
+    }
+
+    void largePipelinesRender() {
+        PipelineView view;
+        view.resize(1600, 900);
+        view.setTimeline(oneFOneB(16, 64), 1, "1F1B p16 m64");
+        QImage image(view.size(), QImage::Format_ARGB32);
+        for (double t : {0.0, 50.0, 100.0, 237.0}) {
+            view.setPlayhead(t);
+            QPainter painter(&image);
+            view.renderTo(painter, image.size());
+        }
+        QVERIFY(!image.isNull());
+        view.clear("interleaved 1F1B needs m divisible by p");
+        QCOMPARE(view.opAt(0, 1), -1);
+    }
+};
+
+QTEST_MAIN(TestPipelineView)
+#include "test_pipeline_view.moc"

@@ -48,7 +48,8 @@ int main(int argc, char* argv[]) {
                               "[file]");
     const QCommandLineOption render("render",
                                     "Draw PAGE (memory, explorer, explorer/cluster, "
-                                    "explorer/search, pipeline) with no display and exit.",
+                                    "explorer/search, pipeline, pipeline/at-50, collectives, "
+                                    "collectives/step-3) with no display and exit.",
                                     "PAGE");
     const QCommandLineOption session("session", "The session to render (default: built in).",
                                      "FILE");

@@ -2,6 +2,7 @@
 
 #include "chart.h"
 #include "core/units.h"
+#include "pages/collectives_page.h"
 #include "pages/explorer_page.h"
 #include "pages/memory_page.h"
 #include "pages/pipeline_page.h"
@@ -43,7 +44,8 @@ MainWindow::MainWindow(QWidget* parent)
     initResources();
     setAcceptDrops(true);
     setWindowIcon(QIcon(":/shardscope/shardscope.svg"));
-    pages_ = {new MemoryPage(&doc_), new ExplorerPage(&doc_), new PipelinePage(&doc_)};
+    pages_ = {new MemoryPage(&doc_), new ExplorerPage(&doc_), new PipelinePage(&doc_),
+              new CollectivesPage(&doc_)};
     for (Page* p : pages_) {
         sidebar_->addItem(p->title());
         stack_->addWidget(p);

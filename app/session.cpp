@@ -27,7 +27,29 @@ template <typename T> T readPart(const nlohmann::json& j, const char* key) {
     }
 }
 
-// Absent fields keep their defaults; present ones must have the right type and range.
+// j[key] into `out` when present, within [lo, hi] (after scaling for numbers). Absent fields
+// keep their defaults; the caller names the part in errors.
+void readWhole(const nlohmann::json& j, const char* key, int& out, int lo, int hi) {
+    if (!j.contains(key))
+        return;
+    const int v = j.at(key).get<int>();
+    if (v < lo || v > hi)
+        throw InputError(std::string(key) + " must be " + std::to_string(lo) + " to " +
+                         std::to_string(hi));
+    out = v;
+}
+
+void readNumber(const nlohmann::json& j, const char* key, double& out, double lo, double hi,
+                double scale = 1.0) {
+    if (!j.contains(key))
+        return;
+    const double v = j.at(key).get<double>();
+    if (!(v >= lo && v <= hi))
+        throw InputError(std::string(key) + " must be between " + std::to_string(lo) + " and " +
+                         std::to_string(hi));
+    out = v * scale;
+}
+
 PipelineLesson readPipelineLesson(const nlohmann::json& j) {
     PipelineLesson l;
     try {
@@ -39,34 +61,41 @@ PipelineLesson readPipelineLesson(const nlohmann::json& j) {
             l.compare = j.at("compare").is_null()
                             ? std::nullopt
                             : std::optional(scheduleFromString(j.at("compare").get<std::string>()));
-        const auto whole = [&](const char* key, int& out, int lo, int hi) {
-            if (!j.contains(key))
-                return;
-            out = j.at(key).get<int>();
-            if (out < lo || out > hi)
-                throw InputError(std::string(key) + " must be " + std::to_string(lo) + " to " +
-                                 std::to_string(hi));
-        };
-        whole("pp", l.stages, 1, 64);
-        whole("microbatches", l.microbatches, 1, 1024);
-        whole("vpp", l.virtualStages, 1, 16);
-        const auto number = [&](const char* key, double& out) {
-            if (!j.contains(key))
-                return;
-            out = j.at(key).get<double>();
-            if (!(out >= 0) || out > 1e6)
-                throw InputError(std::string(key) + " must be between 0 and 1e6");
-        };
-        number("forward", l.costs.forward);
-        number("backward_input", l.costs.backwardInput);
-        number("backward_weight", l.costs.backwardWeight);
-        number("p2p", l.p2p);
+        readWhole(j, "pp", l.stages, 1, 64);
+        readWhole(j, "microbatches", l.microbatches, 1, 1024);
+        readWhole(j, "vpp", l.virtualStages, 1, 16);
+        readNumber(j, "forward", l.costs.forward, 0, 1e6);
+        readNumber(j, "backward_input", l.costs.backwardInput, 0, 1e6);
+        readNumber(j, "backward_weight", l.costs.backwardWeight, 0, 1e6);
+        readNumber(j, "p2p", l.p2p, 0, 1e6);
     } catch (const nlohmann::json::exception& e) {
         throw InputError(std::string("session \"pipeline\": ") + e.what());
     } catch (const InputError& e) {
         throw InputError(std::string("session \"pipeline\": ") + e.what());
     }
     return l;
+}
+
+CollectivesLesson readCollectivesLesson(const nlohmann::json& j) {
+    CollectivesLesson c;
+    try {
+        if (!j.is_object())
+            throw InputError("expected an object");
+        if (j.contains("algorithm"))
+            c.algorithm = collectiveFromString(j.at("algorithm").get<std::string>());
+        readWhole(j, "ranks", c.ranks, 2, 16);
+        readWhole(j, "gpus_per_node", c.links.gpusPerNode, 1, 16);
+        readNumber(j, "size_gb", c.sizeGB, 1e-6, 1e9);
+        readNumber(j, "intra_bandwidth_gbps", c.links.intraBandwidth, 1e-3, 1e9, 1e9);
+        readNumber(j, "inter_bandwidth_gbps", c.links.interBandwidth, 1e-3, 1e9, 1e9);
+        readNumber(j, "intra_latency_us", c.links.intraLatency, 0, 1e9, 1e-6);
+        readNumber(j, "inter_latency_us", c.links.interLatency, 0, 1e9, 1e-6);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(std::string("session \"collectives\": ") + e.what());
+    } catch (const InputError& e) {
+        throw InputError(std::string("session \"collectives\": ") + e.what());
+    }
+    return c;
 }
 
 } // namespace
@@ -136,6 +165,15 @@ nlohmann::json sessionToJson(const Session& s) {
                      {"backward_input", l.costs.backwardInput},
                      {"backward_weight", l.costs.backwardWeight},
                      {"p2p", l.p2p}};
+    const CollectivesLesson& c = s.collectives;
+    j["collectives"] = {{"algorithm", toString(c.algorithm)},
+                        {"ranks", c.ranks},
+                        {"size_gb", c.sizeGB},
+                        {"gpus_per_node", c.links.gpusPerNode},
+                        {"intra_bandwidth_gbps", c.links.intraBandwidth / 1e9},
+                        {"intra_latency_us", c.links.intraLatency / 1e-6},
+                        {"inter_bandwidth_gbps", c.links.interBandwidth / 1e9},
+                        {"inter_latency_us", c.links.interLatency / 1e-6}};
     j["page"] = s.page;
     return j;
 }
@@ -162,6 +200,8 @@ Session sessionFromJson(const nlohmann::json& j) {
     s.train = readPart<TrainConfig>(j, "train");
     if (j.contains("pipeline"))
         s.pipeline = readPipelineLesson(j["pipeline"]);
+    if (j.contains("collectives"))
+        s.collectives = readCollectivesLesson(j["collectives"]);
     if (j.contains("page"))
         s.page = readPart<std::string>(j, "page");
     return s;

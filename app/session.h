@@ -4,6 +4,7 @@
 #pragma once
 
 #include "plan/estimate.h"
+#include "sched/collective_plan.h"
 #include "sched/pipeline_simulator.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -41,6 +42,14 @@ struct PipelineLesson {
     }
 };
 
+// The Collectives page's lesson: an algorithm on N GPUs for a buffer of S bytes over links.
+struct CollectivesLesson {
+    CollectiveKind algorithm = CollectiveKind::RingAllReduce;
+    int ranks = 8;
+    double sizeGB = 1.0; // S as nccl-tests counts it
+    LinkModel links;     // gpusPerNode, bandwidths (bytes/s) and latencies (s)
+};
+
 struct Session {
     static constexpr int kFormatVersion = 1;
     static constexpr const char* kFormatName = "shardscope-session";
@@ -52,6 +61,7 @@ struct Session {
     ParallelConfig parallel;
     TrainConfig train;
     PipelineLesson pipeline;
+    CollectivesLesson collectives;
     std::string page = "memory"; // the page shown when the session was saved
 
     PlanInputs planInputs() const { return {model, cluster, parallel, train, Assumptions{}}; }

@@ -1,6 +1,7 @@
 #include "pipeline_page.h"
 
 #include "calculator_panel.h"
+#include "controls/player_controls.h"
 #include "controls/session_form.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -62,7 +63,7 @@ PipelinePage::PipelinePage(SessionDocument* doc, QWidget* parent)
     : Page(parent), doc_(doc), panel_(new CalculatorPanel(this)), form_(new SessionForm(doc)),
       viewA_(new PipelineView), viewB_(new PipelineView), memory_(new SeriesChart),
       figures_(new QStandardItemModel(this)), opsA_(new QStandardItemModel(this)),
-      playButton_(new QPushButton("Play")), scrub_(new QSlider(Qt::Horizontal)) {
+      scrub_(new QSlider(Qt::Horizontal)) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(panel_);
@@ -119,35 +120,15 @@ PipelinePage::PipelinePage(SessionDocument* doc, QWidget* parent)
     panel_->setControls(form_);
 
     // Player: play/pause, restart, speed, scrub.
-    auto* player = new QWidget;
-    auto* row = new QHBoxLayout(player);
-    row->setContentsMargins(0, 0, 0, 0);
-    auto* restart = new QPushButton("Restart");
-    auto* speed = new QComboBox;
-    for (double x : {0.25, 0.5, 1.0, 2.0, 4.0})
-        speed->addItem(QString("%1x").arg(x), x);
-    speed->setCurrentIndex(2);
-    playButton_->setObjectName("play");
+    auto* player = new PlayerControls(&clock_);
     scrub_->setObjectName("scrub");
     scrub_->setRange(0, 1000);
-    row->addWidget(playButton_);
-    row->addWidget(restart);
-    row->addWidget(new QLabel("Speed"));
-    row->addWidget(speed);
-    row->addWidget(scrub_, 1);
-    connect(playButton_, &QPushButton::clicked, this, [this] { playing() ? pause() : play(); });
-    connect(restart, &QPushButton::clicked, this, [this] {
-        setAnimationTime(0);
-        play();
-    });
-    connect(speed, &QComboBox::activated, this,
-            [this, speed](int i) { setSpeed(speed->itemData(i).toDouble()); });
+    player->addTrailing(scrub_, 1);
     connect(scrub_, &QSlider::sliderMoved, this, [this](int v) {
         pause();
         setAnimationTime(kPlaySeconds * v / 1000.0);
     });
-    timer_.setInterval(16);
-    connect(&timer_, &QTimer::timeout, this, &PipelinePage::tick);
+    connect(&clock_, &AnimationClock::positionChanged, this, &PipelinePage::showPosition);
 
     viewA_->setTitle("Pipeline timeline");
     viewB_->setTitle("Pipeline timeline (compared)");
@@ -305,42 +286,15 @@ void PipelinePage::refresh() {
         panel_->setVerdict(text.toHtmlEscaped(), VerdictLevel::Good);
     }
     panel_->setExplanations(explanations);
-    setAnimationTime(animationTime_);
+    showPosition(clock_.position());
 }
 
-void PipelinePage::setAnimationTime(double seconds) {
-    animationTime_ = std::clamp(seconds, 0.0, kPlaySeconds);
-    const double t = longestMakespan() * animationTime_ / kPlaySeconds;
+void PipelinePage::showPosition(double position) {
+    const double t = longestMakespan() * position;
     viewA_->setPlayhead(t);
     viewB_->setPlayhead(t);
     const QSignalBlocker block(scrub_);
-    scrub_->setValue(int(1000 * animationTime_ / kPlaySeconds));
-    if (animationTime_ >= kPlaySeconds)
-        pause();
-}
-
-void PipelinePage::play() {
-    if (animationTime_ >= kPlaySeconds)
-        setAnimationTime(0);
-    startedAt_ = animationTime_;
-    clock_.start();
-    timer_.start();
-    playButton_->setText("Pause");
-}
-
-void PipelinePage::pause() {
-    timer_.stop();
-    playButton_->setText("Play");
-}
-
-void PipelinePage::setSpeed(double speed) {
-    startedAt_ = animationTime_;
-    clock_.restart();
-    speed_ = speed;
-}
-
-void PipelinePage::tick() {
-    setAnimationTime(startedAt_ + speed_ * double(clock_.elapsed()) / 1000.0);
+    scrub_->setValue(int(1000 * position));
 }
 
 QString PipelinePage::exportTrace(const QString& path) const {
@@ -355,6 +309,18 @@ QString PipelinePage::exportTrace(const QString& path) const {
     if (!file.commit())
         return "cannot write " + path + ": " + file.errorString();
     return {};
+}
+
+bool PipelinePage::showView(const QString& view) {
+    if (view.isEmpty())
+        return true;
+    bool ok = false;
+    const double percent = view.startsWith("at-") ? view.mid(3).toDouble(&ok) : -1;
+    if (!ok || percent < 0 || percent > 100)
+        return false;
+    pause();
+    setAnimationTime(kPlaySeconds * percent / 100);
+    return true;
 }
 
 QString PipelinePage::reportHtml() const {

@@ -3,11 +3,10 @@
 // peak activations. The op lists are the ones the engine runs (engine/sched).
 #pragma once
 
+#include "animation_clock.h"
 #include "page.h"
 #include "sched/pipeline_simulator.h"
 
-#include <QElapsedTimer>
-#include <QTimer>
 #include <optional>
 
 class QComboBox;
@@ -32,15 +31,16 @@ public:
     std::vector<Chart*> charts() const override;
     std::vector<std::pair<QString, QAbstractItemModel*>> tables() const override;
     QString reportHtml() const override;
+    bool showView(const QString& view) override; // "at-P": the playhead at P % of the run
 
     // Animation: `seconds` of wall time since the start at the current speed; the whole run
     // plays in kPlaySeconds at 1x. Deterministic, so tests set it directly.
     static constexpr double kPlaySeconds = 6.0;
-    void setAnimationTime(double seconds);
-    void play();
-    void pause();
-    bool playing() const { return timer_.isActive(); }
-    void setSpeed(double speed);
+    void setAnimationTime(double seconds) { clock_.setPosition(seconds / kPlaySeconds); }
+    void play() { clock_.play(); }
+    void pause() { clock_.pause(); }
+    bool playing() const { return clock_.playing(); }
+    void setSpeed(double speed) { clock_.setSpeed(speed); }
 
     // Write the first schedule's timeline as Chrome trace JSON; empty string or the error.
     QString exportTrace(const QString& path) const;
@@ -58,7 +58,7 @@ protected:
     void refresh() override;
 
 private:
-    void tick();
+    void showPosition(double position);
     double longestMakespan() const;
 
     SessionDocument* doc_;
@@ -69,13 +69,8 @@ private:
     SeriesChart* memory_;
     QStandardItemModel* figures_;
     QStandardItemModel* opsA_;
-    QPushButton* playButton_;
     QSlider* scrub_;
-    QTimer timer_;
-    QElapsedTimer clock_;
-    double speed_ = 1.0;
-    double startedAt_ = 0; // animation seconds when the clock was last started
-    double animationTime_ = kPlaySeconds; // the whole run shows until Play is pressed
+    AnimationClock clock_{kPlaySeconds};
     std::optional<PipelineTimeline> timelineA_, timelineB_;
 };
 

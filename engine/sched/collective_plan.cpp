@@ -170,6 +170,33 @@ std::vector<std::vector<double>> runCollective(const CollectivePlan& plan,
     return buffers;
 }
 
+std::vector<ChunkSources> chunkSourcesByStep(const CollectivePlan& plan) {
+    const int n = plan.spec.ranks;
+    if (n > 64)
+        throw InputError("chunk sources are tracked for up to 64 ranks, not " + std::to_string(n));
+    // Each rank starts with its own data in every chunk, except that an all-gather's input is
+    // only the rank's own chunk.
+    const bool gather = plan.spec.kind == CollectiveKind::RingAllGather;
+    ChunkSources state(std::size_t(n), std::vector<std::uint64_t>(std::size_t(plan.chunks), 0));
+    for (int r = 0; r < n; ++r) {
+        for (int c = 0; c < plan.chunks; ++c) {
+            if (!gather || c == r)
+                state[std::size_t(r)][std::size_t(c)] = std::uint64_t(1) << r;
+        }
+    }
+    std::vector<ChunkSources> out = {state};
+    for (const CollectiveStep& step : plan.steps) {
+        const ChunkSources before = state;
+        for (const ChunkTransfer& t : step.transfers) {
+            std::uint64_t& dst = state[std::size_t(t.to)][std::size_t(t.chunk)];
+            const std::uint64_t src = before[std::size_t(t.from)][std::size_t(t.chunk)];
+            dst = t.reduce ? dst | src : src;
+        }
+        out.push_back(state);
+    }
+    return out;
+}
+
 double busBandwidthFactor(CollectiveKind kind, int ranks) {
     const double n = ranks;
     switch (kind) {

@@ -3,6 +3,7 @@
 // animates the steps, a test executes them on real vectors, and the alpha-beta model times them.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -54,6 +55,12 @@ CollectivePlan buildCollective(const CollectiveSpec& spec);
 // ends with every rank's chunk i from rank i.
 std::vector<std::vector<double>> runCollective(const CollectivePlan& plan,
                                                std::vector<std::vector<double>> buffers);
+
+// Whose data each chunk of each rank holds, before any step and after each one: bit r of
+// sources[step][rank][chunk] is set when rank r's contribution is in it. The symbolic
+// counterpart of runCollective, for animations; needs at most 64 ranks.
+using ChunkSources = std::vector<std::vector<std::uint64_t>>;
+std::vector<ChunkSources> chunkSourcesByStep(const CollectivePlan& plan);
 
 // Links between ranks: NVLink-class inside a node, network across nodes.
 struct LinkModel {

@@ -81,6 +81,9 @@ private slots:
         f.page.setAnimationTime(PipelinePage::kPlaySeconds);
         QVERIFY(!f.page.playing()); // stops at the end
         QCOMPARE(f.page.viewA()->playhead(), 33.0);
+        QVERIFY(f.page.showView("at-25")); // what --render pipeline/at-25 shows
+        QCOMPARE(f.page.viewA()->playhead(), 33.0 / 4);
+        QVERIFY(!f.page.showView("at-200"));
     }
 
     void exportsTraceAndCsv() {

@@ -29,8 +29,8 @@ class TestRender : public QObject {
 private slots:
     void rendersEveryPage() {
         QTemporaryDir dir;
-        for (const QString page :
-             {"memory", "explorer", "explorer/cluster", "explorer/search", "pipeline"}) {
+        for (const QString page : {"memory", "explorer", "explorer/cluster", "explorer/search",
+                                   "pipeline", "collectives"}) {
             const QString out = QDir(dir.path()).filePath(QString(page).replace('/', '-') + ".png");
             const Run r = render({page, "-o", out, "--size", "1500x900"});
             QVERIFY2(r.code == 0, qPrintable(page + ": " + r.err));

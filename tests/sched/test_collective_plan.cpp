@@ -159,5 +159,24 @@ TEST(Collectives, BadShapesAreRefused) {
     EXPECT_EQ(collectiveFromString("two-level-allreduce"), CollectiveKind::TwoLevelAllReduce);
 }
 
+TEST(Collectives, ChunkSourcesFollowTheSteps) {
+    const int n = 4;
+    const CollectivePlan plan = buildCollective({CollectiveKind::RingAllReduce, n, n});
+    const auto sources = chunkSourcesByStep(plan);
+    ASSERT_EQ(sources.size(), plan.steps.size() + 1);
+    const std::uint64_t all = (1u << n) - 1;
+    EXPECT_EQ(sources.front()[2][0], 1u << 2); // before: rank 2 holds only its own data
+    // After the reduce-scatter, rank i holds the whole sum of chunk i and only that.
+    for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(sources[std::size_t(n - 1)][std::size_t(r)][std::size_t(r)], all);
+        EXPECT_NE(sources[std::size_t(n - 1)][std::size_t(r)][std::size_t((r + 1) % n)], all);
+    }
+    for (const auto& chunks : sources.back())
+        for (std::uint64_t c : chunks)
+            EXPECT_EQ(c, all);
+    EXPECT_THROW(chunkSourcesByStep(buildCollective({CollectiveKind::RingAllReduce, 65, 8})),
+                 InputError);
+}
+
 } // namespace
 } // namespace shardscope

@@ -177,10 +177,18 @@ void CollectivesPage::refresh() {
         rows.push_back(
             {figureItem(algorithmName(kind), 0),
              figureItem(QString::number(t->stepSeconds.size()), double(t->stepSeconds.size())),
-             figureItem(qs(formatSeconds(t->seconds)), t->seconds),
-             figureItem(qs(formatBytes(t->algbw) + "/s"), t->algbw),
-             figureItem(qs(formatBytes(t->busbw) + "/s"), t->busbw),
-             figureItem(qs(formatBytes(busiest)), busiest)});
+             figureItem(qs(formatSeconds(t->seconds)), t->seconds,
+                        "Sum over steps of the slowest link's latency plus the busiest GPU's "
+                        "bytes over its link bandwidth (alpha-beta model)"),
+             figureItem(qs(formatBytes(t->algbw) + "/s"), t->algbw,
+                        "algbw = S / time (nccl-tests, doc/PERFORMANCE.md)"),
+             figureItem(qs(formatBytes(t->busbw) + "/s"), t->busbw,
+                        "busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for all-gather and "
+                        "reduce-scatter (nccl-tests, doc/PERFORMANCE.md)"),
+             figureItem(qs(formatBytes(busiest)), busiest,
+                        "Bytes the busiest GPU sends over the whole collective"),
+             figureItem(qs(formatBytes(link)), link,
+                        "Bytes over the busiest GPU-to-GPU link over the whole collective")});
     }
     setRows(figures_,
             {"Algorithm", "Steps", "Time", "algbw", "busbw", "Busiest GPU sends", "Busiest link"},

@@ -237,10 +237,15 @@ void PipelinePage::refresh() {
         }
         series.push_back(std::move(memory));
         rows.push_back({figureItem(name, 0),
-                        figureItem(QString::number(t->makespan, 'g', 4), t->makespan),
-                        figureItem(qs(formatPercent(t->bubbleFraction)), t->bubbleFraction),
+                        figureItem(QString::number(t->makespan, 'g', 4), t->makespan,
+                                   "Simulated: when the last op ends (engine/sched simulator)"),
+                        figureItem(qs(formatPercent(t->bubbleFraction)), t->bubbleFraction,
+                                   "Simulated: idle time of all ranks / (p x makespan)"),
                         figureItem(qs(closed.display), closed.value, explanationTooltip(closed)),
-                        figureItem(QString::number(peak, 'g', 3), peak)});
+                        figureItem(QString::number(peak, 'g', 3), peak,
+                                   "Most microbatches' activations any rank holds at once (an "
+                                   "interleaved chunk counts 1/v; awaiting only W counts 32/34, "
+                                   "Qi et al. 2023 Table 1)")});
     };
     show(viewA_, timelineA_, l.schedule);
     viewB_->setVisible(l.compare.has_value());

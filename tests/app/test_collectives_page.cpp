@@ -30,6 +30,10 @@ private slots:
         QVERIFY(naive > 7 * ring); // about n times, less the ring's extra latencies
         QVERIFY(f.page.panel()->verdictText().contains("Naive all-reduce takes"));
         QCOMPARE(figure(f.page.figures(), "Ring all-reduce", 1), 14.0);
+        // On a ring every link carries 2(n-1)/n x S; through the naive root, (n-1) x S in.
+        QCOMPARE(figure(f.page.figures(), "Ring all-reduce", 6), 2.0 * 7 / 8 * 1e9);
+        QCOMPARE(figure(f.page.figures(), "Naive all-reduce", 6), 1e9);
+        QVERIFY(tooltip(f.page.figures(), "Ring all-reduce", 4).contains("nccl-tests"));
         // busbw of the ring approaches the link bandwidth.
         QVERIFY(figure(f.page.figures(), "Ring all-reduce", 4) > 0.9 * 450e9);
         QVERIFY(f.page.panel()->formulaHtml().contains("nccl-tests"));

@@ -75,8 +75,11 @@ PipelinePage::PipelinePage(SessionDocument* doc, QWidget* parent)
         [](Session& s, const QString& k) {
             s.pipeline.schedule = scheduleFromString(k.toStdString());
         });
-    auto compare = kSchedules;
-    compare.insert(compare.begin(), {"Nothing", "none"});
+    std::vector<std::pair<QString, QString>> compare;
+    compare.reserve(kSchedules.size() + 1);
+    compare.emplace_back("Nothing", "none");
+    for (const auto& item : kSchedules)
+        compare.push_back(item);
     form_->addChoice(
         "compare", "Compare with", "A second schedule drawn beneath, on the same time axis",
         compare,

@@ -357,25 +357,27 @@ void MainWindow::exportReportDialog() {
     reportSaved(path, exportReportTo(path));
 }
 
-void MainWindow::about() {
-    QMessageBox::about(
-        this, "About Shardscope",
-        QString("<h3>Shardscope %1</h3><p>A workbench for distributed training of large "
-                "language models.</p><p>Qt %2 (built with %3), QCustomPlot %4, nlohmann-json "
-                "%5.%6.%7, %8</p><p>GPL-3.0-or-later.</p>")
-            .arg(SHARDSCOPE_VERSION, qVersion(), QT_VERSION_STR, QCUSTOMPLOT_VERSION_STR)
-            .arg(NLOHMANN_JSON_VERSION_MAJOR)
-            .arg(NLOHMANN_JSON_VERSION_MINOR)
-            .arg(NLOHMANN_JSON_VERSION_PATCH)
-            .arg(
+QString MainWindow::aboutText() {
+    return QString("<h3>Shardscope %1</h3><p>A workbench for distributed training of large "
+                   "language models.</p><p>Qt %2 (built with %3), QCustomPlot %4, nlohmann-json "
+                   "%5.%6.%7, %8</p><p>GPL-3.0-or-later.</p>")
+        .arg(SHARDSCOPE_VERSION, qVersion(), QT_VERSION_STR, QCUSTOMPLOT_VERSION_STR)
+        .arg(NLOHMANN_JSON_VERSION_MAJOR)
+        .arg(NLOHMANN_JSON_VERSION_MINOR)
+        .arg(NLOHMANN_JSON_VERSION_PATCH)
+        .arg(
 #if defined(__clang__)
-                "clang " __clang_version__
+            "clang " __clang_version__
 #elif defined(__GNUC__)
-                "GCC " __VERSION__
+            "GCC " __VERSION__
 #else
-                "unknown compiler"
+            "unknown compiler"
 #endif
-                ));
+        );
+}
+
+void MainWindow::about() {
+    QMessageBox::about(this, "About Shardscope", aboutText());
 }
 
 void MainWindow::setTheme(Theme t) {

@@ -37,6 +37,7 @@ public:
     QString saveSessionAs(const QString& path);
     QString exportReportTo(const QString& path);
     QStringList recentFiles() const;
+    static QString aboutText(); // the About box: versions of Shardscope and its libraries
 
     // No message boxes (tests and the headless renderer): errors only go to fileHandled() and
     // the status bar, and closing never asks to save.

@@ -2,6 +2,8 @@
 
 #include "core/units.h"
 #include "pages/page.h"
+#include "pages/page_support.h"
+#include "save_file.h"
 #include "session_document.h"
 
 #include <QBuffer>
@@ -16,10 +18,6 @@
 namespace shardscope {
 
 namespace {
-
-QString qs(const std::string& s) {
-    return QString::fromStdString(s);
-}
 
 QImage renderChart(Chart& chart) {
     const QSize size(1280, 800);
@@ -120,13 +118,7 @@ QString exportReport(const SessionDocument& doc, const std::vector<Page*>& pages
         html.replace("\"" + it.key() + "\"",
                      "\"data:image/png;base64," + QString::fromLatin1(png.toBase64()) + "\"");
     }
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly))
-        return "cannot write " + path + ": " + file.errorString();
-    file.write(html.toUtf8());
-    if (!file.commit())
-        return "cannot write " + path + ": " + file.errorString();
-    return {};
+    return saveFileAtomically(path, html.toUtf8());
 }
 
 } // namespace shardscope

@@ -4,9 +4,9 @@
 #include "core/json_io.h"
 #include "core/presets.h"
 #include "plan/layout.h"
+#include "save_file.h"
 
 #include <QFile>
-#include <QSaveFile>
 #include <nlohmann/json.hpp>
 
 namespace shardscope {
@@ -231,12 +231,10 @@ void saveSession(const Session& s, const std::string& path) {
             ordered[key] = value;
     }
     const std::string text = ordered.dump(2) + "\n";
-    QSaveFile file(QString::fromStdString(path));
-    if (!file.open(QIODevice::WriteOnly))
-        throw InputError("cannot write " + path + ": " + file.errorString().toStdString());
-    file.write(text.data(), qint64(text.size()));
-    if (!file.commit())
-        throw InputError("cannot write " + path + ": " + file.errorString().toStdString());
+    const QString error =
+        saveFileAtomically(QString::fromStdString(path), QByteArray::fromStdString(text));
+    if (!error.isEmpty())
+        throw InputError(error.toStdString());
 }
 
 } // namespace shardscope

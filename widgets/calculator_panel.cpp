@@ -103,33 +103,21 @@ void CalculatorPanel::setPicture(QWidget* picture) {
 }
 
 void CalculatorPanel::setExplanations(const std::vector<Explanation>& explanations) {
-    // The HTML is what reports and tests read; the panel shows the same lines.
-    QString html;
+    explanations_ = explanations;
     std::vector<FormulaLine> lines;
     for (const Explanation& e : explanations) {
-        html += QStringLiteral("<p><b>%1</b>").arg(escaped(e.label));
         QString heading = QString::fromStdString(e.label);
-        if (!e.display.empty()) {
-            html += QStringLiteral(" = %1").arg(escaped(e.display));
+        if (!e.display.empty())
             heading += " = " + QString::fromStdString(e.display);
-        }
         lines.push_back({heading, LineStyle::Heading});
-        if (!e.formula.empty()) {
-            html += QStringLiteral("<br><tt>%1</tt>").arg(escaped(e.formula));
+        if (!e.formula.empty())
             lines.push_back({QString::fromStdString(e.formula), LineStyle::Formula});
-        }
-        if (!e.substituted.empty()) {
-            html += QStringLiteral("<br><tt>= %1</tt>").arg(escaped(e.substituted));
+        if (!e.substituted.empty())
             lines.push_back({"= " + QString::fromStdString(e.substituted), LineStyle::Formula});
-        }
-        if (!e.source.empty()) {
-            html += QStringLiteral("<br><small><i>%1</i></small>").arg(escaped(e.source));
+        if (!e.source.empty())
             lines.push_back({QString::fromStdString(e.source), LineStyle::Source});
-        }
-        html += QStringLiteral("</p>");
         lines.push_back({QString(), LineStyle::Source}); // space between figures
     }
-    formulaHtml_ = html;
     showFormulaLines(std::move(lines));
 }
 
@@ -195,7 +183,21 @@ QString CalculatorPanel::verdictText() const {
 }
 
 QString CalculatorPanel::formulaHtml() const {
-    return formulaHtml_;
+    // Built on demand: only reports and tests read it, not every control change.
+    QString html;
+    for (const Explanation& e : explanations_) {
+        html += QStringLiteral("<p><b>%1</b>").arg(escaped(e.label));
+        if (!e.display.empty())
+            html += QStringLiteral(" = %1").arg(escaped(e.display));
+        if (!e.formula.empty())
+            html += QStringLiteral("<br><tt>%1</tt>").arg(escaped(e.formula));
+        if (!e.substituted.empty())
+            html += QStringLiteral("<br><tt>= %1</tt>").arg(escaped(e.substituted));
+        if (!e.source.empty())
+            html += QStringLiteral("<br><small><i>%1</i></small>").arg(escaped(e.source));
+        html += QStringLiteral("</p>");
+    }
+    return html;
 }
 
 } // namespace shardscope

@@ -48,8 +48,8 @@ private:
     QVBoxLayout* pictureLayout_;
     QPlainTextEdit* formulas_;
     QSplitter* splitter_;
-    QString formulaHtml_;
-    std::vector<FormulaLine> lines_; // what the formula panel shows, one text block each
+    std::vector<Explanation> explanations_; // the figures shown; formulaHtml() is built from them
+    std::vector<FormulaLine> lines_;        // what the formula panel shows, one text block each
     VerdictLevel level_ = VerdictLevel::Good;
 };
 

@@ -1,5 +1,7 @@
 #include "chart.h"
 
+#include "save_file.h"
+
 #include <QBuffer>
 #include <QContextMenuEvent>
 #include <QFileDialog>
@@ -13,7 +15,6 @@
 #include <QPainter>
 #include <QPdfWriter>
 #include <QRegularExpression>
-#include <QSaveFile>
 #include <QStandardPaths>
 #include <QSvgGenerator>
 
@@ -24,15 +25,6 @@ namespace {
 // Exports use the screen's nominal resolution, so fonts given in points come out the size they
 // have on screen relative to the chart.
 constexpr int kExportDpi = 96;
-
-QString writeBytes(const QString& path, const QByteArray& bytes) {
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly))
-        return QObject::tr("Cannot write \"%1\": %2").arg(path, file.errorString());
-    if (file.write(bytes) != bytes.size() || !file.commit())
-        return QObject::tr("Cannot write \"%1\": %2").arg(path, file.errorString());
-    return {};
-}
 
 QString suggestedFileName(const QString& title) {
     QString name = title.trimmed().toLower();
@@ -133,7 +125,7 @@ QString exportChart(Chart& chart, const QString& path, QSize size) {
             .arg(path, suffix.isEmpty() ? QObject::tr("(none)") : QLatin1Char('.') + suffix);
     }
     buffer.close();
-    return writeBytes(path, bytes);
+    return saveFileAtomically(path, bytes);
 }
 
 } // namespace shardscope

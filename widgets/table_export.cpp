@@ -1,7 +1,8 @@
 #include "table_export.h"
 
+#include "save_file.h"
+
 #include <QAbstractItemModel>
-#include <QSaveFile>
 #include <QStringList>
 
 namespace shardscope {
@@ -40,13 +41,7 @@ QString tableToCsv(const QAbstractItemModel& model) {
 }
 
 QString exportCsv(const QAbstractItemModel& model, const QString& path) {
-    const QByteArray bytes = tableToCsv(model).toUtf8();
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly))
-        return QObject::tr("Cannot write \"%1\": %2").arg(path, file.errorString());
-    if (file.write(bytes) != bytes.size() || !file.commit())
-        return QObject::tr("Cannot write \"%1\": %2").arg(path, file.errorString());
-    return {};
+    return saveFileAtomically(path, tableToCsv(model).toUtf8());
 }
 
 } // namespace shardscope

@@ -111,52 +111,35 @@ QComboBox* addModelControls(SessionForm& form) {
             // "imported" and "hf" change nothing here: the window imports files.
         });
 
-    auto archInt = [&](const char* name, const QString& label, const QString& tip, int max,
-                       int ModelSpec::*field) {
-        QSpinBox* spin = form.addInt(
-            name, label, tip, 1, max, [field](const Session& s) { return s.model.*field; },
+    // Architecture fields: editing one makes the model custom; a bare count has none.
+    const auto architecture = [&](QWidget* control) {
+        form.setEnabledWhen(control, [](const Session& s) { return !s.model.isBare(); });
+    };
+    const auto archInt = [&](const char* name, const QString& label, const QString& tip, int max,
+                             auto ModelSpec::*field) {
+        architecture(form.addInt(
+            name, label, tip, 1, max, [field](const Session& s) { return int(s.model.*field); },
             [field](Session& s, int v) {
                 makeCustom(s);
                 s.model.*field = v;
-            });
-        form.setEnabledWhen(spin, [](const Session& s) { return !s.model.isBare(); });
+            }));
     };
     archInt("layers", "Layers", "Transformer layers (L)", 1024, &ModelSpec::layers);
     archInt("hidden", "Hidden size", "Model width h", 1 << 17, &ModelSpec::hidden);
     archInt("heads", "Attention heads", "Query heads a", 1024, &ModelSpec::heads);
     archInt("kv-heads", "KV heads", "Key/value heads (fewer than heads: grouped-query attention)",
             1024, &ModelSpec::kvHeads);
-    QSpinBox* ffn = form.addInt(
-        "ffn", "FFN hidden", "Width of the MLP's inner layer", 1, 1 << 20,
-        [](const Session& s) { return int(s.model.ffnHidden); },
-        [](Session& s, int v) {
-            makeCustom(s);
-            s.model.ffnHidden = v;
-        });
-    form.setEnabledWhen(ffn, [](const Session& s) { return !s.model.isBare(); });
-    QSpinBox* vocab = form.addInt(
-        "vocab", "Vocabulary", "Tokens in the vocabulary (embedding and LM head rows)", 1, 1 << 22,
-        [](const Session& s) { return int(s.model.vocab); },
-        [](Session& s, int v) {
-            makeCustom(s);
-            s.model.vocab = v;
-        });
-    form.setEnabledWhen(vocab, [](const Session& s) { return !s.model.isBare(); });
-    QComboBox* act = form.addChoice(
+    archInt("ffn", "FFN hidden", "Width of the MLP's inner layer", 1 << 20, &ModelSpec::ffnHidden);
+    archInt("vocab", "Vocabulary", "Tokens in the vocabulary (embedding and LM head rows)", 1 << 22,
+            &ModelSpec::vocab);
+    architecture(form.addChoice(
         "activation", "MLP", "GELU (2 matrices) or a gated MLP (SwiGLU/GeGLU, 3 matrices)",
         {{"GELU", "gelu"}, {"SwiGLU", "swiglu"}, {"GeGLU", "geglu"}},
-        [](const Session& s) {
-            return s.model.activation == Activation::Gelu    ? QString("gelu")
-                   : s.model.activation == Activation::GeGlu ? QString("geglu")
-                                                             : QString("swiglu");
-        },
+        [](const Session& s) { return q(toString(s.model.activation)); },
         [](Session& s, const QString& k) {
             makeCustom(s);
-            s.model.activation = k == "gelu"    ? Activation::Gelu
-                                 : k == "geglu" ? Activation::GeGlu
-                                                : Activation::SwiGlu;
-        });
-    form.setEnabledWhen(act, [](const Session& s) { return !s.model.isBare(); });
+            s.model.activation = activationFromString(k.toStdString());
+        }));
     auto* params = form.addDouble(
         "params", "Parameters", "The bare parameter count, in billions (model state only)", 0.001,
         1e5, 3, " B",

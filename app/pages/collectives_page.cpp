@@ -39,15 +39,6 @@ QString algorithmName(CollectiveKind k) {
     return {};
 }
 
-QTableView* table(QAbstractItemModel* model) {
-    auto* view = new QTableView;
-    view->setModel(model);
-    view->verticalHeader()->hide();
-    view->horizontalHeader()->setStretchLastSection(true);
-    view->setEditTriggers(QAbstractItemView::NoEditTriggers);
-    return view;
-}
-
 } // namespace
 
 CollectivesPage::CollectivesPage(SessionDocument* doc, QWidget* parent)
@@ -119,8 +110,8 @@ CollectivesPage::CollectivesPage(SessionDocument* doc, QWidget* parent)
     views->addWidget(compare_, 1);
     v->addLayout(views, 3);
     auto* tables = new QHBoxLayout;
-    tables->addWidget(table(figures_), 3);
-    tables->addWidget(table(links_), 2);
+    tables->addWidget(makeTable(figures_), 3);
+    tables->addWidget(makeTable(links_), 2);
     v->addLayout(tables, 1);
     panel_->setPicture(picture);
 
@@ -169,11 +160,6 @@ void CollectivesPage::refresh() {
     for (const auto& [kind, t] : {std::pair{c.algorithm, &mainTiming_}, {other, &compareTiming_}}) {
         if (t->seconds <= 0)
             continue;
-        double busiest = 0, link = 0;
-        for (double b : t->sentPerRank)
-            busiest = std::max(busiest, b);
-        for (const auto& [ends, b] : t->perLink)
-            link = std::max(link, b);
         rows.push_back(
             {figureItem(algorithmName(kind), 0),
              figureItem(QString::number(t->stepSeconds.size()), double(t->stepSeconds.size())),
@@ -185,9 +171,9 @@ void CollectivesPage::refresh() {
              figureItem(qs(formatBytes(t->busbw) + "/s"), t->busbw,
                         "busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for all-gather and "
                         "reduce-scatter (nccl-tests, doc/PERFORMANCE.md)"),
-             figureItem(qs(formatBytes(busiest)), busiest,
+             figureItem(qs(formatBytes(t->busiestRank)), t->busiestRank,
                         "Bytes the busiest GPU sends over the whole collective"),
-             figureItem(qs(formatBytes(link)), link,
+             figureItem(qs(formatBytes(t->busiestLink)), t->busiestLink,
                         "Bytes over the busiest GPU-to-GPU link over the whole collective")});
     }
     setRows(figures_,

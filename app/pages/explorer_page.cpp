@@ -26,30 +26,6 @@ namespace shardscope {
 
 namespace {
 
-QTableView* makeTable(QAbstractItemModel* model, QWidget* parent = nullptr) {
-    auto* view = new QTableView(parent);
-    view->setModel(model);
-    view->verticalHeader()->hide();
-    view->horizontalHeader()->setStretchLastSection(true);
-    view->setSelectionBehavior(QAbstractItemView::SelectRows);
-    view->setEditTriggers(QAbstractItemView::NoEditTriggers);
-    return view;
-}
-
-QString tableHtml(const QStandardItemModel& m) {
-    QString html = "<table border=\"1\" cellspacing=\"0\" cellpadding=\"4\"><tr>";
-    for (int c = 0; c < m.columnCount(); ++c)
-        html += "<th>" + m.headerData(c, Qt::Horizontal).toString().toHtmlEscaped() + "</th>";
-    html += "</tr>";
-    for (int r = 0; r < m.rowCount(); ++r) {
-        html += "<tr>";
-        for (int c = 0; c < m.columnCount(); ++c)
-            html += "<td>" + m.data(m.index(r, c)).toString().toHtmlEscaped() + "</td>";
-        html += "</tr>";
-    }
-    return html + "</table>";
-}
-
 constexpr int kCandidateRole = Qt::UserRole + 1;
 
 } // namespace

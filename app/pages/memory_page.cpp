@@ -45,7 +45,7 @@ std::vector<int> stagesToShow(int pp) {
 MemoryPage::MemoryPage(SessionDocument* doc, QWidget* parent)
     : Page(parent), doc_(doc), panel_(new CalculatorPanel(this)), form_(new SessionForm(doc)),
       chart_(new MemoryChart), zeroChart_(new SeriesChart),
-      breakdown_(new QStandardItemModel(this)), table_(new QTableView) {
+      breakdown_(new QStandardItemModel(this)), table_(makeTable(breakdown_)) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(panel_);
@@ -61,11 +61,6 @@ MemoryPage::MemoryPage(SessionDocument* doc, QWidget* parent)
     chart_->setTitle("Memory per GPU");
     zeroChart_->setTitle("Memory per GPU vs number of GPUs");
     zeroChart_->setAxes("GPUs", ValueKind::Plain, true, "Memory per GPU", ValueKind::Bytes);
-    table_->setModel(breakdown_);
-    table_->verticalHeader()->hide();
-    table_->horizontalHeader()->setStretchLastSection(true);
-    table_->setSelectionBehavior(QAbstractItemView::SelectRows);
-    table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
 
     auto* picture = new QWidget;
     auto* grid = new QGridLayout(picture);
@@ -175,17 +170,7 @@ QString MemoryPage::reportHtml() const {
     QString html = "<h2>Memory per GPU</h2>";
     html += "<p>" + qs(memoryVerdict(in, e).text).toHtmlEscaped() + "</p>";
     html += "<p><img src=\"chart:0\" width=\"640\"></p>";
-    html += "<table border=\"1\" cellspacing=\"0\" cellpadding=\"4\"><tr>";
-    for (int c = 0; c < breakdown_->columnCount(); ++c)
-        html += "<th>" + breakdown_->horizontalHeaderItem(c)->text().toHtmlEscaped() + "</th>";
-    html += "</tr>";
-    for (int r = 0; r < breakdown_->rowCount(); ++r) {
-        html += "<tr>";
-        for (int c = 0; c < breakdown_->columnCount(); ++c)
-            html += "<td>" + breakdown_->item(r, c)->text().toHtmlEscaped() + "</td>";
-        html += "</tr>";
-    }
-    html += "</table>";
+    html += tableHtml(*breakdown_);
     html += "<h3>Memory per GPU vs number of GPUs, ZeRO 0-3</h3>";
     html += "<p><img src=\"chart:1\" width=\"640\"></p>";
     html += panel_->formulaHtml();

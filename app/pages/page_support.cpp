@@ -1,6 +1,8 @@
 #include "page_support.h"
 
+#include <QHeaderView>
 #include <QStandardItemModel>
+#include <QTableView>
 
 namespace shardscope {
 
@@ -63,6 +65,30 @@ void setRows(QStandardItemModel* model, const QStringList& headers,
             delete fresh;
         }
     }
+}
+
+QTableView* makeTable(QAbstractItemModel* model) {
+    auto* view = new QTableView;
+    view->setModel(model);
+    view->verticalHeader()->hide();
+    view->horizontalHeader()->setStretchLastSection(true);
+    view->setSelectionBehavior(QAbstractItemView::SelectRows);
+    view->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    return view;
+}
+
+QString tableHtml(const QAbstractItemModel& m) {
+    QString html = "<table border=\"1\" cellspacing=\"0\" cellpadding=\"4\"><tr>";
+    for (int c = 0; c < m.columnCount(); ++c)
+        html += "<th>" + m.headerData(c, Qt::Horizontal).toString().toHtmlEscaped() + "</th>";
+    html += "</tr>";
+    for (int r = 0; r < m.rowCount(); ++r) {
+        html += "<tr>";
+        for (int c = 0; c < m.columnCount(); ++c)
+            html += "<td>" + m.data(m.index(r, c)).toString().toHtmlEscaped() + "</td>";
+        html += "</tr>";
+    }
+    return html + "</table>";
 }
 
 } // namespace shardscope

@@ -11,6 +11,8 @@
 
 class QStandardItem;
 class QStandardItemModel;
+class QAbstractItemModel;
+class QTableView;
 
 namespace shardscope {
 
@@ -31,5 +33,10 @@ QStandardItem* figureItem(const QString& text, double sortValue, const QString& 
 // place, so views keep their column widths, sorting and scroll position and skip a full relayout.
 void setRows(QStandardItemModel* model, const QStringList& headers,
              std::vector<QList<QStandardItem*>> rows);
+
+// A read-only table of whole rows without a row header, the last column stretched.
+QTableView* makeTable(QAbstractItemModel* model);
+// A table as HTML for reports: header row, then every row's display text.
+QString tableHtml(const QAbstractItemModel& model);
 
 } // namespace shardscope

@@ -8,7 +8,7 @@
 #include "page_support.h"
 #include "pipeline_view.h"
 #include "plan/explain.h"
-#include "plan/formulas.h"
+#include "save_file.h"
 #include "sched/chrome_trace.h"
 #include "series_chart.h"
 #include "session_document.h"
@@ -19,7 +19,6 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QPushButton>
-#include <QSaveFile>
 #include <QSlider>
 #include <QStandardItemModel>
 #include <QTableView>
@@ -42,19 +41,6 @@ QString scheduleName(PipelineSchedule s) {
             return name;
     }
     return {};
-}
-
-// The planner's explanation of the closed-form bubble for this schedule and shape.
-Explanation closedFormBubble(const Session& session, PipelineSchedule kind) {
-    PlanInputs in = session.planInputs();
-    const ScheduleSpec spec = session.pipeline.spec(kind);
-    in.parallel.schedule = kind;
-    in.parallel.pp = spec.stages;
-    in.parallel.vpp = spec.virtualStages;
-    in.parallel.dp = 1;
-    in.parallel.microBatch = 1;
-    in.parallel.globalBatch = spec.microbatches;
-    return explain(in, evaluate(in), FigureId::Bubble);
 }
 
 } // namespace
@@ -138,11 +124,7 @@ PipelinePage::PipelinePage(SessionDocument* doc, QWidget* parent)
     memory_->setTitle("Peak activations per rank");
     memory_->setAxes("pipeline rank", ValueKind::Plain, false, "microbatches held",
                      ValueKind::Plain);
-    auto* table = new QTableView;
-    table->setModel(figures_);
-    table->verticalHeader()->hide();
-    table->horizontalHeader()->setStretchLastSection(true);
-    table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    auto* table = makeTable(figures_);
     auto* exportTrace = new QPushButton("Export trace (Chrome JSON)...");
     connect(exportTrace, &QPushButton::clicked, this, [this] {
         const QString path = QFileDialog::getSaveFileName(this, "Export trace", "pipeline.json",
@@ -215,14 +197,9 @@ void PipelinePage::refresh() {
             view->clear(problem);
             return;
         }
-        Explanation closed = closedFormBubble(s, kind);
-        // The planner's text would add a step time from the Explorer's model; here the
-        // schedule's shape is the point.
         const ScheduleSpec spec = l.spec(kind);
-        closed.label = "Pipeline bubble, " + toString(kind) + " (closed form)";
-        closed.substituted = "p = " + std::to_string(spec.stages) +
-                             ", m = " + std::to_string(spec.microbatches) +
-                             ", v = " + std::to_string(spec.virtualStages) + ": " + closed.display;
+        const Explanation closed =
+            explainPipelineBubble(kind, spec.stages, spec.microbatches, spec.virtualStages);
         explanations.push_back(closed);
         const QString name = scheduleName(kind);
         view->setTimeline(*t, l.spec(kind).virtualStages,
@@ -310,13 +287,7 @@ QString PipelinePage::exportTrace(const QString& path) const {
         return "nothing to export: the schedule cannot run with these settings";
     const std::string text =
         chromeTrace(*timelineA_, toString(doc_->session().pipeline.schedule)).dump() + "\n";
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly))
-        return "cannot write " + path + ": " + file.errorString();
-    file.write(text.data(), qint64(text.size()));
-    if (!file.commit())
-        return "cannot write " + path + ": " + file.errorString();
-    return {};
+    return saveFileAtomically(path, QByteArray::fromStdString(text));
 }
 
 bool PipelinePage::showView(const QString& view) {

@@ -275,10 +275,6 @@ E enumFromString(const std::string& s, const E (&values)[N], const char* what) {
     throw InputError("unknown " + std::string(what) + " '" + s + "'; expected one of " + known);
 }
 
-Activation activationFromString(const std::string& s) {
-    static constexpr Activation all[] = {Activation::Gelu, Activation::SwiGlu, Activation::GeGlu};
-    return enumFromString(s, all, "activation");
-}
 Norm normFromString(const std::string& s) {
     static constexpr Norm all[] = {Norm::RmsNorm, Norm::LayerNorm};
     return enumFromString(s, all, "norm");
@@ -340,6 +336,11 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
 }
 
 } // namespace
+
+Activation activationFromString(const std::string& s) {
+    static constexpr Activation all[] = {Activation::Gelu, Activation::SwiGlu, Activation::GeGlu};
+    return enumFromString(s, all, "activation");
+}
 
 void to_json(json& j, const ModelSpec& m) {
     j = json{{"id", m.id}, {"name", m.name}, {"family", m.family}};

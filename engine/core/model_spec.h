@@ -84,6 +84,8 @@ ParamCount countParameters(const ModelSpec& m);
 double matmulParamsPerToken(const ModelSpec& m);
 
 std::string toString(Activation a);
+Activation
+activationFromString(const std::string& s); // "gelu", "swiglu", "geglu"; throws InputError
 std::string toString(Norm n);
 std::string toString(PositionEmbedding p);
 

@@ -64,6 +64,17 @@ std::string n(double v) {
 std::string b(double v) {
     return formatBytes(v);
 }
+// Whole counts print as themselves ("3", not "3.00"); fractions keep three significant digits.
+std::string count(double v) {
+    return v == std::floor(v) && std::fabs(v) < 1e15 ? std::to_string(static_cast<long long>(v))
+                                                     : formatNumber(v);
+}
+constexpr const char* kBubbleFormula =
+    "bubble / (m x t_mb + bubble); bubble = (p-1) t_mb (GPipe, 1F1B), (p-1) t_mb / v "
+    "(interleaved), (p-1) t_mb / 3 (zero bubble ZB-H1), (p-1) m t_mb (naive)";
+constexpr const char* kBubbleSource =
+    "Huang et al. 2019 (GPipe); Narayanan et al. 2021 (interleaved); Qi et al. 2023 (zero bubble)";
+
 std::string s(double v) {
     return formatSeconds(v);
 }
@@ -342,14 +353,11 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
     case FigureId::Bubble:
         x.value = e.bubbleFraction;
         x.unit = "fraction";
-        x.formula =
-            "bubble / (m x t_mb + bubble); bubble = (p-1) t_mb (GPipe, 1F1B), (p-1) t_mb / v "
-            "(interleaved), (p-1) t_mb / 3 (zero bubble ZB-H1), (p-1) m t_mb (naive)";
+        x.formula = kBubbleFormula;
         x.substituted = "p=" + std::to_string(p.pp) + ", m=" + std::to_string(p.microbatches()) +
                         ", v=" + std::to_string(p.vpp) + ", " + toString(p.schedule) + ": " +
                         s(e.bubbleTime) + " idle per step = " + formatPercent(e.bubbleFraction);
-        x.source = "Huang et al. 2019 (GPipe); Narayanan et al. 2021 (interleaved); Qi et al. 2023 "
-                   "(zero bubble)";
+        x.source = kBubbleSource;
         break;
     case FigureId::StepTime:
         x.value = e.stepTime;
@@ -458,6 +466,24 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.display = formatCount(x.value);
     else
         x.display = formatNumber(x.value) + " " + x.unit;
+    return x;
+}
+
+Explanation explainPipelineBubble(PipelineSchedule schedule, int p, int m, int v) {
+    Explanation x;
+    x.id = FigureId::Bubble;
+    x.key = figureKey(FigureId::Bubble);
+    x.label = "Pipeline bubble, " + toString(schedule) + " (closed form)";
+    x.value = pipelineBubbleFraction(schedule, p, m, v);
+    x.unit = "fraction";
+    x.display = formatPercent(x.value);
+    x.formula = kBubbleFormula;
+    const double bubble = pipelineBubbleMicrobatches(schedule, p, m, v);
+    x.substituted = "p = " + std::to_string(p) + ", m = " + std::to_string(m) +
+                    ", v = " + std::to_string(v) + ": bubble = " + count(bubble) + " t_mb; " +
+                    count(bubble) + " / (" + std::to_string(m) + " + " + count(bubble) +
+                    ") = " + x.display;
+    x.source = kBubbleSource;
     return x;
 }
 

@@ -57,4 +57,8 @@ FigureId figureFromKey(const std::string& key); // throws InputError listing the
 
 Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id);
 
+// The bubble of a schedule from its shape alone, every op taking the same time: what the
+// Pipeline page shows beside its simulation. Same formula and source as the Bubble figure.
+Explanation explainPipelineBubble(PipelineSchedule schedule, int p, int m, int v);
+
 } // namespace shardscope

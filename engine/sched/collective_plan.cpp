@@ -240,6 +240,10 @@ CollectiveTiming timeCollective(const CollectivePlan& plan, double bytes, const 
         t.stepSeconds.push_back(latency + busiest);
         t.seconds += latency + busiest;
     }
+    for (double b : t.sentPerRank)
+        t.busiestRank = std::max(t.busiestRank, b);
+    for (const auto& [link, b] : t.perLink)
+        t.busiestLink = std::max(t.busiestLink, b);
     t.algbw = t.seconds > 0 ? bytes / t.seconds : 0.0;
     t.busbw = t.algbw * busBandwidthFactor(plan.spec.kind, n);
     return t;

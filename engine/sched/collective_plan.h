@@ -79,6 +79,8 @@ struct CollectiveTiming {
     double busbw = 0; // algbw x busBandwidthFactor
     std::vector<double> sentPerRank;               // bytes each rank sends in all
     std::map<std::pair<int, int>, double> perLink; // (from, to) -> bytes over that link
+    double busiestRank = 0;                        // most bytes any rank sends
+    double busiestLink = 0;                        // most bytes over any one link
 };
 
 // nccl-tests' bus-bandwidth factor: 2(n-1)/n for all-reduce, (n-1)/n for all-gather and

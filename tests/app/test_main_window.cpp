@@ -6,6 +6,7 @@
 #include <QDir>
 #include <QFile>
 #include <QMimeData>
+#include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -50,6 +51,32 @@ private slots:
         QCOMPARE(w.currentPage()->id(), QString("explorer"));
         QVERIFY(!w.showPage("nope"));
         QVERIFY(w.windowTitle().contains("Untitled"));
+    }
+
+    void remembersItsSizeAndTheme() {
+        {
+            QSettings().setValue("view/theme", "dark");
+            MainWindow w;
+            w.setQuiet(true);
+            w.show();
+            w.resize(1500, 877);
+            QVERIFY(w.close()); // saves the window state
+            // The dark theme was applied at start: the window background is dark.
+            QVERIFY(QApplication::palette().color(QPalette::Window).lightness() < 100);
+        }
+        MainWindow again;
+        again.show();
+        QCOMPARE(again.size(), QSize(1500, 877));
+        QSettings().setValue("view/theme", "light");
+        MainWindow light;
+        QVERIFY(QApplication::palette().color(QPalette::Window).lightness() > 150);
+    }
+
+    void aboutNamesTheVersions() {
+        // The About box's text, as About Shardscope shows it.
+        QVERIFY(MainWindow::aboutText().contains(SHARDSCOPE_VERSION));
+        QVERIFY(MainWindow::aboutText().contains(qVersion()));
+        QVERIFY(MainWindow::aboutText().contains("QCustomPlot"));
     }
 
     void sessionRoundTripThroughAFile() {

@@ -2,6 +2,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/explain.h"
+#include "plan/formulas.h"
 #include "plan_test_support.h"
 
 #include <gtest/gtest.h>
@@ -60,6 +61,20 @@ TEST(Explain, BareModelSaysWhatItOmits) {
     EXPECT_NE(explain(in, e, FigureId::MemActivations).substituted.find("not computed"),
               std::string::npos);
     EXPECT_NE(explain(in, e, FigureId::ParamsTotal).substituted.find("omits"), std::string::npos);
+}
+
+TEST(Explain, PipelineBubbleFromTheShapeAlone) {
+    const Explanation x = explainPipelineBubble(PipelineSchedule::OneFOneB, 4, 8, 1);
+    EXPECT_DOUBLE_EQ(x.value, 3.0 / 11);
+    EXPECT_EQ(x.display, "27.3 %");
+    EXPECT_NE(x.substituted.find("3 / (8 + 3) = 27.3 %"), std::string::npos) << x.substituted;
+    // The same formula and source as the Bubble figure of a full plan.
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, test::layout(2, 1, 4, 16));
+    const Explanation full = explain(in, estimate(in), FigureId::Bubble);
+    EXPECT_EQ(x.formula, full.formula);
+    EXPECT_EQ(x.source, full.source);
+    EXPECT_DOUBLE_EQ(explainPipelineBubble(PipelineSchedule::Interleaved, 4, 8, 2).value,
+                     pipelineBubbleFraction(PipelineSchedule::Interleaved, 4, 8, 2));
 }
 
 } // namespace

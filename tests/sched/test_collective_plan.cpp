@@ -126,6 +126,9 @@ TEST(Collectives, TheNaiveAlgorithmBottlenecksOnRankZero) {
     EXPECT_NEAR(naive.seconds / ring.seconds, double(n), 1e-9);
     EXPECT_NEAR(naive.sentPerRank[0], (n - 1) * S, 1e-3);
     EXPECT_NEAR(naive.sentPerRank[1], S, 1e-3);
+    EXPECT_NEAR(naive.busiestRank, (n - 1) * S, 1e-3);
+    EXPECT_NEAR(naive.busiestLink, S, 1e-3);
+    EXPECT_NEAR(ring.busiestLink, 2.0 * (n - 1) / n * S, 1e-3);
 }
 
 TEST(Collectives, TwoLevelKeepsMostTrafficInsideNodes) {

@@ -46,16 +46,14 @@ void printCollective(std::ostream& out, const CollectivePlan& plan, const LinkMo
         out << plan.steps.size() << " steps, " << transferCount(plan)
             << " transfers (use --steps to list them)\n\n";
     }
-    double most = 0;
-    for (double b : t.sentPerRank)
-        most = std::max(most, b);
     out << "time   " << formatSeconds(t.seconds) << " (sum over steps of the slowest link's "
         << "latency + the busiest rank's bytes / bandwidth)\n"
         << "algbw  " << formatBytes(t.algbw) << "/s = S / time\n"
         << "busbw  " << formatBytes(t.busbw) << "/s = algbw x " << std::setprecision(4)
         << busBandwidthFactor(plan.spec.kind, n)
         << " (nccl-tests: 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter)\n"
-        << "sent   " << formatBytes(most) << " by the busiest rank\n";
+        << "sent   " << formatBytes(t.busiestRank) << " by the busiest rank, "
+        << formatBytes(t.busiestLink) << " over the busiest link\n";
 }
 
 nlohmann::json collectiveJson(const CollectivePlan& plan, const LinkModel& links,

@@ -7,7 +7,7 @@ packages=(
   qt6-base-dev libqt6opengl6-dev qt6-charts-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6
   libgl-dev xvfb xauth fonts-dejavu-core
   libopenmpi-dev openmpi-bin libopenblas-dev
-  nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
+  zlib1g-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
   python3-torch
 )
 

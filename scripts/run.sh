@@ -3,7 +3,8 @@
 # session (Llama 3 70B on 8 nodes x 8 H100). Arguments go to the app (a .shardscope session or a
 # config.json to open, or --render ...); a first argument that is a shardscope-cli command
 # (plan, search, explain, schedule, collective, models, gpus, devices, validate) runs the
-# command-line planner instead.
+# command-line planner instead, and `train` or `dump` runs the training engine (shardscope-engine;
+# `scripts/run.sh train` trains the embedded default GPT on a synthetic corpus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -13,6 +14,8 @@ cmake --build --preset release
 case "${1:-}" in
   plan|search|explain|schedule|collective|models|gpus|devices|validate)
     exec build/release/engine/tools/shardscope-cli "$@" ;;
+  train|dump)
+    exec build/release/engine/tools/shardscope-engine "$@" ;;
 esac
 
 if [ -z "${DISPLAY:-}" ] && [ -z "${WAYLAND_DISPLAY:-}" ] && [ -z "${QT_QPA_PLATFORM:-}" ] \

@@ -673,8 +673,24 @@ void from_json(const json& j, ParallelConfig& out) {
 // ---- training run -------------------------------------------------------------------------
 
 void to_json(json& j, const TrainConfig& t) {
-    j = json{{"train_tokens", t.trainTokens}, {"steps", t.steps}, {"learning_rate", t.learningRate},
-             {"weight_decay", t.weightDecay}, {"seed", t.seed},   {"data_path", t.dataPath}};
+    j = json{{"train_tokens", t.trainTokens},
+             {"steps", t.steps},
+             {"learning_rate", t.learningRate},
+             {"weight_decay", t.weightDecay},
+             {"seed", t.seed},
+             {"data_path", t.dataPath},
+             {"warmup_steps", t.warmupSteps},
+             {"min_learning_rate", t.minLearningRate},
+             {"grad_clip", t.gradClip},
+             {"beta1", t.beta1},
+             {"beta2", t.beta2},
+             {"epsilon", t.epsilon},
+             {"data_format", t.dataFormat},
+             {"val_fraction", t.valFraction},
+             {"eval_every", t.evalEvery},
+             {"eval_batches", t.evalBatches},
+             {"checkpoint_every", t.checkpointEvery},
+             {"keep_checkpoints", t.keepCheckpoints}};
 }
 
 void from_json(const json& j, TrainConfig& out) {
@@ -688,6 +704,18 @@ void from_json(const json& j, TrainConfig& out) {
     r.number("weight_decay", t.weightDecay, {0, 1e3});
     r.unsignedWhole("seed", t.seed);
     r.text("data_path", t.dataPath);
+    r.whole("warmup_steps", t.warmupSteps, 0, 1'000'000'000'000);
+    r.number("min_learning_rate", t.minLearningRate, {0, 1e3});
+    r.number("grad_clip", t.gradClip, {0, 1e9});
+    r.number("beta1", t.beta1, {0, 0.999999});
+    r.number("beta2", t.beta2, {0, 0.999999999});
+    r.number("epsilon", t.epsilon, {0, 1, true});
+    r.text("data_format", t.dataFormat);
+    r.number("val_fraction", t.valFraction, {0, 0.5});
+    r.whole("eval_every", t.evalEvery, 0, 1'000'000'000'000);
+    r.whole("eval_batches", t.evalBatches, 1, 1'000'000);
+    r.whole("checkpoint_every", t.checkpointEvery, 0, 1'000'000'000'000);
+    r.whole("keep_checkpoints", t.keepCheckpoints, 1, 1'000'000);
     problems.throwIfAny("training config");
     out = std::move(t);
 }

@@ -1,0 +1,468 @@
+#include "gpt.h"
+
+#include "core/error.h"
+
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+#include <utility>
+
+namespace shardscope {
+
+namespace {
+
+constexpr int kTensorsPerLayer = 12;
+enum LayerTensor { Ln1W, Ln1B, QkvW, QkvB, ProjW, ProjB, Ln2W, Ln2B, FcW, FcB, FcProjW, FcProjB };
+constexpr const char* kLayerTensorNames[kTensorsPerLayer] = {
+    "ln_1.weight",      "ln_1.bias",      "attn.qkv.weight", "attn.qkv.bias",
+    "attn.proj.weight", "attn.proj.bias", "ln_2.weight",     "ln_2.bias",
+    "mlp.fc.weight",    "mlp.fc.bias",    "mlp.proj.weight", "mlp.proj.bias"};
+
+// A counter-based normal generator: the same seed gives the same weights on every platform.
+class NormalStream {
+public:
+    explicit NormalStream(std::uint64_t seed) : state_(seed) {}
+    double next() {
+        if (spare_) {
+            spare_ = false;
+            return spareValue_;
+        }
+        const double u1 = (double(nextBits() >> 11) + 1.0) * 0x1.0p-53; // (0, 1]
+        const double u2 = double(nextBits() >> 11) * 0x1.0p-53;
+        const double r = std::sqrt(-2.0 * std::log(u1));
+        spareValue_ = r * std::sin(2.0 * std::numbers::pi * u2);
+        spare_ = true;
+        return r * std::cos(2.0 * std::numbers::pi * u2);
+    }
+
+private:
+    std::uint64_t nextBits() { // splitmix64
+        std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    std::uint64_t state_;
+    bool spare_ = false;
+    double spareValue_ = 0;
+};
+
+} // namespace
+
+void MicrobatchState::reset() {
+    tokens.reset();
+    for (Buffer& b : layerInput)
+        b.reset();
+    for (LayerActivations& a : layers)
+        a = LayerActivations{};
+    finalMean.reset();
+    finalRstd.reset();
+    finalNormGrad.reset();
+    deferred.clear();
+    keptForWeights.clear();
+    forwardDone = backwardDone = false;
+}
+
+GptShape GptShape::of(const ModelSpec& m) {
+    std::vector<std::string> problems;
+    if (m.isBare())
+        problems.push_back("it is a bare parameter count; the engine needs the architecture "
+                           "(layers, hidden, heads, ffn_hidden, vocab, seq_len)");
+    if (m.activation != Activation::Gelu)
+        problems.push_back("activation is " + toString(m.activation) + ", the engine has GELU");
+    if (m.norm != Norm::LayerNorm)
+        problems.push_back("norm is " + toString(m.norm) + ", the engine has LayerNorm");
+    if (m.positions != PositionEmbedding::Learned)
+        problems.push_back("positions are " + toString(m.positions) +
+                           ", the engine has learned position embeddings");
+    if (m.kvHeads != m.heads)
+        problems.push_back("kv_heads " + std::to_string(m.kvHeads) + " differs from heads " +
+                           std::to_string(m.heads) + " (the engine has multi-head attention)");
+    if (m.heads <= 0 || m.hidden <= 0 || m.hidden % m.heads != 0)
+        problems.push_back("hidden " + std::to_string(m.hidden) +
+                           " must be a positive multiple "
+                           "of heads " +
+                           std::to_string(m.heads));
+    else if (m.headDim != 0 && m.headDim != m.hidden / m.heads)
+        problems.push_back("head_dim must be hidden / heads");
+    if (m.moe.enabled())
+        problems.push_back("mixture-of-experts layers are not in the engine");
+    if (m.dropout)
+        problems.push_back("dropout is on; the engine trains without dropout (set "
+                           "\"dropout\": false, as modern pre-training runs do)");
+    if (!m.attentionBias || !m.outputBias || !m.mlpBias)
+        problems.push_back("GPT-2 has biases on attention, output and MLP projections: set "
+                           "attention_bias, output_bias and mlp_bias to true");
+    if (m.layers <= 0 || m.ffnHidden <= 0 || m.vocab <= 0 || m.seqLen <= 0)
+        problems.push_back("layers, ffn_hidden, vocab and seq_len must be positive");
+    if (m.seqLen > m.maxPositions)
+        problems.push_back("seq_len " + std::to_string(m.seqLen) + " exceeds max_positions " +
+                           std::to_string(m.maxPositions));
+    if (m.vocab > (1 << 30) || m.ffnHidden > (1 << 30))
+        problems.push_back("vocab and ffn_hidden must be below 2^30");
+    if (!problems.empty()) {
+        std::string text = "the engine trains GPT-2 architectures, and this model differs: ";
+        for (std::size_t i = 0; i < problems.size(); ++i)
+            text += (i ? "; " : "") + problems[i];
+        throw InputError(text);
+    }
+    GptShape s;
+    s.layers = m.layers;
+    s.channels = m.hidden;
+    s.heads = m.heads;
+    s.ffn = static_cast<int>(m.ffnHidden);
+    s.vocab = static_cast<int>(m.vocab);
+    s.maxPositions = m.maxPositions;
+    s.seqLen = m.seqLen;
+    s.tied = m.tiedEmbeddings;
+    return s;
+}
+
+struct GptModel::LayerWeights {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+};
+
+GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
+                   DeviceAllocator& memory, Recompute recompute, bool storeAttentionProbs)
+    : shape_(GptShape::of(model)), microBatch_(microBatch), ops_(ops), memory_(memory),
+      recompute_(recompute), storeProbs_(storeAttentionProbs && recompute != Recompute::Selective) {
+    if (microBatch <= 0)
+        throw InputError("micro batch must be at least 1");
+    buildTensorTable();
+    params_ = memory_.floats(MemoryCategory::Parameters, parameterCount_);
+    grads_ = memory_.floats(MemoryCategory::Gradients, parameterCount_);
+    ops_.zero(params_.f(), parameterCount_);
+    ops_.zero(grads_.f(), parameterCount_);
+}
+
+GptModel::~GptModel() = default;
+
+void GptModel::buildTensorTable() {
+    const int C = shape_.channels, F = shape_.ffn;
+    auto add = [&](std::string name, std::vector<int> dims, bool decay) {
+        std::size_t count = 1;
+        for (int d : dims)
+            count *= std::size_t(d);
+        tensors_.push_back({std::move(name), parameterCount_, count, std::move(dims), decay});
+        parameterCount_ += count;
+        return tensors_.size() - 1;
+    };
+    wte_ = add("wte", {shape_.vocab, C}, true);
+    wpe_ = add("wpe", {shape_.maxPositions, C}, true);
+    firstLayerTensor_ = tensors_.size();
+    for (int l = 0; l < shape_.layers; ++l) {
+        const std::string p = "h." + std::to_string(l) + ".";
+        const std::vector<std::vector<int>> dims = {{C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C},
+                                                    {C}, {C}, {F, C},     {F},     {C, F}, {C}};
+        for (int k = 0; k < kTensorsPerLayer; ++k)
+            add(p + kLayerTensorNames[k], dims[std::size_t(k)], dims[std::size_t(k)].size() == 2);
+    }
+    lnfWeight_ = add("ln_f.weight", {C}, false);
+    lnfBias_ = add("ln_f.bias", {C}, false);
+    lmHead_ = shape_.tied ? wte_ : add("lm_head.weight", {shape_.vocab, C}, true);
+}
+
+GptModel::LayerWeights GptModel::weightsOf(int layer, float* base) const {
+    const std::size_t i = firstLayerTensor_ + std::size_t(layer) * kTensorsPerLayer;
+    auto t = [&](int k) { return tensor(base, i + std::size_t(k)); };
+    return {t(Ln1W), t(Ln1B), t(QkvW), t(QkvB), t(ProjW),   t(ProjB),
+            t(Ln2W), t(Ln2B), t(FcW),  t(FcB),  t(FcProjW), t(FcProjB)};
+}
+
+void GptModel::initialize(std::uint64_t seed) {
+    std::vector<float> host(parameterCount_, 0.0f);
+    NormalStream normal(seed);
+    const double residualStd = 0.02 / std::sqrt(2.0 * shape_.layers);
+    for (const ParameterTensor& t : tensors_) {
+        const bool norm = t.name.find(".ln_") != std::string::npos || t.name.starts_with("ln_");
+        const bool bias = t.name.ends_with(".bias");
+        const bool residualProjection =
+            t.name.ends_with("attn.proj.weight") || t.name.ends_with("mlp.proj.weight");
+        for (std::size_t i = 0; i < t.count; ++i) {
+            float& w = host[t.offset + i];
+            if (bias)
+                w = 0.0f;
+            else if (norm)
+                w = 1.0f;
+            else
+                w = static_cast<float>(normal.next() * (residualProjection ? residualStd : 0.02));
+        }
+    }
+    ops_.copyToDevice(params_.f(), host.data(), parameterCount_ * sizeof(float));
+}
+
+void GptModel::zeroGradients() {
+    ops_.zero(grads_.f(), parameterCount_);
+}
+
+LayerActivations GptModel::allocateLayer(MemoryCategory c) const {
+    const std::size_t N = std::size_t(rows()), C = std::size_t(shape_.channels),
+                      F = std::size_t(shape_.ffn), T = std::size_t(shape_.seqLen);
+    LayerActivations a;
+    a.ln1 = memory_.floats(c, N * C);
+    a.ln1Mean = memory_.floats(c, N);
+    a.ln1Rstd = memory_.floats(c, N);
+    a.qkv = memory_.floats(c, N * 3 * C);
+    if (storeProbs_)
+        a.probs = memory_.floats(c, std::size_t(microBatch_) * std::size_t(shape_.heads) * T * T);
+    a.attention = memory_.floats(c, N * C);
+    a.residual = memory_.floats(c, N * C);
+    a.ln2 = memory_.floats(c, N * C);
+    a.ln2Mean = memory_.floats(c, N);
+    a.ln2Rstd = memory_.floats(c, N);
+    a.fc = memory_.floats(c, N * F);
+    a.gelu = memory_.floats(c, N * F);
+    return a;
+}
+
+void GptModel::layerForward(int layer, LayerActivations& a, const float* x, float* y) {
+    const int N = rows(), C = shape_.channels, F = shape_.ffn;
+    const LayerWeights w = weightsOf(layer, params_.f());
+    Buffer projected = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(C));
+    const std::size_t NC = std::size_t(N) * std::size_t(C);
+
+    ops_.layerNormForward(a.ln1.f(), a.ln1Mean.f(), a.ln1Rstd.f(), x, w.ln1w, w.ln1b, N, C);
+    ops_.matmulForward(a.qkv.f(), a.ln1.f(), w.qkvw, w.qkvb, N, C, 3 * C);
+    ops_.attentionForward(a.attention.f(), a.probs ? a.probs.f() : nullptr, a.qkv.f(), microBatch_,
+                          shape_.seqLen, C, shape_.heads);
+    ops_.matmulForward(projected.f(), a.attention.f(), w.projw, w.projb, N, C, C);
+    ops_.add(a.residual.f(), x, projected.f(), NC);
+
+    ops_.layerNormForward(a.ln2.f(), a.ln2Mean.f(), a.ln2Rstd.f(), a.residual.f(), w.ln2w, w.ln2b,
+                          N, C);
+    ops_.matmulForward(a.fc.f(), a.ln2.f(), w.fcw, w.fcb, N, C, F);
+    ops_.geluForward(a.gelu.f(), a.fc.f(), std::size_t(N) * std::size_t(F));
+    ops_.matmulForward(projected.f(), a.gelu.f(), w.fcprojw, w.fcprojb, N, F, C);
+    ops_.add(y, a.residual.f(), projected.f(), NC);
+}
+
+void GptModel::weightGradient(int layer, std::size_t weight, std::size_t bias, Buffer dout,
+                              const float* input, int N, int C, int OC, bool defer,
+                              MicrobatchState& state) {
+    if (defer) {
+        state.deferred.push_back({layer, weight, bias, std::move(dout), input, N, C, OC});
+        return;
+    }
+    ops_.matmulBackwardWeightAccumulate(tensor(grads_.f(), weight), tensor(grads_.f(), bias),
+                                        dout.f(), input, N, C, OC);
+}
+
+Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, Buffer dout,
+                               bool defer, MicrobatchState& state) {
+    const int N = rows(), C = shape_.channels, F = shape_.ffn;
+    const std::size_t NC = std::size_t(N) * std::size_t(C), NF = std::size_t(N) * std::size_t(F);
+    const LayerWeights w = weightsOf(layer, params_.f());
+    const LayerWeights g = weightsOf(layer, grads_.f());
+    const std::size_t first = firstLayerTensor_ + std::size_t(layer) * kTensorsPerLayer;
+    auto ws = [&](std::size_t n) { return memory_.floats(MemoryCategory::Workspace, n); };
+
+    // MLP: y = residual + proj(gelu(fc(ln2(residual))))
+    Buffer dresidual = ws(NC);
+    ops_.copy(dresidual.f(), dout.f(), NC);
+    Buffer dfc = ws(NF);
+    ops_.matmulBackwardInput(dfc.f(), dout.f(), w.fcprojw, N, F, C, false);
+    weightGradient(layer, first + FcProjW, first + FcProjB, std::move(dout), a.gelu.f(), N, F, C,
+                   defer, state);
+    ops_.geluBackward(dfc.f(), a.fc.f(), dfc.f(), NF);
+    Buffer dln = ws(NC);
+    ops_.matmulBackwardInput(dln.f(), dfc.f(), w.fcw, N, C, F, false);
+    weightGradient(layer, first + FcW, first + FcB, std::move(dfc), a.ln2.f(), N, C, F, defer,
+                   state);
+    ops_.layerNormBackwardAccumulate(dresidual.f(), g.ln2w, g.ln2b, dln.f(), a.residual.f(), w.ln2w,
+                                     a.ln2Mean.f(), a.ln2Rstd.f(), N, C);
+
+    // Attention: residual = x + proj(attention(qkv(ln1(x))))
+    Buffer dx = ws(NC);
+    ops_.copy(dx.f(), dresidual.f(), NC);
+    Buffer dattention = ws(NC);
+    ops_.matmulBackwardInput(dattention.f(), dresidual.f(), w.projw, N, C, C, false);
+    weightGradient(layer, first + ProjW, first + ProjB, std::move(dresidual), a.attention.f(), N, C,
+                   C, defer, state);
+    Buffer dqkv = ws(NC * 3);
+    ops_.attentionBackward(dqkv.f(), dattention.f(), a.qkv.f(), a.probs ? a.probs.f() : nullptr,
+                           microBatch_, shape_.seqLen, C, shape_.heads);
+    dattention.reset();
+    ops_.matmulBackwardInput(dln.f(), dqkv.f(), w.qkvw, N, C, 3 * C, false);
+    weightGradient(layer, first + QkvW, first + QkvB, std::move(dqkv), a.ln1.f(), N, C, 3 * C,
+                   defer, state);
+    ops_.layerNormBackwardAccumulate(dx.f(), g.ln1w, g.ln1b, dln.f(), x, w.ln1w, a.ln1Mean.f(),
+                                     a.ln1Rstd.f(), N, C);
+    return dx;
+}
+
+double GptModel::headForward(MicrobatchState* state, const float* input,
+                             const std::int32_t* targets, float lossGradScale,
+                             std::vector<float>* logits) {
+    const int N = rows(), C = shape_.channels, V = shape_.vocab;
+    const MemoryCategory kept = state ? MemoryCategory::Activations : MemoryCategory::Workspace;
+    Buffer normed = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(C));
+    Buffer mean = memory_.floats(kept, std::size_t(N)), rstd = memory_.floats(kept, std::size_t(N));
+    ops_.layerNormForward(normed.f(), mean.f(), rstd.f(), input, tensor(params_.f(), lnfWeight_),
+                          tensor(params_.f(), lnfBias_), N, C);
+    Buffer lg = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(V));
+    const float* head = tensor(params_.f(), lmHead_);
+    ops_.matmulForward(lg.f(), normed.f(), head, nullptr, N, C, V);
+    if (logits) {
+        logits->resize(std::size_t(N) * std::size_t(V));
+        ops_.copyToHost(logits->data(), lg.f(), logits->size() * sizeof(float));
+    }
+    const double loss = ops_.crossEntropyForwardBackward(lg.f(), targets, N, V, lossGradScale);
+    if (state) {
+        // The logits' gradient is known now; folding it into the head here keeps one
+        // [N, C] gradient per microbatch instead of [N, V] logits (llm.c does the same).
+        state->finalNormGrad =
+            memory_.floats(MemoryCategory::Activations, std::size_t(N) * std::size_t(C));
+        ops_.matmulBackwardInput(state->finalNormGrad.f(), lg.f(), head, N, C, V, false);
+        ops_.matmulBackwardWeightAccumulate(tensor(grads_.f(), lmHead_), nullptr, lg.f(),
+                                            normed.f(), N, C, V);
+        state->finalMean = std::move(mean);
+        state->finalRstd = std::move(rstd);
+    }
+    return loss;
+}
+
+namespace {
+struct ScopedSpan {
+    SpanSink* sink;
+    const char* kind;
+    const char* block;
+    int layer;
+    double start;
+    ScopedSpan(SpanSink* s, const char* k, const char* b, int l)
+        : sink(s), kind(k), block(b), layer(l), start(s ? s->now() : 0.0) {}
+    ~ScopedSpan() {
+        if (sink)
+            sink->span(kind, block, layer, start, sink->now());
+    }
+    ScopedSpan(const ScopedSpan&) = delete;
+    ScopedSpan& operator=(const ScopedSpan&) = delete;
+};
+} // namespace
+
+double GptModel::forward(MicrobatchState& state, const std::int32_t* inputs,
+                         const std::int32_t* targets, float lossGradScale, SpanSink* sink,
+                         std::vector<float>* logits) {
+    if (state.forwardDone)
+        throw std::logic_error("forward ran twice on one microbatch state");
+    const int N = rows(), C = shape_.channels, L = shape_.layers;
+    const std::size_t NC = std::size_t(N) * std::size_t(C);
+    state.layerInput.resize(std::size_t(L) + 1);
+    state.layers.resize(std::size_t(L));
+    {
+        ScopedSpan span(sink, "forward", "embedding", -1);
+        state.tokens = memory_.allocate(MemoryCategory::Activations,
+                                        2 * std::size_t(N) * sizeof(std::int32_t));
+        ops_.copyToDevice(state.tokens.as<std::int32_t>(), inputs, std::size_t(N) * 4);
+        ops_.copyToDevice(state.tokens.as<std::int32_t>() + N, targets, std::size_t(N) * 4);
+        state.layerInput[0] = memory_.floats(MemoryCategory::Activations, NC);
+        ops_.embeddingForward(state.layerInput[0].f(), state.tokens.as<std::int32_t>(),
+                              tensor(params_.f(), wte_), tensor(params_.f(), wpe_), microBatch_,
+                              shape_.seqLen, C);
+    }
+    for (int l = 0; l < L; ++l) {
+        ScopedSpan span(sink, "forward", "layer", l);
+        const auto i = std::size_t(l);
+        state.layerInput[i + 1] = memory_.floats(MemoryCategory::Activations, NC);
+        if (recompute_ == Recompute::Full) {
+            LayerActivations scratch = allocateLayer(MemoryCategory::Workspace);
+            layerForward(l, scratch, state.layerInput[i].f(), state.layerInput[i + 1].f());
+        } else {
+            state.layers[i] = allocateLayer(MemoryCategory::Activations);
+            layerForward(l, state.layers[i], state.layerInput[i].f(), state.layerInput[i + 1].f());
+        }
+    }
+    ScopedSpan span(sink, "forward", "head", -1);
+    const double loss = headForward(&state, state.layerInput[std::size_t(L)].f(),
+                                    state.tokens.as<std::int32_t>() + N, lossGradScale, logits);
+    state.forwardDone = true;
+    return loss;
+}
+
+double GptModel::evaluate(const std::int32_t* inputs, const std::int32_t* targets) {
+    const int N = rows(), C = shape_.channels;
+    const std::size_t NC = std::size_t(N) * std::size_t(C);
+    Buffer tokens =
+        memory_.allocate(MemoryCategory::Workspace, 2 * std::size_t(N) * sizeof(std::int32_t));
+    ops_.copyToDevice(tokens.as<std::int32_t>(), inputs, std::size_t(N) * 4);
+    ops_.copyToDevice(tokens.as<std::int32_t>() + N, targets, std::size_t(N) * 4);
+    Buffer x = memory_.floats(MemoryCategory::Workspace, NC);
+    ops_.embeddingForward(x.f(), tokens.as<std::int32_t>(), tensor(params_.f(), wte_),
+                          tensor(params_.f(), wpe_), microBatch_, shape_.seqLen, C);
+    for (int l = 0; l < shape_.layers; ++l) {
+        LayerActivations scratch = allocateLayer(MemoryCategory::Workspace);
+        Buffer y = memory_.floats(MemoryCategory::Workspace, NC);
+        layerForward(l, scratch, x.f(), y.f());
+        x = std::move(y);
+    }
+    return headForward(nullptr, x.f(), tokens.as<std::int32_t>() + N, 0.0f, nullptr);
+}
+
+void GptModel::backward(MicrobatchState& state, bool deferWeights, SpanSink* sink) {
+    if (!state.forwardDone || state.backwardDone)
+        throw std::logic_error("backward needs exactly one forward before it");
+    const int N = rows(), C = shape_.channels, L = shape_.layers;
+    const std::size_t NC = std::size_t(N) * std::size_t(C);
+    const char* kind = deferWeights ? "backward_input" : "backward";
+    Buffer dout;
+    {
+        ScopedSpan span(sink, kind, "head", -1);
+        dout = memory_.floats(MemoryCategory::Workspace, NC);
+        ops_.zero(dout.f(), NC);
+        ops_.layerNormBackwardAccumulate(
+            dout.f(), tensor(grads_.f(), lnfWeight_), tensor(grads_.f(), lnfBias_),
+            state.finalNormGrad.f(), state.layerInput[std::size_t(L)].f(),
+            tensor(params_.f(), lnfWeight_), state.finalMean.f(), state.finalRstd.f(), N, C);
+        state.finalNormGrad.reset();
+        state.finalMean.reset();
+        state.finalRstd.reset();
+        state.layerInput[std::size_t(L)].reset();
+    }
+    for (int l = L - 1; l >= 0; --l) {
+        ScopedSpan span(sink, kind, "layer", l);
+        const auto i = std::size_t(l);
+        LayerActivations a;
+        if (recompute_ == Recompute::Full) {
+            a = allocateLayer(MemoryCategory::Workspace);
+            Buffer y = memory_.floats(MemoryCategory::Workspace, NC);
+            layerForward(l, a, state.layerInput[i].f(), y.f());
+        } else {
+            a = std::move(state.layers[i]);
+        }
+        dout = layerBackward(l, a, state.layerInput[i].f(), std::move(dout), deferWeights, state);
+        if (deferWeights)
+            state.keptForWeights.push_back(std::move(a));
+        if (l > 0)
+            state.layerInput[i].reset();
+    }
+    {
+        ScopedSpan span(sink, kind, "embedding", -1);
+        ops_.embeddingBackwardAccumulate(tensor(grads_.f(), wte_), tensor(grads_.f(), wpe_),
+                                         dout.f(), state.tokens.as<std::int32_t>(), microBatch_,
+                                         shape_.seqLen, C);
+        state.layerInput[0].reset();
+        state.tokens.reset();
+    }
+    state.backwardDone = true;
+}
+
+void GptModel::backwardWeights(MicrobatchState& state, SpanSink* sink) {
+    if (!state.backwardDone)
+        throw std::logic_error("backwardWeights needs the backward of its microbatch first");
+    std::size_t i = 0;
+    while (i < state.deferred.size()) {
+        const int layer = state.deferred[i].layer;
+        ScopedSpan span(sink, "backward_weight", "layer", layer);
+        for (; i < state.deferred.size() && state.deferred[i].layer == layer; ++i) {
+            DeferredWeightGradient& d = state.deferred[i];
+            ops_.matmulBackwardWeightAccumulate(tensor(grads_.f(), d.weight),
+                                                tensor(grads_.f(), d.bias), d.dout.f(), d.input,
+                                                d.N, d.C, d.OC);
+            d.dout.reset();
+        }
+    }
+    state.deferred.clear();
+    state.keptForWeights.clear();
+    state.layers.clear();
+}
+
+} // namespace shardscope

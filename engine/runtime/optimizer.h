@@ -1,0 +1,40 @@
+// AdamW with decoupled weight decay (none on norms and biases), clipping by the global gradient
+// norm, and a linear-warmup + cosine learning-rate schedule.
+#pragma once
+
+#include "core/train_config.h"
+#include "device_memory.h"
+#include "gpt.h"
+
+#include <cstdint>
+
+namespace shardscope {
+
+// The learning rate of 0-based `step` out of `totalSteps`: linear warmup over warmupSteps to
+// learningRate, then cosine decay to minLearningRate at the last step.
+double learningRateAt(const TrainConfig& train, std::int64_t step, std::int64_t totalSteps);
+
+class AdamW {
+public:
+    AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train);
+
+    double gradientNorm() const; // L2 norm of all gradients
+    // The scale clipping applies to a gradient of this norm (1 when within gradClip).
+    double clipScale(double norm) const;
+    // One update at learning rate lr, gradients multiplied by gradScale first.
+    void step(double lr, double gradScale);
+
+    std::int64_t steps() const { return t_; }
+    void setSteps(std::int64_t t) { t_ = t; }
+    float* firstMoment() const { return m_.f(); }
+    float* secondMoment() const { return v_.f(); }
+
+private:
+    GptModel& model_;
+    kernels::Ops& ops_;
+    TrainConfig train_;
+    Buffer m_, v_;
+    std::int64_t t_ = 0;
+};
+
+} // namespace shardscope

@@ -1,0 +1,203 @@
+#include "run_config.h"
+
+#include "core/error.h"
+#include "core/json_io.h"
+#include "core/presets.h"
+#include "data.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace shardscope {
+
+using nlohmann::json;
+
+namespace {
+
+// Keys a section may hold: those its writer produces, plus extra spellings the reader accepts.
+void rejectUnknownKeys(const json& section, const json& written, const std::string& where,
+                       std::set<std::string> extra = {}) {
+    std::vector<std::string> unknown;
+    for (const auto& [key, value] : section.items())
+        if (!written.contains(key) && !extra.contains(key))
+            unknown.push_back(key);
+    if (unknown.empty())
+        return;
+    std::string known;
+    for (const auto& [key, value] : written.items())
+        known += (known.empty() ? "" : ", ") + key;
+    std::string names;
+    for (const std::string& k : unknown)
+        names += (names.empty() ? "'" : ", '") + k + "'";
+    throw InputError(where + ": unknown field" + (unknown.size() > 1 ? "s " : " ") + names +
+                     "; known fields are " + known);
+}
+
+ModelSpec readModel(const json& j) {
+    if (j.is_string())
+        return findModelPreset(j.get<std::string>());
+    if (!j.is_object())
+        throw InputError("run config: \"model\" must be a preset id or an object");
+    json merged = j;
+    if (j.contains("preset")) {
+        if (!j["preset"].is_string())
+            throw InputError("run config: model.preset must be a preset id string");
+        merged = json(findModelPreset(j["preset"].get<std::string>()));
+        for (const auto& [key, value] : j.items())
+            if (key != "preset")
+                merged[key] = value;
+    }
+    rejectUnknownKeys(merged, json(defaultRunConfig().model), "run config model",
+                      {"params", "moe", "kv_heads", "seq_len", "max_positions", "head_dim"});
+    return merged.get<ModelSpec>();
+}
+
+} // namespace
+
+std::int64_t RunConfig::totalSteps() const {
+    if (train.steps > 0)
+        return train.steps;
+    const double perStep = double(tokensPerStep());
+    return perStep > 0 ? std::int64_t(std::ceil(train.trainTokens / perStep)) : 0;
+}
+
+RunConfig defaultRunConfig() {
+    RunConfig c;
+    ModelSpec& m = c.model;
+    m.name = "tiny GPT (engine default)";
+    m.family = "gpt2";
+    m.layers = 4;
+    m.hidden = 128;
+    m.heads = 4;
+    m.kvHeads = 4;
+    m.ffnHidden = 512;
+    m.vocab = 256;
+    m.seqLen = 128;
+    m.maxPositions = 128;
+    m.tiedEmbeddings = true;
+    m.activation = Activation::Gelu;
+    m.norm = Norm::LayerNorm;
+    m.positions = PositionEmbedding::Learned;
+    m.attentionBias = m.outputBias = m.mlpBias = true;
+    m.dropout = false;
+    m.source = "Shardscope engine default";
+
+    ParallelConfig& p = c.parallel;
+    p.microBatch = 8;
+    p.globalBatch = 16;
+    p.precision = PrecisionPolicy::fp32();
+    p.schedule = PipelineSchedule::OneFOneB;
+
+    TrainConfig& t = c.train;
+    t.steps = 200;
+    t.learningRate = 1e-3;
+    t.minLearningRate = 1e-4;
+    t.warmupSteps = 20;
+    t.weightDecay = 0.1;
+    t.dataFormat = "synthetic";
+    t.evalEvery = 50;
+    t.checkpointEvery = 100;
+    return c;
+}
+
+RunConfig runConfigFromJson(const json& j) {
+    if (!j.is_object())
+        throw InputError("run config: expected a JSON object with \"model\", \"parallel\", "
+                         "\"train\" and \"engine\"");
+    rejectUnknownKeys(j, json{{"model", 0}, {"parallel", 0}, {"train", 0}, {"engine", 0}},
+                      "run config", {"format", "version"});
+    RunConfig c = defaultRunConfig();
+    if (j.contains("model"))
+        c.model = readModel(j["model"]);
+    if (j.contains("parallel")) {
+        rejectUnknownKeys(j["parallel"], json(ParallelConfig{}), "run config parallel");
+        // Fields left out keep the engine's defaults (fp32, not the planner's bf16).
+        json merged = json(c.parallel);
+        merged.update(j["parallel"]);
+        c.parallel = merged.get<ParallelConfig>();
+    }
+    if (j.contains("train")) {
+        rejectUnknownKeys(j["train"], json(TrainConfig{}), "run config train");
+        json merged = json(c.train);
+        merged.update(j["train"]);
+        c.train = merged.get<TrainConfig>();
+    }
+    if (j.contains("engine")) {
+        const json& e = j["engine"];
+        rejectUnknownKeys(e, toJson(c)["engine"], "run config engine");
+        try {
+            EngineOptions& o = c.engine;
+            o.runDir = e.value("run_dir", o.runDir);
+            o.threads = e.value("threads", o.threads);
+            o.telemetry = e.value("telemetry", o.telemetry);
+            o.peakFlops = e.value("peak_tflops", o.peakFlops / 1e12) * 1e12;
+            o.logEvery = e.value("log_every", o.logEvery);
+        } catch (const json::exception& ex) {
+            throw InputError(std::string("run config engine: ") + ex.what());
+        }
+        if (c.engine.threads < 0 || c.engine.logEvery < 1 || c.engine.peakFlops < 0)
+            throw InputError("run config engine: threads >= 0, log_every >= 1 and peak_tflops "
+                             ">= 0 are required");
+    }
+    return c;
+}
+
+json toJson(const RunConfig& c) {
+    return json{{"format", "shardscope-run"},
+                {"version", 1},
+                {"model", c.model},
+                {"parallel", c.parallel},
+                {"train", c.train},
+                {"engine",
+                 {{"run_dir", c.engine.runDir},
+                  {"threads", c.engine.threads},
+                  {"telemetry", c.engine.telemetry},
+                  {"peak_tflops", c.engine.peakFlops / 1e12},
+                  {"log_every", c.engine.logEvery}}}};
+}
+
+DataSpec dataSpecOf(const RunConfig& c) {
+    DataSpec d;
+    d.format = dataFormatFromString(c.train.dataFormat);
+    d.path = c.train.dataPath;
+    if (d.format == DataFormat::Auto && d.path.empty())
+        d.format = DataFormat::Synthetic;
+    if (d.format != DataFormat::Synthetic && d.path.empty())
+        throw InputError("data format '" + c.train.dataFormat +
+                         "' reads a file: set train.data_path (or --data PATH), or use "
+                         "\"data_format\": \"synthetic\"");
+    d.valFraction = c.train.valFraction;
+    d.seed = c.train.seed;
+    d.vocab = c.model.vocab;
+    d.seqLen = c.model.seqLen;
+    return d;
+}
+
+std::vector<std::string> engineProblems(const RunConfig& c) {
+    std::vector<std::string> out;
+    for (const Violation& v : validate(c.model, c.parallel))
+        out.push_back(v.message + (v.hint.empty() ? "" : " (" + v.hint + ")"));
+    const ParallelConfig& p = c.parallel;
+    if (p.worldSize() != 1)
+        out.push_back("this engine build runs one process: dp, tp, pp and cp must be 1 (got " +
+                      layoutSummary(p) + "); multi-rank runs come with the MPI engine");
+    if (p.precision.compute != Precision::Fp32 || p.precision.grads != Precision::Fp32 ||
+        p.precision.fp32Master)
+        out.push_back("the CPU engine computes in fp32: set \"precision\": \"fp32\"");
+    if (p.optimizer != Optimizer::AdamW)
+        out.push_back("the engine's optimizer is AdamW: set \"optimizer\": \"adamw\"");
+    if (p.offloadOptimizer)
+        out.push_back("optimizer offload is for GPUs; set \"offload_optimizer\": false");
+    if (c.totalSteps() <= 0)
+        out.push_back("train.steps (or train.train_tokens) must be positive");
+    if (c.train.minLearningRate > c.train.learningRate)
+        out.push_back("train.min_learning_rate must not exceed train.learning_rate");
+    if (c.train.warmupSteps >= c.totalSteps() && c.totalSteps() > 0 && c.train.warmupSteps > 0)
+        out.push_back("train.warmup_steps (" + std::to_string(c.train.warmupSteps) +
+                      ") must be fewer than the run's steps (" + std::to_string(c.totalSteps()) +
+                      "): lower it (--warmup-steps) or train longer");
+    return out;
+}
+
+} // namespace shardscope

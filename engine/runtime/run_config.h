@@ -1,0 +1,58 @@
+// One training run as the engine reads it: the shared ModelSpec, ParallelConfig and TrainConfig,
+// plus how this process runs (threads, run directory, telemetry, resume). Read from one JSON
+// document ({"model", "parallel", "train", "engine"}), or the embedded default.
+#pragma once
+
+#include "core/model_spec.h"
+#include "core/parallel_config.h"
+#include "core/train_config.h"
+#include "data.h"
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace shardscope {
+
+struct EngineOptions {
+    std::string runDir;         // "" : runs/<date>-<time> under the working directory
+    int threads = 0;            // OpenBLAS and OpenMP threads; 0: one per core
+    std::string telemetry;      // "" or tcp://HOST:PORT: stream events to a collector
+    double peakFlops = 0;       // FLOP/s that MFU is measured against; 0: estimated for the CPU
+    bool resume = false;        // continue from a checkpoint
+    std::string resumeFrom;     // a checkpoint directory; "" with resume: the run's latest
+    std::int64_t stopAfter = 0; // stop cleanly after this many steps of this invocation
+    int logEvery = 1;           // progress line every N steps
+    bool quiet = false;         // no progress lines (events still go to telemetry)
+};
+
+struct RunConfig {
+    ModelSpec model;
+    ParallelConfig parallel;
+    TrainConfig train;
+    EngineOptions engine;
+
+    std::int64_t tokensPerStep() const { return std::int64_t(parallel.globalBatch) * model.seqLen; }
+    std::int64_t totalSteps() const; // steps, or trainTokens / tokensPerStep rounded up
+};
+
+// A small GPT (4 layers, 128 channels, vocabulary 256) on the synthetic Markov source: trains
+// in a couple of minutes on two cores and needs no file.
+RunConfig defaultRunConfig();
+
+// The sections present replace the default's; "model" may be a preset id or an object (a preset
+// object with "preset": ID takes the preset and overrides the fields given). Unknown keys are
+// errors (a typo should not silently train something else). Throws InputError listing problems.
+RunConfig runConfigFromJson(const nlohmann::json& j);
+nlohmann::json toJson(const RunConfig& c);
+
+// The data the run reads: train.data_path in train.data_format ("auto" with no path: the
+// synthetic source). Throws InputError when a file format has no path.
+DataSpec dataSpecOf(const RunConfig& c);
+
+// Everything that stops this engine from running the config, with fixes: the core layout rules
+// and what one process on a CPU supports (world size 1, fp32, AdamW, no offload).
+std::vector<std::string> engineProblems(const RunConfig& c);
+
+} // namespace shardscope

@@ -1,0 +1,37 @@
+// Runs one pipeline rank's op list from engine/sched for one optimizer step: F, B (or B and W)
+// of each microbatch in exactly the order the schedule gives. With one stage there is nothing to
+// send or receive; the MPI engine adds the transfers each op names.
+#pragma once
+
+#include "gpt.h"
+#include "sched/pipeline_program.h"
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace shardscope {
+
+class ScheduleExecutor {
+public:
+    // Fills inputs and targets (microBatch x seqLen each) for a microbatch of the current step.
+    using Feed = std::function<void(int microbatch, std::int32_t* inputs, std::int32_t* targets)>;
+
+    // Throws InputError when the program needs point-to-point transfers (more than one stage).
+    ScheduleExecutor(GptModel& model, PipelineProgram program, int rank = 0);
+
+    // Zeroes the gradients, runs every op, and returns the mean loss over the step's tokens;
+    // the gradients are then those of that mean.
+    double runStep(const Feed& feed, SpanSink* sink);
+
+    const PipelineProgram& program() const { return program_; }
+
+private:
+    GptModel& model_;
+    PipelineProgram program_;
+    int rank_;
+    std::vector<MicrobatchState> states_;
+    std::vector<std::int32_t> inputs_, targets_;
+};
+
+} // namespace shardscope

@@ -1,0 +1,36 @@
+#include "stop_signal.h"
+
+#include <atomic>
+#include <csignal>
+
+namespace shardscope {
+
+namespace {
+std::atomic<int> pendingStop{0};
+
+extern "C" void onStopSignal(int signal) {
+    pendingStop.store(signal);
+    std::signal(signal, SIG_DFL);
+}
+} // namespace
+
+StopSignalHandlers::StopSignalHandlers()
+    : previousInt_(std::signal(SIGINT, onStopSignal)),
+      previousTerm_(std::signal(SIGTERM, onStopSignal)) {}
+
+StopSignalHandlers::~StopSignalHandlers() {
+    std::signal(SIGINT, previousInt_);
+    std::signal(SIGTERM, previousTerm_);
+}
+
+int stopSignal() {
+    return pendingStop.load();
+}
+void requestStop(int signal) {
+    pendingStop.store(signal);
+}
+void clearStopRequest() {
+    pendingStop.store(0);
+}
+
+} // namespace shardscope

@@ -1,0 +1,89 @@
+#include "telemetry.h"
+
+#include "core/error.h"
+#include "tcp_event_stream.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace shardscope {
+
+using nlohmann::json;
+
+TelemetryWriter::TelemetryWriter(TelemetryOptions options)
+    : options_(std::move(options)), epoch_(std::chrono::steady_clock::now()) {
+    if (options_.path.empty())
+        throw InputError("telemetry file path is empty");
+    // The collector is checked before the file is touched, so a typo in the address does not
+    // truncate the telemetry of a previous run.
+    if (!options_.collector.empty())
+        stream_ = std::make_unique<TcpEventStream>(options_.collector, options_.queueCapacity);
+
+    const std::filesystem::path path(options_.path);
+    if (path.has_parent_path()) {
+        std::error_code ec;
+        std::filesystem::create_directories(path.parent_path(), ec);
+        if (ec)
+            throw InputError("cannot create the telemetry directory '" +
+                             path.parent_path().string() + "': " + ec.message());
+    }
+    file_ = std::fopen(options_.path.c_str(), options_.append ? "ab" : "wb");
+    if (file_ == nullptr)
+        throw InputError("cannot open the telemetry file '" + options_.path +
+                         "' for writing: " + std::strerror(errno));
+}
+
+TelemetryWriter::~TelemetryWriter() {
+    // The file first: it is the record that must survive, whatever the collector does.
+    if (file_ != nullptr)
+        std::fclose(file_);
+    stream_.reset();
+}
+
+double TelemetryWriter::now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+}
+
+void TelemetryWriter::write(json event) {
+    if (!event.is_object())
+        throw std::invalid_argument(std::string("a telemetry event must be a JSON object, not ") +
+                                    event.type_name());
+    event["v"] = kTelemetrySchemaVersion;
+    event["rank"] = options_.rank;
+    if (!event.contains("t"))
+        event["t"] = now();
+    // replace: a bad UTF-8 byte in a message or a path becomes U+FFFD instead of an exception
+    // in the middle of training.
+    std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace);
+    line += '\n';
+    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size())
+        throw InputError("cannot write the telemetry file '" + options_.path +
+                         "': " + std::strerror(errno));
+    written_.fetch_add(1, std::memory_order_relaxed);
+    if (stream_) {
+        line.pop_back();
+        stream_->push(std::move(line));
+    }
+}
+
+void TelemetryWriter::flush() {
+    if (std::fflush(file_) != 0)
+        throw InputError("cannot write the telemetry file '" + options_.path +
+                         "': " + std::strerror(errno));
+}
+
+TelemetryStats TelemetryWriter::stats() const {
+    TelemetryStats s;
+    s.written = written_.load(std::memory_order_relaxed);
+    if (stream_) {
+        const EventStreamStats e = stream_->stats();
+        s.sent = e.sent;
+        s.dropped = e.dropped;
+        s.connected = e.connected;
+    }
+    return s;
+}
+
+} // namespace shardscope

@@ -1,0 +1,63 @@
+// The engine's telemetry: newline-delimited JSON events (schema in docs/telemetry.md) written to
+// the run directory, and optionally streamed to a collector over TCP. The file always gets every
+// event; the stream runs on its own thread behind a bounded queue, so a slow, absent or vanishing
+// collector never slows or stops training. What the queue drops is counted.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace shardscope {
+
+inline constexpr int kTelemetrySchemaVersion = 1;
+
+struct TelemetryOptions {
+    std::string path;      // NDJSON file, created (with its directory) or truncated
+    std::string collector; // "" or "tcp://HOST:PORT"
+    int rank = 0;
+    bool append = false;              // keep earlier events (a resumed run)
+    std::size_t queueCapacity = 8192; // events held for the collector before new ones are dropped
+};
+
+struct TelemetryStats {
+    std::int64_t written = 0; // events in the file
+    std::int64_t sent = 0;    // events the collector's socket accepted
+    std::int64_t dropped = 0; // events the collector never got (queue full or disconnected)
+    bool connected = false;
+};
+
+class TcpEventStream;
+
+// write() and flush() may be called from one thread at a time (the engine's training thread);
+// stats() and now() from any thread.
+class TelemetryWriter {
+public:
+    // Throws InputError for an unwritable path or a malformed collector address.
+    explicit TelemetryWriter(TelemetryOptions options);
+    ~TelemetryWriter(); // flushes the file; gives the stream up to a second to drain
+    TelemetryWriter(const TelemetryWriter&) = delete;
+    TelemetryWriter& operator=(const TelemetryWriter&) = delete;
+
+    // Seconds since the writer was created, from the monotonic clock: every timestamp in events.
+    double now() const;
+    // Adds "v" (schema version), "rank" and, when absent, "t" (now()); appends one line to the
+    // file and offers it to the stream. Never blocks on the network. The event must be a JSON
+    // object (std::invalid_argument otherwise); a failed file write throws InputError.
+    void write(nlohmann::json event);
+    void flush(); // the file, to the OS; InputError if that fails (disk full)
+    TelemetryStats stats() const;
+
+private:
+    TelemetryOptions options_;
+    std::chrono::steady_clock::time_point epoch_;
+    std::FILE* file_ = nullptr;
+    std::atomic<std::int64_t> written_{0}; // read by stats() from any thread
+    std::unique_ptr<TcpEventStream> stream_;
+};
+
+} // namespace shardscope

@@ -1,0 +1,509 @@
+#include "trainer.h"
+
+#include "checkpoint.h"
+#include "core/error.h"
+#include "core/json_io.h"
+#include "data.h"
+#include "device_memory.h"
+#include "gpt.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "optimizer.h"
+#include "plan/compute.h"
+#include "plan/estimate.h"
+#include "sched/pipeline_program.h"
+#include "schedule_executor.h"
+#include "stop_signal.h"
+#include "telemetry.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+namespace shardscope {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string toString(RunStatus s) {
+    switch (s) {
+    case RunStatus::Completed:
+        return "completed";
+    case RunStatus::Interrupted:
+        return "interrupted";
+    case RunStatus::Failed:
+        return "failed";
+    }
+    return "?";
+}
+
+namespace {
+
+constexpr int kRank = 0; // one process: rank 0 of a world of one
+
+// Spans of the model's operator groups, stamped with the step and microbatch running now.
+class TelemetrySpans final : public SpanSink {
+public:
+    explicit TelemetrySpans(TelemetryWriter& writer) : writer_(writer) {}
+    std::int64_t step = 0;
+    int microbatch = -1;
+    double now() const override { return writer_.now(); }
+    void setMicrobatch(int mb) override { microbatch = mb; }
+    void span(const char* kind, const char* block, int layer, double start, double end) override {
+        json e{{"type", "span"},   {"kind", kind}, {"block", block}, {"step", step},
+               {"mb", microbatch}, {"chunk", 0},   {"start", start}, {"end", end}};
+        if (layer >= 0)
+            e["layer"] = layer;
+        writer_.write(std::move(e));
+    }
+    // A span around work that is not a model block (data, optimizer, eval, checkpoint).
+    template <typename Work> auto timed(const char* kind, Work&& work) {
+        const double start = now();
+        struct Emit {
+            TelemetrySpans* self;
+            const char* kind;
+            double start;
+            ~Emit() {
+                self->writer_.write({{"type", "span"},
+                                     {"kind", kind},
+                                     {"step", self->step},
+                                     {"mb", self->microbatch},
+                                     {"chunk", 0},
+                                     {"start", start},
+                                     {"end", self->now()}});
+            }
+        } emit{this, kind, start};
+        return work();
+    }
+
+private:
+    TelemetryWriter& writer_;
+};
+
+json memoryJson(const MemoryUsage& u) {
+    json j;
+    for (MemoryCategory c : kMemoryCategories)
+        j[toString(c)] = u[c];
+    j["total"] = u.total();
+    return j;
+}
+
+std::string mebibytes(double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+    return buf;
+}
+
+fs::path defaultRunDir() {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char name[64];
+    std::strftime(name, sizeof name, "runs/%Y%m%d-%H%M%S", &local);
+    return name;
+}
+
+// What must match for a resumed run to read the same data and continue the same trajectory.
+void checkResumable(const RunConfig& c, const json& meta, const fs::path& dir) {
+    std::vector<std::string> diffs;
+    auto compare = [&](const char* key, const json& now) {
+        if (!meta.contains(key) || meta[key] != now)
+            diffs.push_back(std::string(key) + " was " +
+                            (meta.contains(key) ? meta[key].dump() : "absent") + ", now " +
+                            now.dump());
+    };
+    json model = c.model;
+    compare("model", model);
+    compare("seed", c.train.seed);
+    compare("global_batch", c.parallel.globalBatch);
+    compare("micro_batch", c.parallel.microBatch);
+    compare("total_steps", c.totalSteps());
+    if (!diffs.empty()) {
+        std::string text =
+            "cannot resume from " + dir.string() + ": it was written for another run (";
+        for (std::size_t i = 0; i < diffs.size(); ++i)
+            text += (i ? "; " : "") + diffs[i];
+        throw InputError(text + "). Resume with the run's own config.json, or start a new run "
+                                "directory.");
+    }
+}
+
+class Run {
+public:
+    Run(const RunConfig& config, std::ostream& progress)
+        : c_(config), progress_(progress), ops_(kernels::makeCpuOps(config.engine.threads)),
+          memory_(*ops_) {}
+
+    TrainResult execute();
+
+private:
+    void prepareRunDirectory();
+    void restoreOrInitialize();
+    StepRecord trainStep(std::int64_t step);
+    double validationLoss(std::int64_t step);
+    void saveCheckpoint(std::int64_t stepsDone);
+    void writeSummary(const TrainResult& r);
+    void reportStep(const StepRecord& s, double tokensPerSecond, double mfu);
+
+    const RunConfig& c_;
+    std::ostream& progress_;
+    std::unique_ptr<kernels::Ops> ops_;
+    DeviceAllocator memory_;
+    std::unique_ptr<GptModel> model_;
+    std::unique_ptr<AdamW> optimizer_;
+    std::unique_ptr<Dataset> data_;
+    std::unique_ptr<TelemetryWriter> telemetry_;
+    std::unique_ptr<TelemetrySpans> spans_;
+    std::unique_ptr<CheckpointStore> checkpoints_;
+    std::unique_ptr<ScheduleExecutor> executor_;
+    std::vector<std::int32_t> inputs_, targets_;
+    fs::path runDir_;
+    std::int64_t startStep_ = 0, totalSteps_ = 0;
+    double flopsPerToken_ = 0;
+    kernels::PeakFlops peak_;
+    double lastLoss_ = NAN, lastValLoss_ = NAN;
+    std::string lastCheckpoint_;
+    double throughputSum_ = 0, mfuSum_ = 0;
+    int throughputCount_ = 0;
+};
+
+void Run::prepareRunDirectory() {
+    runDir_ = c_.engine.runDir.empty() ? defaultRunDir() : fs::path(c_.engine.runDir);
+    std::error_code ec;
+    const bool hasRun = fs::exists(runDir_ / "config.json", ec);
+    if (hasRun && !c_.engine.resume)
+        throw InputError("run directory " + runDir_.string() +
+                         " already holds a run; continue it with --resume, or choose another "
+                         "directory with --out");
+    if (c_.engine.resume && !hasRun && c_.engine.resumeFrom.empty())
+        throw InputError("--resume: " + runDir_.string() +
+                         " holds no run (no config.json); give the run directory with --out");
+    fs::create_directories(runDir_ / "telemetry", ec);
+    fs::create_directories(runDir_ / "checkpoints", ec);
+    if (ec)
+        throw InputError("cannot create run directory " + runDir_.string() + ": " + ec.message());
+    const std::string text = toJson(c_).dump(2) + "\n";
+    std::ofstream out(runDir_ / "config.json", std::ios::trunc);
+    if (!(out << text))
+        throw InputError("cannot write " + (runDir_ / "config.json").string());
+}
+
+void Run::restoreOrInitialize() {
+    if (!c_.engine.resume) {
+        model_->initialize(c_.train.seed);
+        return;
+    }
+    fs::path dir = c_.engine.resumeFrom;
+    if (dir.empty()) {
+        const auto latest = checkpoints_->latest();
+        if (!latest)
+            throw InputError("--resume: " + checkpoints_->root().string() +
+                             " has no checkpoint to resume from");
+        dir = latest->dir;
+    }
+    const LoadedCheckpoint ck = CheckpointStore::load(dir);
+    checkResumable(c_, ck.info.meta, dir);
+    const std::size_t bytes = model_->parameterCount() * sizeof(float);
+    auto restore = [&](const char* name, float* dst) {
+        const auto it = ck.blobs.find(name);
+        if (it == ck.blobs.end() || it->second.size() != bytes)
+            throw CheckpointError("checkpoint " + dir.string() + ": " + name +
+                                  " is missing or has the wrong size for this model");
+        ops_->copyToDevice(dst, it->second.data(), bytes);
+    };
+    restore("params.f32", model_->parameters());
+    restore("adam_m.f32", optimizer_->firstMoment());
+    restore("adam_v.f32", optimizer_->secondMoment());
+    startStep_ = ck.info.step;
+    optimizer_->setSteps(ck.info.meta.value("optimizer_steps", std::int64_t(0)));
+    lastCheckpoint_ = dir.string();
+    telemetry_->write(
+        {{"type", "event"}, {"event", "resume"}, {"step", startStep_}, {"dir", dir.string()}});
+    progress_ << "resumed from " << dir.string() << " at step " << startStep_ << "\n";
+}
+
+StepRecord Run::trainStep(std::int64_t step) {
+    const double start = telemetry_->now();
+    spans_->step = step;
+    const int B = c_.parallel.microBatch;
+    StepRecord r;
+    r.step = step;
+    r.loss = executor_->runStep(
+        [&](int mb, std::int32_t* inputs, std::int32_t* targets) {
+            spans_->timed("data",
+                          [&] { data_->batch(Split::Train, step, mb, B, inputs, targets); });
+        },
+        spans_.get());
+    r.gradNorm = spans_->timed("grad_norm", [&] { return optimizer_->gradientNorm(); });
+    r.learningRate = learningRateAt(c_.train, step, totalSteps_);
+    if (std::isfinite(r.loss) && std::isfinite(r.gradNorm)) {
+        const double scale = optimizer_->clipScale(r.gradNorm);
+        spans_->timed("optimizer", [&] { optimizer_->step(r.learningRate, scale); });
+    }
+    r.seconds = telemetry_->now() - start;
+    return r;
+}
+
+double Run::validationLoss(std::int64_t step) {
+    spans_->step = step;
+    const int B = c_.parallel.microBatch, N = B * c_.model.seqLen;
+    return spans_->timed("eval", [&] {
+        double sum = 0;
+        for (int i = 0; i < c_.train.evalBatches; ++i) {
+            data_->batch(Split::Validation, 0, i, B, inputs_.data(), targets_.data());
+            sum += model_->evaluate(inputs_.data(), targets_.data());
+        }
+        return sum / (double(N) * c_.train.evalBatches);
+    });
+}
+
+void Run::saveCheckpoint(std::int64_t stepsDone) {
+    spans_->step = stepsDone - 1;
+    const double start = telemetry_->now();
+    const std::size_t n = model_->parameterCount();
+    // Device buffers are copied to the host first so the file write never reads device memory.
+    std::vector<float> params(n), m1(n), m2(n);
+    ops_->copyToHost(params.data(), model_->parameters(), n * sizeof(float));
+    ops_->copyToHost(m1.data(), optimizer_->firstMoment(), n * sizeof(float));
+    ops_->copyToHost(m2.data(), optimizer_->secondMoment(), n * sizeof(float));
+    const json meta{{"model", json(c_.model)},
+                    {"seed", c_.train.seed},
+                    {"global_batch", c_.parallel.globalBatch},
+                    {"micro_batch", c_.parallel.microBatch},
+                    {"total_steps", totalSteps_},
+                    {"optimizer_steps", optimizer_->steps()},
+                    {"parameters", n},
+                    {"loss", lastLoss_}};
+    try {
+        const CheckpointInfo info = spans_->timed("checkpoint", [&] {
+            return checkpoints_->save(stepsDone, meta,
+                                      {{"params.f32", params.data(), n * sizeof(float)},
+                                       {"adam_m.f32", m1.data(), n * sizeof(float)},
+                                       {"adam_v.f32", m2.data(), n * sizeof(float)}});
+        });
+        lastCheckpoint_ = info.dir.string();
+        telemetry_->write({{"type", "event"},
+                           {"event", "checkpoint"},
+                           {"step", stepsDone},
+                           {"dir", lastCheckpoint_},
+                           {"bytes", 3 * n * sizeof(float)},
+                           {"seconds", telemetry_->now() - start}});
+        if (!c_.engine.quiet)
+            progress_ << "checkpoint " << lastCheckpoint_ << "\n";
+    } catch (const CheckpointError& e) {
+        // A failed save loses nothing already on disk; training goes on and says so.
+        telemetry_->write({{"type", "event"}, {"event", "error"}, {"message", e.what()}});
+        progress_ << "warning: " << e.what() << "\n";
+    }
+}
+
+void Run::reportStep(const StepRecord& s, double tokensPerSecond, double mfu) {
+    if (c_.engine.quiet || (s.step + 1) % c_.engine.logEvery != 0)
+        return;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | %7.1f ms | "
+                  "MFU %5.1f%% | mem %s (peak %s)",
+                  static_cast<long long>(s.step + 1), static_cast<long long>(totalSteps_), s.loss,
+                  s.learningRate, s.gradNorm, tokensPerSecond, s.seconds * 1e3, mfu * 100,
+                  mebibytes(double(memory_.live().total())).c_str(),
+                  mebibytes(double(memory_.peakTotal())).c_str());
+    progress_ << line << "\n" << std::flush;
+}
+
+void Run::writeSummary(const TrainResult& r) {
+    PlanInputs plan{c_.model, ClusterSpec{}, c_.parallel, c_.train, Assumptions{}};
+    const MemoryBreakdown predicted = memoryForStage(plan, 0);
+    const MemoryUsage& peak = memory_.peak();
+    const TelemetryStats ts = telemetry_->stats();
+    json summary{
+        {"format", "shardscope-run-summary"},
+        {"version", 1},
+        {"status", toString(r.status)},
+        {"message", r.message},
+        {"first_step", r.firstStep},
+        {"steps_completed", r.stepsCompleted},
+        {"total_steps", totalSteps_},
+        {"final_loss", std::isfinite(lastLoss_) ? json(lastLoss_) : json(nullptr)},
+        {"final_val_loss", std::isfinite(lastValLoss_) ? json(lastValLoss_) : json(nullptr)},
+        {"loss_floor", data_->lossFloor() ? json(*data_->lossFloor()) : json(nullptr)},
+        {"data", data_->describe()},
+        {"parameters", model_->parameterCount()},
+        {"tokens_per_s", throughputCount_ ? throughputSum_ / throughputCount_ : 0.0},
+        {"mfu", throughputCount_ ? mfuSum_ / throughputCount_ : 0.0},
+        {"peak_flops", peak_.flops},
+        {"peak_flops_source", peak_.formula},
+        {"memory_peak", memoryJson(peak)},
+        {"memory_peak_total", memory_.peakTotal()},
+        {"memory_predicted",
+         {{"parameters", predicted.parameters},
+          {"gradients", predicted.gradients},
+          {"optimizer", predicted.optimizer},
+          {"activations", predicted.activations},
+          {"source", "shardscope planner, memoryForStage for the same model and layout"}}},
+        {"last_checkpoint", lastCheckpoint_},
+        {"losses", json::array()},
+        {"telemetry", {{"written", ts.written}, {"sent", ts.sent}, {"dropped", ts.dropped}}}};
+    for (const StepRecord& s : r.steps)
+        summary["losses"].push_back({s.step + 1, s.loss});
+    std::ofstream out(runDir_ / "summary.json", std::ios::trunc);
+    out << summary.dump(2) << "\n";
+}
+
+TrainResult Run::execute() {
+    std::vector<std::string> problems = engineProblems(c_);
+    if (!problems.empty()) {
+        std::string text = "the run config cannot be trained: ";
+        for (std::size_t i = 0; i < problems.size(); ++i)
+            text += (i ? "; " : "") + problems[i];
+        throw InputError(text);
+    }
+    totalSteps_ = c_.totalSteps();
+    data_ = Dataset::open(dataSpecOf(c_));
+    const ScheduleSpec schedule{c_.parallel.schedule, 1, c_.parallel.microbatches(), 1};
+
+    model_ = std::make_unique<GptModel>(c_.model, c_.parallel.microBatch, *ops_, memory_,
+                                        c_.parallel.recompute, !c_.parallel.flashAttention);
+    optimizer_ = std::make_unique<AdamW>(*model_, *ops_, memory_, c_.train);
+    executor_ = std::make_unique<ScheduleExecutor>(*model_, buildPipelineProgram(schedule));
+    inputs_.resize(std::size_t(c_.parallel.microBatch) * std::size_t(c_.model.seqLen));
+    targets_.resize(inputs_.size());
+    flopsPerToken_ = tokenFlops(c_.model, c_.parallel, Assumptions{}).model;
+    const int threads = c_.engine.threads > 0 ? c_.engine.threads : kernels::cpuCores();
+    peak_ = c_.engine.peakFlops > 0
+                ? kernels::PeakFlops{c_.engine.peakFlops, "configured (engine.peak_tflops)"}
+                : kernels::estimateCpuPeakFlops(threads);
+
+    prepareRunDirectory();
+    TelemetryOptions topts;
+    topts.path = (runDir_ / "telemetry" / "rank-0.jsonl").string();
+    topts.collector = c_.engine.telemetry;
+    topts.rank = kRank;
+    topts.append = c_.engine.resume;
+    telemetry_ = std::make_unique<TelemetryWriter>(topts);
+    spans_ = std::make_unique<TelemetrySpans>(*telemetry_);
+    checkpoints_ =
+        std::make_unique<CheckpointStore>(runDir_ / "checkpoints", c_.train.keepCheckpoints);
+    const std::time_t wall = std::time(nullptr);
+    telemetry_->write({{"type", "event"},
+                       {"event", "start"},
+                       {"config", toJson(c_)},
+                       {"threads", threads},
+                       {"backend", ops_->name()},
+                       {"peak_flops", peak_.flops},
+                       {"peak_flops_source", peak_.formula},
+                       {"loss_floor", data_->lossFloor() ? json(*data_->lossFloor()) : json()},
+                       {"data", data_->describe()},
+                       {"parameters", model_->parameterCount()},
+                       {"wall_clock", double(wall)}});
+    restoreOrInitialize();
+
+    if (!c_.engine.quiet) {
+        progress_ << "shardscope-engine: " << c_.model.name << ", " << model_->parameterCount()
+                  << " parameters, " << layoutSummary(c_.parallel) << ", " << ops_->name() << "\n"
+                  << "data: " << data_->describe() << "\n"
+                  << "run directory: " << runDir_.string() << "\n";
+        if (data_->lossFloor())
+            progress_ << "loss floor (entropy rate of the source): " << *data_->lossFloor()
+                      << " nats/token\n";
+    }
+
+    TrainResult result;
+    result.runDir = runDir_;
+    result.firstStep = startStep_;
+    result.stepsCompleted = startStep_;
+    const StopSignalHandlers stopHandlers;
+    const double tokensPerStep = double(c_.tokensPerStep());
+    for (std::int64_t step = startStep_; step < totalSteps_; ++step) {
+        const StepRecord s = trainStep(step);
+        if (!std::isfinite(s.loss) || !std::isfinite(s.gradNorm)) {
+            result.status = RunStatus::Failed;
+            result.message = std::string("the loss became ") +
+                             (std::isnan(s.loss) ? "NaN" : "non-finite") + " at step " +
+                             std::to_string(step + 1) + " (learning rate " +
+                             std::to_string(s.learningRate) +
+                             "); no checkpoint was written from it. Lower train.learning_rate "
+                             "or set train.grad_clip, then resume from the last good checkpoint" +
+                             (lastCheckpoint_.empty() ? std::string(" (there is none yet)")
+                                                      : " (" + lastCheckpoint_ + ")");
+            telemetry_->write({{"type", "event"}, {"event", "error"}, {"message", result.message}});
+            break;
+        }
+        lastLoss_ = s.loss;
+        result.steps.push_back(s);
+        result.stepsCompleted = step + 1;
+        const double tps = tokensPerStep / s.seconds;
+        const double flops = flopsPerToken_ * tps;
+        const double mfu = peak_.flops > 0 ? flops / peak_.flops : 0;
+        if (step > startStep_) { // the first step also pays for every allocation
+            throughputSum_ += tps;
+            mfuSum_ += mfu;
+            ++throughputCount_;
+        }
+        json event{{"type", "step"},
+                   {"step", step + 1},
+                   {"loss", s.loss},
+                   {"grad_norm", s.gradNorm},
+                   {"lr", s.learningRate},
+                   {"tokens", c_.tokensPerStep()},
+                   {"step_time", s.seconds},
+                   {"tokens_per_s", tps},
+                   {"flops_per_s", flops},
+                   {"mfu", mfu},
+                   {"memory", memoryJson(memory_.live())},
+                   {"memory_peak", memoryJson(memory_.peak())}};
+        const bool last = step + 1 == totalSteps_;
+        const bool stopping = stopSignal() != 0 || (c_.engine.stopAfter > 0 &&
+                                                    step + 1 - startStep_ >= c_.engine.stopAfter);
+        if ((c_.train.evalEvery > 0 && (step + 1) % c_.train.evalEvery == 0) || last) {
+            lastValLoss_ = validationLoss(step);
+            event["val_loss"] = lastValLoss_;
+            telemetry_->write({{"type", "event"},
+                               {"event", "eval"},
+                               {"step", step + 1},
+                               {"val_loss", lastValLoss_}});
+            if (!c_.engine.quiet)
+                progress_ << "validation loss " << lastValLoss_ << " at step " << step + 1 << "\n";
+        }
+        telemetry_->write(std::move(event));
+        reportStep(s, tps, mfu);
+        if ((c_.train.checkpointEvery > 0 && (step + 1) % c_.train.checkpointEvery == 0) || last ||
+            stopping)
+            saveCheckpoint(step + 1);
+        if (stopping && !last) {
+            result.status = RunStatus::Interrupted;
+            result.message = stopSignal() ? "stopped by signal " + std::to_string(stopSignal())
+                                          : "stopped after " + std::to_string(c_.engine.stopAfter) +
+                                                " steps (--stop-after)";
+            telemetry_->write(
+                {{"type", "event"}, {"event", "interrupt"}, {"signal", stopSignal()}});
+            progress_ << result.message << "; resume with --resume --out " << runDir_.string()
+                      << "\n";
+            break;
+        }
+    }
+    result.finalValLoss = lastValLoss_;
+    writeSummary(result);
+    const TelemetryStats ts = telemetry_->stats();
+    telemetry_->write(
+        {{"type", "event"},
+         {"event", "end"},
+         {"status", toString(result.status)},
+         {"steps", result.stepsCompleted},
+         {"final_loss", std::isfinite(lastLoss_) ? json(lastLoss_) : json()},
+         {"telemetry", {{"written", ts.written + 1}, {"sent", ts.sent}, {"dropped", ts.dropped}}}});
+    telemetry_->flush();
+    return result;
+}
+
+} // namespace
+
+TrainResult train(const RunConfig& config, std::ostream& progress) {
+    Run run(config, progress);
+    return run.execute();
+}
+
+} // namespace shardscope

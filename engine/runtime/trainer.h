@@ -1,0 +1,42 @@
+// One training run in this process: executes the pipeline program of engine/sched for its rank,
+// op by op, writes telemetry, checkpoints and a summary into the run directory, and stops
+// cleanly on a signal or a non-finite loss.
+#pragma once
+
+#include "run_config.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace shardscope {
+
+enum class RunStatus { Completed, Interrupted, Failed };
+std::string toString(RunStatus s);
+
+struct StepRecord {
+    std::int64_t step = 0;
+    double loss = 0;
+    double gradNorm = 0;
+    double learningRate = 0;
+    double seconds = 0;
+};
+
+struct TrainResult {
+    RunStatus status = RunStatus::Completed;
+    std::string message; // why it stopped, when not completed
+    std::filesystem::path runDir;
+    std::int64_t firstStep = 0;      // 0, or the step resumed from
+    std::int64_t stepsCompleted = 0; // in the whole run, including before a resume
+    std::vector<StepRecord> steps;   // this invocation's steps
+    double finalValLoss = 0;
+    int exitCode() const { return status == RunStatus::Failed ? 3 : 0; }
+};
+
+// Throws InputError for a config the engine cannot run, bad data, an unusable run directory or
+// checkpoint; CheckpointError for a checkpoint that fails verification on resume.
+TrainResult train(const RunConfig& config, std::ostream& progress);
+
+} // namespace shardscope

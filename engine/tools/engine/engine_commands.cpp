@@ -1,0 +1,255 @@
+#include "engine_commands.h"
+
+#include "core/error.h"
+#include "core/json_io.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "runtime/checkpoint.h"
+#include "runtime/data.h"
+#include "runtime/device_memory.h"
+#include "runtime/gpt.h"
+#include "runtime/run_config.h"
+#include "runtime/trainer.h"
+#include "sched/pipeline_program.h"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+
+namespace shardscope::engine_cli {
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// Flags that override the config file's fields; unset ones leave the file alone.
+struct Overrides {
+    std::string config;
+    std::optional<std::string> out, data, dataFormat, telemetry, recompute, schedule;
+    std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
+    std::optional<double> lr, peakTflops;
+    std::optional<std::uint64_t> seed;
+    std::optional<int> microBatch, globalBatch, threads, logEvery;
+    bool quiet = false;
+
+    void addTo(CLI::App& app) {
+        app.add_option("--config,-c", config, "run config JSON: {model, parallel, train, engine}")
+            ->check(CLI::ExistingFile);
+        app.add_option("--out,-o", out, "run directory (default runs/DATE-TIME)");
+        app.add_option("--steps", steps, "optimizer steps")->check(CLI::PositiveNumber);
+        app.add_option("--warmup-steps", warmupSteps, "steps of linear learning-rate warmup")
+            ->check(CLI::NonNegativeNumber);
+        app.add_option("--lr", lr, "peak learning rate")->check(CLI::PositiveNumber);
+        app.add_option("--seed", seed, "seed for weights and data order");
+        app.add_option("--data", data, "token file (nanoGPT .bin, llm.c .bin) or text file");
+        app.add_option("--data-format", dataFormat, "auto, nanogpt, llmc, text or synthetic");
+        app.add_option("--micro-batch", microBatch, "sequences per microbatch")
+            ->check(CLI::PositiveNumber);
+        app.add_option("--global-batch", globalBatch, "sequences per optimizer step")
+            ->check(CLI::PositiveNumber);
+        app.add_option("--recompute", recompute, "activation recompute: none, selective, full");
+        app.add_option("--schedule", schedule,
+                       "pipeline schedule: naive, gpipe, 1f1b, interleaved, zero-bubble");
+        app.add_option("--threads", threads, "CPU threads (default: one per core)")
+            ->check(CLI::NonNegativeNumber);
+        app.add_option("--peak-tflops", peakTflops, "peak TFLOP/s that MFU is measured against")
+            ->check(CLI::PositiveNumber);
+        app.add_option("--checkpoint-every", checkpointEvery, "steps between checkpoints")
+            ->check(CLI::NonNegativeNumber);
+        app.add_option("--eval-every", evalEvery, "steps between validation passes")
+            ->check(CLI::NonNegativeNumber);
+        app.add_option("--log-every", logEvery, "steps between progress lines")
+            ->check(CLI::PositiveNumber);
+        app.add_flag("--quiet,-q", quiet, "no progress lines");
+    }
+
+    RunConfig resolve() const {
+        RunConfig c = config.empty() ? defaultRunConfig() : runConfigFromJson(readJsonFile(config));
+        if (out)
+            c.engine.runDir = *out;
+        if (steps)
+            c.train.steps = *steps;
+        if (warmupSteps)
+            c.train.warmupSteps = *warmupSteps;
+        if (lr)
+            c.train.learningRate = *lr;
+        if (seed)
+            c.train.seed = *seed;
+        if (data) {
+            c.train.dataPath = *data;
+            if (!dataFormat && c.train.dataFormat == "synthetic")
+                c.train.dataFormat = "auto";
+        }
+        if (dataFormat)
+            c.train.dataFormat = *dataFormat;
+        if (microBatch)
+            c.parallel.microBatch = *microBatch;
+        if (globalBatch)
+            c.parallel.globalBatch = *globalBatch;
+        if (recompute)
+            c.parallel.recompute = recomputeFromString(*recompute);
+        if (schedule)
+            c.parallel.schedule = scheduleFromString(*schedule);
+        if (threads)
+            c.engine.threads = *threads;
+        if (telemetry)
+            c.engine.telemetry = *telemetry;
+        if (peakTflops)
+            c.engine.peakFlops = *peakTflops * 1e12;
+        if (checkpointEvery)
+            c.train.checkpointEvery = *checkpointEvery;
+        if (evalEvery)
+            c.train.evalEvery = *evalEvery;
+        if (logEvery)
+            c.engine.logEvery = *logEvery;
+        if (stopAfter)
+            c.engine.stopAfter = *stopAfter;
+        c.engine.quiet = quiet;
+        return c;
+    }
+};
+
+void writeFile(const fs::path& path, const void* data, std::size_t bytes) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+    if (!f)
+        throw InputError("cannot write " + path.string());
+}
+
+// One optimizer step's forward and backward on step 0's batch, with everything written out.
+void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
+    for (const std::string& p : engineProblems(c))
+        throw InputError("the run config cannot be trained: " + p);
+    auto ops = kernels::makeCpuOps(c.engine.threads);
+    DeviceAllocator memory(*ops);
+    GptModel model(c.model, c.parallel.microBatch, *ops, memory, c.parallel.recompute,
+                   !c.parallel.flashAttention);
+    model.initialize(c.train.seed);
+    const auto data = Dataset::open(dataSpecOf(c));
+
+    const int B = c.parallel.microBatch, T = c.model.seqLen, m = c.parallel.microbatches();
+    const std::size_t N = std::size_t(B) * std::size_t(T);
+    std::vector<std::int32_t> inputs(N * std::size_t(m)), targets(inputs.size());
+    std::vector<float> logits;
+    double lossSum = 0;
+    model.zeroGradients();
+    const float scale = 1.0f / static_cast<float>(double(N) * m);
+    for (int mb = 0; mb < m; ++mb) {
+        MicrobatchState state;
+        std::int32_t* in = inputs.data() + std::size_t(mb) * N;
+        std::int32_t* tg = targets.data() + std::size_t(mb) * N;
+        data->batch(Split::Train, 0, mb, B, in, tg);
+        lossSum += model.forward(state, in, tg, scale, nullptr, mb == 0 ? &logits : nullptr);
+        model.backward(state, false, nullptr);
+    }
+    fs::create_directories(dir);
+    const std::size_t P = model.parameterCount();
+    std::vector<float> host(P);
+    ops->copyToHost(host.data(), model.parameters(), P * sizeof(float));
+    writeFile(dir / "params.f32", host.data(), P * sizeof(float));
+    ops->copyToHost(host.data(), model.gradients(), P * sizeof(float));
+    writeFile(dir / "grads.f32", host.data(), P * sizeof(float));
+    writeFile(dir / "inputs.i32", inputs.data(), inputs.size() * sizeof(std::int32_t));
+    writeFile(dir / "targets.i32", targets.data(), targets.size() * sizeof(std::int32_t));
+    writeFile(dir / "logits.f32", logits.data(), logits.size() * sizeof(float));
+    json tensors = json::array();
+    for (const ParameterTensor& t : model.tensors())
+        tensors.push_back({{"name", t.name}, {"offset", t.offset}, {"shape", t.shape}});
+    const json meta{{"config", toJson(c)}, {"tensors", tensors},
+                    {"microbatches", m},   {"batch", B},
+                    {"seq_len", T},        {"loss", lossSum / (double(N) * m)}};
+    std::ofstream(dir / "meta.json") << meta.dump(2) << "\n";
+    out << "wrote " << dir.string() << ": " << P << " parameters, loss "
+        << meta["loss"].get<double>() << "\n";
+}
+
+} // namespace
+
+int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
+    CLI::App app{"shardscope-engine: trains a GPT on this machine and writes telemetry, "
+                 "checkpoints and a summary into a run directory"};
+    app.require_subcommand(1);
+    Overrides trainFlags, dumpFlags;
+    std::optional<std::string> resume;
+    bool printConfig = false;
+    CLI::App* trainCmd = app.add_subcommand("train", "train a model (the embedded default "
+                                                     "when no --config is given)");
+    trainFlags.addTo(*trainCmd);
+    trainCmd->add_option("--telemetry", trainFlags.telemetry,
+                         "also stream telemetry to a collector at tcp://HOST:PORT");
+    trainCmd
+        ->add_option("--resume", resume,
+                     "continue the run in --out from its latest checkpoint, or from the "
+                     "checkpoint directory given")
+        ->expected(0, 1)
+        ->default_str("");
+    trainCmd
+        ->add_option("--stop-after", trainFlags.stopAfter,
+                     "stop cleanly (checkpoint, exit 0) after this many steps")
+        ->check(CLI::PositiveNumber);
+    trainCmd->add_flag("--print-config", printConfig,
+                       "print the resolved run config as JSON and exit");
+    CLI::App* dumpCmd = app.add_subcommand(
+        "dump", "write one step's weights, batch, logits, loss and gradients (for checks)");
+    dumpFlags.addTo(*dumpCmd);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        out << app.help(e.get_name() == "--help" && trainCmd->parsed() ? "train" : "");
+        return 0;
+    } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() == 0) {
+            out << app.help();
+            return 0;
+        }
+        err << "shardscope-engine: " << e.what() << "\nRun with --help for usage.\n";
+        return 2;
+    }
+
+    try {
+        if (dumpCmd->parsed()) {
+            const RunConfig c = dumpFlags.resolve();
+            if (!dumpFlags.out)
+                throw InputError("dump needs --out DIR");
+            dump(c, *dumpFlags.out, out);
+            return 0;
+        }
+        RunConfig c = trainFlags.resolve();
+        if (trainCmd->count("--resume") > 0) {
+            c.engine.resume = true;
+            c.engine.resumeFrom = resume.value_or("");
+            if (!trainFlags.out && c.engine.runDir.empty()) {
+                if (c.engine.resumeFrom.empty())
+                    throw InputError("--resume needs the run directory: add --out DIR");
+                // A checkpoint path names its run: DIR/checkpoints/step-N.
+                c.engine.runDir = fs::path(c.engine.resumeFrom).parent_path().parent_path();
+            }
+        }
+        if (printConfig) {
+            out << toJson(c).dump(2) << "\n";
+            return 0;
+        }
+        const TrainResult r = train(c, out);
+        if (r.status == RunStatus::Failed)
+            err << "shardscope-engine: " << r.message << "\n";
+        else
+            out << "run " << toString(r.status) << ": " << r.stepsCompleted << " steps, "
+                << r.runDir.string() << "/summary.json\n";
+        return r.exitCode();
+    } catch (const InputError& e) {
+        err << "shardscope-engine: " << e.what() << "\n";
+        return 2;
+    } catch (const CheckpointError& e) {
+        err << "shardscope-engine: " << e.what() << "\n";
+        return 4;
+    } catch (const std::exception& e) {
+        err << "shardscope-engine: error: " << e.what() << "\n";
+        return 1;
+    }
+}
+
+} // namespace shardscope::engine_cli

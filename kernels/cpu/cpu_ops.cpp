@@ -1,0 +1,454 @@
+#include "cpu_ops.h"
+
+#include <algorithm>
+#include <bit>
+#include <cblas.h>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <numbers>
+#include <omp.h>
+#include <thread>
+#include <vector>
+
+namespace shardscope::kernels {
+
+namespace {
+
+using std::size_t;
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr std::size_t kAlignment = 64;
+
+std::ptrdiff_t sz(size_t n) {
+    return static_cast<std::ptrdiff_t>(n);
+}
+
+// exp(x) with about 1 ulp of error, written so that loops calling it vectorise (libm's expf
+// is a scalar call): x = n ln2 + r with |r| <= ln2/2, exp(r) by its degree-6 Taylor polynomial
+// (error r^7/7! < 1.3e-7), scaled by 2^n built in the exponent bits.
+inline float expApprox(float x) {
+    x = std::min(std::max(x, -87.0f), 88.0f);
+    constexpr float kRound = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
+    const float n = (x * 1.44269504088896341f + kRound) - kRound;
+    const float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+}
+
+inline float tanhApprox(float u) {
+    return 1.0f - 2.0f / (1.0f + expApprox(2.0f * u));
+}
+
+// Row t of a causal softmax over scores s[0..T): entries j <= t normalised, the rest zero. The
+// forward and the recomputing backward both call this on the same scores, so a recomputed row
+// is bit-identical to a stored one.
+void causalSoftmaxRow(float* row, int t, int T) {
+    float maxval = row[0];
+    for (int j = 1; j <= t; ++j)
+        maxval = std::max(maxval, row[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= t; ++j) {
+        row[j] = expApprox(row[j] - maxval);
+        sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j <= t; ++j)
+        row[j] *= inv;
+    std::fill(row + t + 1, row + T, 0.0f);
+}
+
+// P = causal softmax(scale Q K^T) for one (batch, head): GEMM, then the rows in parallel.
+void attentionProbabilities(float* P, const float* q, const float* k, int T, int hs, int ld) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ld, k, ld, 0.0f, P, T);
+#pragma omp parallel for
+    for (int t = 0; t < T; ++t)
+        causalSoftmaxRow(P + size_t(t) * size_t(T), t, T);
+}
+
+class CpuOps final : public Ops {
+public:
+    explicit CpuOps(int threads) : threads_(threads) {}
+
+    std::string name() const override {
+        return std::string("cpu (") + openblas_get_config() + ", " + std::to_string(threads_) +
+               " threads)";
+    }
+
+    void* allocate(size_t bytes) override {
+        const size_t rounded =
+            (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+        void* p = std::aligned_alloc(kAlignment, rounded);
+        if (!p)
+            throw std::bad_alloc();
+        return p;
+    }
+    void release(void* p, size_t) override { std::free(p); }
+    void copyToDevice(void* dst, const void* src, size_t bytes) override {
+        std::memcpy(dst, src, bytes);
+    }
+    void copyToHost(void* dst, const void* src, size_t bytes) override {
+        std::memcpy(dst, src, bytes);
+    }
+    void copy(float* dst, const float* src, size_t n) override {
+        std::memcpy(dst, src, n * sizeof(float));
+    }
+    void zero(float* x, size_t n) override { std::memset(x, 0, n * sizeof(float)); }
+
+    void embeddingForward(float* out, const std::int32_t* tokens, const float* wte,
+                          const float* wpe, int B, int T, int C) override {
+#pragma omp parallel for
+        for (int bt = 0; bt < B * T; ++bt) {
+            const float* e = wte + size_t(tokens[bt]) * size_t(C);
+            const float* p = wpe + size_t(bt % T) * size_t(C);
+            float* o = out + size_t(bt) * size_t(C);
+            for (int i = 0; i < C; ++i)
+                o[i] = e[i] + p[i];
+        }
+    }
+
+    void embeddingBackwardAccumulate(float* dwte, float* dwpe, const float* dout,
+                                     const std::int32_t* tokens, int B, int T, int C) override {
+        // Channels are split across threads, so rows sharing a token never race.
+#pragma omp parallel
+        {
+            const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+            const int lo = C * id / nt, hi = C * (id + 1) / nt;
+            for (int bt = 0; bt < B * T; ++bt) {
+                const float* d = dout + size_t(bt) * size_t(C);
+                float* e = dwte + size_t(tokens[bt]) * size_t(C);
+                float* p = dwpe + size_t(bt % T) * size_t(C);
+                for (int i = lo; i < hi; ++i) {
+                    e[i] += d[i];
+                    p[i] += d[i];
+                }
+            }
+        }
+    }
+
+    void layerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                          const float* weight, const float* bias, int N, int C) override {
+#pragma omp parallel for
+        for (int n = 0; n < N; ++n) {
+            const float* x = inp + size_t(n) * size_t(C);
+            float m = 0.0f;
+#pragma omp simd reduction(+ : m)
+            for (int i = 0; i < C; ++i)
+                m += x[i];
+            m /= static_cast<float>(C);
+            float var = 0.0f;
+#pragma omp simd reduction(+ : var)
+            for (int i = 0; i < C; ++i)
+                var += (x[i] - m) * (x[i] - m);
+            var /= static_cast<float>(C);
+            const float s = 1.0f / std::sqrt(var + kLayerNormEps);
+            float* o = out + size_t(n) * size_t(C);
+            for (int i = 0; i < C; ++i)
+                o[i] = (x[i] - m) * s * weight[i] + bias[i];
+            mean[n] = m;
+            rstd[n] = s;
+        }
+    }
+
+    void layerNormBackwardAccumulate(float* dinp, float* dweight, float* dbias, const float* dout,
+                                     const float* inp, const float* weight, const float* mean,
+                                     const float* rstd, int N, int C) override {
+        // Rows in parallel for dinp; the weight gradients reduce per thread, then sum in order
+        // of thread id so the result does not depend on scheduling.
+        const int nt = threads_;
+        std::vector<float>& partial = scratch(size_t(nt) * 2 * size_t(C));
+        std::fill(partial.begin(), partial.end(), 0.0f);
+#pragma omp parallel num_threads(nt)
+        {
+            const int id = omp_get_thread_num(), team = omp_get_num_threads();
+            float* dw = partial.data() + size_t(id) * 2 * size_t(C);
+            float* db = dw + C;
+            const int lo = int(std::int64_t(N) * id / team),
+                      hi = int(std::int64_t(N) * (id + 1) / team);
+            for (int n = lo; n < hi; ++n) {
+                const float* x = inp + size_t(n) * size_t(C);
+                const float* d = dout + size_t(n) * size_t(C);
+                const float m = mean[n], s = rstd[n];
+                float dnormMean = 0.0f, dnormNormMean = 0.0f;
+                for (int i = 0; i < C; ++i) {
+                    const float xhat = (x[i] - m) * s;
+                    const float dnorm = weight[i] * d[i];
+                    dnormMean += dnorm;
+                    dnormNormMean += dnorm * xhat;
+                    db[i] += d[i];
+                    dw[i] += xhat * d[i];
+                }
+                dnormMean /= static_cast<float>(C);
+                dnormNormMean /= static_cast<float>(C);
+                float* dx = dinp + size_t(n) * size_t(C);
+                for (int i = 0; i < C; ++i) {
+                    const float xhat = (x[i] - m) * s;
+                    dx[i] += (weight[i] * d[i] - dnormMean - xhat * dnormNormMean) * s;
+                }
+            }
+        }
+        for (int id = 0; id < nt; ++id) {
+            const float* dw = partial.data() + size_t(id) * 2 * size_t(C);
+            for (int i = 0; i < C; ++i) {
+                dweight[i] += dw[i];
+                dbias[i] += dw[C + i];
+            }
+        }
+    }
+
+    void matmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                       int C, int OC) override {
+        if (bias) {
+#pragma omp parallel for
+            for (int n = 0; n < N; ++n)
+                std::memcpy(out + size_t(n) * size_t(OC), bias, size_t(OC) * sizeof(float));
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
+                    bias ? 1.0f : 0.0f, out, OC);
+    }
+
+    void matmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int C,
+                             int OC, bool accumulate) override {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                    accumulate ? 1.0f : 0.0f, dinp, C);
+    }
+
+    void matmulBackwardWeightAccumulate(float* dweight, float* dbias, const float* dout,
+                                        const float* inp, int N, int C, int OC) override {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                    dweight, C);
+        if (!dbias)
+            return;
+            // Each thread owns a slice of columns and walks the rows in order: contiguous reads.
+#pragma omp parallel
+        {
+            const int team = omp_get_num_threads(), id = omp_get_thread_num();
+            const int lo = OC * id / team, hi = OC * (id + 1) / team;
+            for (int n = 0; n < N; ++n) {
+                const float* row = dout + size_t(n) * size_t(OC);
+#pragma omp simd
+                for (int o = lo; o < hi; ++o)
+                    dbias[o] += row[o];
+            }
+        }
+    }
+
+    // Per (batch, head): P = softmax(Q K^T / sqrt(hs)) masked causally, O = P V, as GEMMs.
+    void attentionForward(float* out, float* probs, const float* qkv, int B, int T, int C,
+                          int NH) override {
+        const int hs = C / NH, ld = 3 * C;
+        const size_t TT = size_t(T) * size_t(T);
+        float* scratchP = probs ? nullptr : scratch(TT).data();
+        for (int b = 0; b < B; ++b)
+            for (int h = 0; h < NH; ++h) {
+                const float* q = qkv + size_t(b) * size_t(T) * size_t(ld) + size_t(h) * size_t(hs);
+                float* P = probs ? probs + (size_t(b) * size_t(NH) + size_t(h)) * TT : scratchP;
+                attentionProbabilities(P, q, q + C, T, hs, ld);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, P, T,
+                            q + 2 * C, ld, 0.0f,
+                            out + size_t(b) * size_t(T) * size_t(C) + size_t(h) * size_t(hs), C);
+            }
+    }
+
+    // dP = dO V^T, dS = P (dP - rowsum(P dP)) / sqrt(hs), dQ = dS K, dK = dS^T Q, dV = P^T dO.
+    void attentionBackward(float* dqkv, const float* dout, const float* qkv, const float* probs,
+                           int B, int T, int C, int NH) override {
+        const int hs = C / NH, ld = 3 * C;
+        const size_t TT = size_t(T) * size_t(T);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+        float* work = scratch(2 * TT).data();
+        float* dP = work;
+        float* recomputed = work + TT;
+        for (int b = 0; b < B; ++b)
+            for (int h = 0; h < NH; ++h) {
+                const size_t off = size_t(b) * size_t(T) * size_t(ld) + size_t(h) * size_t(hs);
+                const float* q = qkv + off;
+                const float* P =
+                    probs ? probs + (size_t(b) * size_t(NH) + size_t(h)) * TT : recomputed;
+                if (!probs)
+                    attentionProbabilities(recomputed, q, q + C, T, hs, ld);
+                const float* dO = dout + size_t(b) * size_t(T) * size_t(C) + size_t(h) * size_t(hs);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dO, C,
+                            q + 2 * C, ld, 0.0f, dP, T);
+#pragma omp parallel for
+                for (int t = 0; t < T; ++t) {
+                    const float* p = P + size_t(t) * size_t(T);
+                    float* d = dP + size_t(t) * size_t(T);
+                    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                    for (int j = 0; j <= t; ++j)
+                        dot += p[j] * d[j];
+#pragma omp simd
+                    for (int j = 0; j < T; ++j)
+                        d[j] = p[j] * (d[j] - dot) * scale;
+                }
+                float* dq = dqkv + off;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dP, T, q + C,
+                            ld, 0.0f, dq, ld);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dP, T, q, ld,
+                            0.0f, dq + C, ld);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, dO, C,
+                            0.0f, dq + 2 * C, ld);
+            }
+    }
+
+    void geluForward(float* out, const float* inp, size_t n) override {
+        const float s = std::sqrt(2.0f / std::numbers::pi_v<float>);
+#pragma omp parallel for simd
+        for (std::ptrdiff_t i = 0; i < sz(n); ++i) {
+            const float x = inp[i];
+            out[i] = 0.5f * x * (1.0f + tanhApprox(s * (x + 0.044715f * x * x * x)));
+        }
+    }
+
+    void geluBackward(float* dinp, const float* inp, const float* dout, size_t n) override {
+        const float s = std::sqrt(2.0f / std::numbers::pi_v<float>);
+#pragma omp parallel for simd
+        for (std::ptrdiff_t i = 0; i < sz(n); ++i) {
+            const float x = inp[i];
+            const float u = s * (x + 0.044715f * x * x * x);
+            const float th = tanhApprox(u);
+            const float sech2 = 1.0f - th * th;
+            const float grad =
+                0.5f * (1.0f + th) + 0.5f * x * sech2 * s * (1.0f + 3.0f * 0.044715f * x * x);
+            dinp[i] = grad * dout[i];
+        }
+    }
+
+    void add(float* out, const float* a, const float* b, size_t n) override {
+#pragma omp parallel for simd
+        for (std::ptrdiff_t i = 0; i < sz(n); ++i)
+            out[i] = a[i] + b[i];
+    }
+
+    void addInPlace(float* x, const float* y, size_t n) override {
+#pragma omp parallel for simd
+        for (std::ptrdiff_t i = 0; i < sz(n); ++i)
+            x[i] += y[i];
+    }
+
+    double crossEntropyForwardBackward(float* logits, const std::int32_t* targets, int N, int V,
+                                       float gradScale) override {
+        double total = 0.0;
+#pragma omp parallel for reduction(+ : total)
+        for (int n = 0; n < N; ++n) {
+            float* row = logits + size_t(n) * size_t(V);
+            float maxval = -std::numeric_limits<float>::infinity();
+            for (int i = 0; i < V; ++i)
+                maxval = std::max(maxval, row[i]);
+            double sum = 0.0;
+            for (int i = 0; i < V; ++i) {
+                row[i] = expApprox(row[i] - maxval);
+                sum += double(row[i]);
+            }
+            const int target = targets[n];
+            const float inv = static_cast<float>(1.0 / sum);
+            total += -std::log(double(row[target]) / sum);
+            for (int i = 0; i < V; ++i)
+                row[i] = row[i] * inv * gradScale;
+            row[target] -= gradScale;
+        }
+        return total;
+    }
+
+    double sumOfSquares(const float* x, size_t n) override {
+        double total = 0.0;
+#pragma omp parallel for reduction(+ : total)
+        for (std::ptrdiff_t i = 0; i < sz(n); ++i)
+            total += double(x[i]) * double(x[i]);
+        return total;
+    }
+
+    void adamwUpdate(float* param, const float* grad, float* m, float* v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weightDecay, float gradScale,
+                     int t) override {
+        const float c1 = 1.0f - std::pow(beta1, static_cast<float>(t));
+        const float c2 = 1.0f - std::pow(beta2, static_cast<float>(t));
+#pragma omp parallel for simd
+        for (std::ptrdiff_t i = 0; i < sz(n); ++i) {
+            const float g = grad[i] * gradScale;
+            m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+            v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+            const float mhat = m[i] / c1, vhat = v[i] / c2;
+            param[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + weightDecay * param[i]);
+        }
+    }
+
+private:
+    std::vector<float>& scratch(size_t n) {
+        if (scratch_.size() < n)
+            scratch_.resize(n);
+        return scratch_;
+    }
+    int threads_;
+    std::vector<float> scratch_;
+};
+
+} // namespace
+
+int cpuCores() {
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+namespace {
+
+// The highest clock the kernel reports for cpu0, in GHz; /proc/cpuinfo's current clock otherwise.
+double cpuGigahertz() {
+    if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", "r")) {
+        double khz = 0;
+        const int n = std::fscanf(f, "%lf", &khz);
+        std::fclose(f);
+        if (n == 1 && khz > 0)
+            return khz / 1e6;
+    }
+    std::ifstream info("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(info, line))
+        if (line.starts_with("cpu MHz"))
+            if (const auto colon = line.find(':'); colon != std::string::npos)
+                return std::atof(line.c_str() + colon + 1) / 1e3;
+    return 0;
+}
+
+} // namespace
+
+PeakFlops estimateCpuPeakFlops(int threads) {
+    const int n = threads > 0 ? threads : cpuCores();
+    __builtin_cpu_init();
+    int lanes = 4, fmaUnits = 1;
+    std::string isa = "SSE";
+    if (__builtin_cpu_supports("avx512f")) {
+        lanes = 16, fmaUnits = 2, isa = "AVX-512";
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        lanes = 8, fmaUnits = 2, isa = "AVX2";
+    }
+    const int perCycle = lanes * fmaUnits * 2; // an FMA is two FLOPs
+    const double ghz = cpuGigahertz();
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "%d cores x %.2f GHz x %d FLOP/cycle (%s: %d FMA units x %d fp32 lanes x 2)", n,
+                  ghz, perCycle, isa.c_str(), fmaUnits, lanes);
+    return {double(n) * ghz * 1e9 * perCycle, text};
+}
+
+std::unique_ptr<Ops> makeCpuOps(int threads) {
+    const int n = threads > 0 ? threads : cpuCores();
+    openblas_set_num_threads(n);
+    omp_set_num_threads(n);
+    return std::make_unique<CpuOps>(n);
+}
+
+} // namespace shardscope::kernels

@@ -1,0 +1,83 @@
+// The operators a GPT training step is made of, behind one interface. The model code calls only
+// these, on pointers the backend allocated, so the same model runs on any backend: kernels/cpu
+// (OpenBLAS and vectorised loops) now, kernels/cuda next. All tensors are fp32, row-major and
+// contiguous; shapes are given in the names (B batch, T sequence, C channels, NH heads, V
+// vocabulary, N = B*T rows, OC output channels). Functions named ...Accumulate add into their
+// outputs, so gradients of several microbatches sum in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace shardscope::kernels {
+
+class Ops {
+public:
+    virtual ~Ops() = default;
+    virtual std::string name() const = 0; // "cpu (OpenBLAS 0.3.21, 2 threads)"
+
+    // ---- memory: device buffers, and the copies and fills a step needs
+    virtual void* allocate(std::size_t bytes) = 0; // never returns null: throws std::bad_alloc
+    virtual void release(void* p, std::size_t bytes) = 0;
+    virtual void copyToDevice(void* dst, const void* src, std::size_t bytes) = 0;
+    virtual void copyToHost(void* dst, const void* src, std::size_t bytes) = 0;
+    virtual void copy(float* dst, const float* src, std::size_t n) = 0;
+    virtual void zero(float* x, std::size_t n) = 0;
+
+    // ---- embedding: out[N,C] = wte[token] + wpe[t]
+    virtual void embeddingForward(float* out, const std::int32_t* tokens, const float* wte,
+                                  const float* wpe, int B, int T, int C) = 0;
+    virtual void embeddingBackwardAccumulate(float* dwte, float* dwpe, const float* dout,
+                                             const std::int32_t* tokens, int B, int T, int C) = 0;
+
+    // ---- layer norm over C, eps 1e-5; mean and rstd [N] are kept for the backward
+    virtual void layerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                                  const float* weight, const float* bias, int N, int C) = 0;
+    // dinp += ..., dweight += ..., dbias += ...
+    virtual void layerNormBackwardAccumulate(float* dinp, float* dweight, float* dbias,
+                                             const float* dout, const float* inp,
+                                             const float* weight, const float* mean,
+                                             const float* rstd, int N, int C) = 0;
+
+    // ---- linear layer, PyTorch's layout: out[N,OC] = inp[N,C] weight[OC,C]^T + bias[OC]
+    virtual void matmulForward(float* out, const float* inp, const float* weight, const float* bias,
+                               int N, int C, int OC) = 0;
+    // dinp[N,C] = dout[N,OC] weight[OC,C] (overwrites; accumulate = true adds instead)
+    virtual void matmulBackwardInput(float* dinp, const float* dout, const float* weight, int N,
+                                     int C, int OC, bool accumulate) = 0;
+    // dweight[OC,C] += dout^T inp, dbias[OC] += column sums of dout (bias may be null)
+    virtual void matmulBackwardWeightAccumulate(float* dweight, float* dbias, const float* dout,
+                                                const float* inp, int N, int C, int OC) = 0;
+
+    // ---- causal multi-head attention on qkv[B,T,3C] (q, k, v each [B,T,NH,C/NH]) -> out[B,T,C].
+    // probs[B,NH,T,T] keeps the softmax for the backward; when null it is not stored and the
+    // backward recomputes each row with the same code, so results are bit-identical.
+    virtual void attentionForward(float* out, float* probs, const float* qkv, int B, int T, int C,
+                                  int NH) = 0;
+    // dqkv[B,T,3C] = gradient (overwrites)
+    virtual void attentionBackward(float* dqkv, const float* dout, const float* qkv,
+                                   const float* probs, int B, int T, int C, int NH) = 0;
+
+    // ---- GELU, tanh approximation (GPT-2)
+    virtual void geluForward(float* out, const float* inp, std::size_t n) = 0;
+    virtual void geluBackward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
+
+    // ---- out = a + b, and x += y
+    virtual void add(float* out, const float* a, const float* b, std::size_t n) = 0;
+    virtual void addInPlace(float* x, const float* y, std::size_t n) = 0;
+
+    // ---- loss: logits[N,V] become dloss/dlogits * gradScale in place (softmax - onehot);
+    // returns the sum over rows of -log softmax(logits)[target].
+    virtual double crossEntropyForwardBackward(float* logits, const std::int32_t* targets, int N,
+                                               int V, float gradScale) = 0;
+
+    // ---- optimizer
+    virtual double sumOfSquares(const float* x, std::size_t n) = 0;
+    // AdamW with bias correction at step t (1-based); weightDecay already 0 for excluded tensors.
+    virtual void adamwUpdate(float* param, const float* grad, float* m, float* v, std::size_t n,
+                             float lr, float beta1, float beta2, float eps, float weightDecay,
+                             float gradScale, int t) = 0;
+};
+
+} // namespace shardscope::kernels

@@ -1,0 +1,71 @@
+// Small GPT configs and helpers shared by the engine tests.
+#pragma once
+
+#include "core/model_spec.h"
+#include "runtime/run_config.h"
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <unistd.h>
+
+namespace shardscope::testing {
+
+inline ModelSpec tinyGpt(int layers = 2, int hidden = 16, int heads = 2, int vocab = 23,
+                         int seq = 8) {
+    RunConfig c = defaultRunConfig();
+    ModelSpec m = c.model;
+    m.name = "test GPT";
+    m.layers = layers;
+    m.hidden = hidden;
+    m.heads = heads;
+    m.kvHeads = heads;
+    m.ffnHidden = 4 * hidden;
+    m.vocab = vocab;
+    m.seqLen = seq;
+    m.maxPositions = seq;
+    return m;
+}
+
+inline RunConfig tinyRun(const std::filesystem::path& dir, int steps = 6) {
+    RunConfig c = defaultRunConfig();
+    c.model = tinyGpt(2, 32, 4, 32, 16);
+    c.parallel.microBatch = 4;
+    c.parallel.globalBatch = 8;
+    c.train.steps = steps;
+    c.train.warmupSteps = steps > 2 ? 2 : 0;
+    c.train.learningRate = 3e-3;
+    c.train.minLearningRate = 3e-4;
+    c.train.evalEvery = 0;
+    c.train.checkpointEvery = 0;
+    c.engine.runDir = dir.string();
+    c.engine.threads = 2;
+    c.engine.quiet = true;
+    return c;
+}
+
+// A directory under the system temp dir, removed with everything in it at the end of scope.
+class TempDir {
+public:
+    TempDir() {
+        static std::atomic<int> counter{0};
+        path_ = std::filesystem::temp_directory_path() /
+                ("shardscope-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
+                 "-" + std::to_string(std::random_device{}()));
+        std::filesystem::create_directories(path_);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::filesystem::path& path() const { return path_; }
+    std::filesystem::path operator/(const std::string& s) const { return path_ / s; }
+
+private:
+    std::filesystem::path path_;
+};
+
+} // namespace shardscope::testing

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Checks shardscope-engine's GPT against PyTorch (Debian's python3-torch, CPU).
+
+Runs `shardscope-engine dump` on a small config, builds the same GPT-2 in PyTorch from the
+engine's own initial weights and batch, and compares logits, loss and every parameter gradient
+in float64 (so the comparison measures the engine's fp32 error, not PyTorch's). Exits 0 when all
+match within the tolerance, 1 with the worst offenders otherwise, and 77 (CTest's skip code)
+when torch is not installed.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # pragma: no cover
+    print(f"SKIP: PyTorch is not installed ({e}); install python3-torch to run this check")
+    sys.exit(77)
+
+RTOL = 1e-5  # relative to the tensor's largest magnitude (max |a-b| / max |b|)
+
+
+def load(path, dtype, shape=None):
+    a = np.fromfile(path, dtype=dtype)
+    return a if shape is None else a.reshape(shape)
+
+
+def gpt_forward(p, cfg, idx):
+    """GPT-2 forward in float64: learned positions, pre-LN, tanh GELU, causal MHA."""
+    L, C, NH = cfg["layers"], cfg["hidden"], cfg["heads"]
+    B, T = idx.shape
+    x = p["wte"][idx] + p["wpe"][:T]
+    for l in range(L):
+        q = lambda n: p[f"h.{l}.{n}"]
+        h = F.layer_norm(x, (C,), q("ln_1.weight"), q("ln_1.bias"), eps=1e-5)
+        qkv = h @ q("attn.qkv.weight").T + q("attn.qkv.bias")
+        qq, kk, vv = qkv.split(C, dim=2)
+        heads = lambda t: t.view(B, T, NH, C // NH).transpose(1, 2)
+        att = (heads(qq) @ heads(kk).transpose(-2, -1)) / (C // NH) ** 0.5
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ heads(vv)).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ q("attn.proj.weight").T + q("attn.proj.bias")
+        h = F.layer_norm(x, (C,), q("ln_2.weight"), q("ln_2.bias"), eps=1e-5)
+        h = F.gelu(h @ q("mlp.fc.weight").T + q("mlp.fc.bias"), approximate="tanh")
+        x = x + h @ q("mlp.proj.weight").T + q("mlp.proj.bias")
+    x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps=1e-5)
+    head = p["lm_head.weight"] if "lm_head.weight" in p else p["wte"]
+    return x @ head.T
+
+
+def compare(name, got, want, failures):
+    scale = max(float(np.abs(want).max()), 1e-30)
+    err = float(np.abs(got - want).max()) / scale
+    status = "ok" if err <= RTOL else "FAIL"
+    print(f"{status:4} {name:28} max|diff|/max|ref| = {err:.2e}")
+    if err > RTOL:
+        failures.append((name, err))
+
+
+def main():
+    engine, config = sys.argv[1], sys.argv[2]
+    extra = sys.argv[3:]
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([engine, "dump", "--config", config, "--out", out, *extra], check=True)
+        meta = json.load(open(os.path.join(out, "meta.json")))
+        cfg = meta["config"]["model"]
+        m, B, T = meta["microbatches"], meta["batch"], meta["seq_len"]
+        flat = load(os.path.join(out, "params.f32"), np.float32)
+        grads = load(os.path.join(out, "grads.f32"), np.float32)
+        inputs = load(os.path.join(out, "inputs.i32"), np.int32, (m, B, T))
+        targets = load(os.path.join(out, "targets.i32"), np.int32, (m, B, T))
+        logits_engine = load(os.path.join(out, "logits.f32"), np.float32, (B, T, cfg["vocab"]))
+
+        params = {}
+        for t in meta["tensors"]:
+            n = int(np.prod(t["shape"]))
+            params[t["name"]] = torch.tensor(
+                flat[t["offset"]:t["offset"] + n].reshape(t["shape"]), dtype=torch.float64,
+                requires_grad=True)
+
+        total = 0.0
+        logits0 = None
+        for mb in range(m):
+            logits = gpt_forward(params, cfg, torch.tensor(inputs[mb], dtype=torch.long))
+            if mb == 0:
+                logits0 = logits.detach().numpy()
+            loss = F.cross_entropy(logits.view(-1, cfg["vocab"]),
+                                   torch.tensor(targets[mb], dtype=torch.long).view(-1))
+            (loss / m).backward()
+            total += loss.item() / m
+
+        failures = []
+        compare("logits (microbatch 0)", logits_engine, logits0, failures)
+        compare("loss", np.array([meta["loss"]]), np.array([total]), failures)
+        for t in meta["tensors"]:
+            n = int(np.prod(t["shape"]))
+            g = grads[t["offset"]:t["offset"] + n].reshape(t["shape"])
+            compare("grad " + t["name"], g, params[t["name"]].grad.numpy(), failures)
+        if failures:
+            print(f"{len(failures)} tensors differ from PyTorch by more than {RTOL}")
+            return 1
+        print(f"engine matches PyTorch {torch.__version__}: logits, loss and "
+              f"{len(meta['tensors'])} gradients within {RTOL} (loss {meta['loss']:.6f})")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+#include "engine/engine_commands.h"
+#include "engine_test_support.h"
+
+#include <arpa/inet.h>
+#include <csignal>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace shardscope {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+
+struct Outcome {
+    int code;
+    std::string out, err;
+};
+
+Outcome run(std::vector<std::string> args) {
+    args.insert(args.begin(), "shardscope-engine");
+    std::vector<char*> argv;
+    for (std::string& a : args)
+        argv.push_back(a.data());
+    std::ostringstream out, err;
+    const int code = engine_cli::runEngine(int(argv.size()), argv.data(), out, err);
+    return {code, out.str(), err.str()};
+}
+
+std::string writeConfig(const TempDir& dir, const json& j) {
+    static int count = 0;
+    const auto path = dir / ("run-" + std::to_string(count++) + ".json");
+    std::ofstream(path) << j.dump();
+    return path.string();
+}
+
+json smallConfig() {
+    return json::parse(R"({
+      "model": {"name": "cli GPT", "family": "gpt2", "layers": 1, "hidden": 16, "heads": 2,
+                "kv_heads": 2, "ffn_hidden": 64, "vocab": 40, "seq_len": 8, "max_positions": 8,
+                "tied_embeddings": true, "activation": "gelu", "norm": "layernorm",
+                "positions": "learned", "attention_bias": true, "output_bias": true,
+                "mlp_bias": true, "dropout": false},
+      "parallel": {"micro_batch": 2, "global_batch": 4},
+      "train": {"steps": 4, "warmup_steps": 1},
+      "engine": {"threads": 1}})");
+}
+
+TEST(EngineCli, TrainsFromAConfigAndWritesTheRunDirectory) {
+    TempDir dir;
+    const Outcome o = run(
+        {"train", "--config", writeConfig(dir, smallConfig()), "--out", (dir / "run").string()});
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_NE(o.out.find("step      4/4 | loss"), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("tok/s"), std::string::npos);
+    EXPECT_NE(o.out.find("MFU"), std::string::npos);
+    for (const char* f : {"config.json", "summary.json", "telemetry/rank-0.jsonl",
+                          "checkpoints/step-00000004/manifest.json"})
+        EXPECT_TRUE(std::filesystem::exists(dir / "run" / f)) << f;
+}
+
+TEST(EngineCli, FlagsOverrideTheConfigFile) {
+    TempDir dir;
+    const Outcome o = run({"train", "--config", writeConfig(dir, smallConfig()), "--steps", "9",
+                           "--lr", "0.01", "--recompute", "full", "--print-config"});
+    ASSERT_EQ(o.code, 0) << o.err;
+    const json c = json::parse(o.out);
+    EXPECT_EQ(c["train"]["steps"], 9);
+    EXPECT_EQ(c["train"]["learning_rate"], 0.01);
+    EXPECT_EQ(c["parallel"]["recompute"], "full");
+}
+
+TEST(EngineCli, BadInputExitsTwoWithTheReason) {
+    TempDir dir;
+    json tp = smallConfig();
+    tp["parallel"]["tp"] = 2;
+    json typo = smallConfig();
+    typo["train"]["stpes"] = 3;
+    json vocab = smallConfig();
+    std::ofstream(dir / "bytes.txt") << std::string(200, 'x');
+    struct Case {
+        std::vector<std::string> args;
+        std::string expect;
+    };
+    const std::vector<Case> cases = {
+        {{"train", "--steps", "-3"}, "--steps"},
+        {{"train", "--config", (dir / "missing.json").string()}, "missing.json"},
+        {{"train", "--config", writeConfig(dir, tp), "--out", (dir / "a").string()}, "one process"},
+        {{"train", "--config", writeConfig(dir, typo)}, "stpes"},
+        {{"train", "--config", writeConfig(dir, vocab), "--data", (dir / "bytes.txt").string(),
+          "--out", (dir / "b").string()},
+         "vocab"},
+        {{"train", "--schedule", "2f2b", "--out", (dir / "c").string()}, "2f2b"},
+        {{"train", "--telemetry", "udp://x:1", "--out", (dir / "d").string(), "--steps", "1",
+          "--warmup-steps", "0"},
+         "tcp://"},
+        {{"train", "--steps", "5", "--out", (dir / "e").string()}, "warmup_steps (20)"},
+    };
+    for (const Case& c : cases) {
+        const Outcome o = run(c.args);
+        EXPECT_EQ(o.code, 2) << c.args[1] << ": " << o.out << o.err;
+        EXPECT_NE(o.err.find(c.expect), std::string::npos) << o.err;
+    }
+}
+
+TEST(EngineCli, AVanishingCollectorNeverStopsTraining) {
+    TempDir dir;
+    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::listen(listener, 1);
+    std::string received;
+    std::thread collector([&] { // reads a little, then goes away
+        const int s = ::accept(listener, nullptr, nullptr);
+        char buf[512];
+        const ssize_t n = ::recv(s, buf, sizeof buf, 0);
+        if (n > 0)
+            received.assign(buf, std::size_t(n));
+        ::close(s);
+        ::close(listener);
+    });
+    const std::string url = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    json c = smallConfig();
+    c["train"]["steps"] = 6;
+    const Outcome o = run({"train", "--config", writeConfig(dir, c), "--out",
+                           (dir / "run").string(), "--telemetry", url, "--quiet"});
+    collector.join();
+    EXPECT_EQ(o.code, 0) << o.err;
+    EXPECT_EQ(received.rfind("{\"backend\":", 0), 0u) << received; // the start event
+    std::ifstream in(dir / "run" / "telemetry" / "rank-0.jsonl");
+    std::string line, last;
+    int lines = 0;
+    while (std::getline(in, line))
+        ++lines, last = line;
+    const json end = json::parse(last);
+    EXPECT_EQ(end["event"], "end");
+    EXPECT_EQ(end["telemetry"]["written"], lines);
+}
+
+TEST(EngineCli, SigintFinishesTheStepCheckpointsAndExitsCleanly) {
+    TempDir dir;
+    json c = smallConfig();
+    c["train"]["steps"] = 100000;
+    const std::string config = writeConfig(dir, c), out = (dir / "run").string();
+    int pipeFd[2];
+    ASSERT_EQ(::pipe(pipeFd), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        ::dup2(pipeFd[1], 1);
+        ::close(pipeFd[0]);
+        ::execl(SHARDSCOPE_ENGINE_EXE, SHARDSCOPE_ENGINE_EXE, "train", "--config", config.c_str(),
+                "--out", out.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    ::close(pipeFd[1]);
+    std::string seen;
+    char buf[256];
+    while (seen.find("step ") == std::string::npos) { // wait for the first progress line
+        const ssize_t n = ::read(pipeFd[0], buf, sizeof buf);
+        if (n <= 0)
+            break;
+        seen.append(buf, std::size_t(n));
+    }
+    ::kill(pid, SIGINT);
+    while (::read(pipeFd[0], buf, sizeof buf) > 0) {
+    }
+    ::close(pipeFd[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal";
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    std::ifstream s(dir / "run" / "summary.json");
+    const json summary = json::parse(s);
+    EXPECT_EQ(summary["status"], "interrupted");
+    EXPECT_FALSE(summary["last_checkpoint"].get<std::string>().empty());
+}
+
+} // namespace
+} // namespace shardscope

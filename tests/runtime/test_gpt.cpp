@@ -1,0 +1,196 @@
+#include "core/error.h"
+#include "engine_test_support.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "runtime/data.h"
+#include "runtime/gpt.h"
+
+#include <cmath>
+#include <cstring>
+#include <gtest/gtest.h>
+#include <vector>
+
+namespace shardscope {
+namespace {
+
+using testing::tinyGpt;
+
+struct Batch {
+    std::vector<std::int32_t> inputs, targets;
+};
+
+Batch batchFor(const ModelSpec& m, int B, int micro = 0) {
+    DataSpec spec;
+    spec.format = DataFormat::Synthetic;
+    spec.vocab = m.vocab;
+    spec.seqLen = m.seqLen;
+    spec.seed = 5;
+    const auto data = Dataset::open(spec);
+    Batch b;
+    b.inputs.resize(std::size_t(B) * std::size_t(m.seqLen));
+    b.targets.resize(b.inputs.size());
+    data->batch(Split::Train, 0, micro, B, b.inputs.data(), b.targets.data());
+    return b;
+}
+
+// Loss and gradients of one microbatch under a recompute policy.
+struct Result {
+    double loss = 0;
+    std::vector<float> grads;
+};
+
+Result lossAndGradients(const ModelSpec& m, int B, Recompute r, bool storeProbs, bool split) {
+    auto ops = kernels::makeCpuOps(2);
+    DeviceAllocator memory(*ops);
+    GptModel model(m, B, *ops, memory, r, storeProbs);
+    model.initialize(3);
+    const Batch b = batchFor(m, B);
+    MicrobatchState state;
+    const double N = double(b.inputs.size());
+    Result out;
+    out.loss = model.forward(state, b.inputs.data(), b.targets.data(), float(1.0 / N), nullptr) / N;
+    model.backward(state, split, nullptr);
+    if (split)
+        model.backwardWeights(state, nullptr);
+    out.grads.assign(model.gradients(), model.gradients() + model.parameterCount());
+    return out;
+}
+
+TEST(GptModel, ParameterCountEqualsTheModelSpecCount) {
+    auto ops = kernels::makeCpuOps(1);
+    DeviceAllocator memory(*ops);
+    for (bool tied : {true, false}) {
+        ModelSpec m = tinyGpt(3, 24, 3, 50, 10);
+        m.maxPositions = 16;
+        m.tiedEmbeddings = tied;
+        GptModel model(m, 1, *ops, memory, Recompute::None, false);
+        EXPECT_EQ(double(model.parameterCount()), countParameters(m).total) << "tied " << tied;
+        EXPECT_EQ(memory.live()[MemoryCategory::Parameters],
+                  std::int64_t(model.parameterCount() * 4));
+    }
+}
+
+TEST(GptModel, RefusesWhatIsNotGpt2WithEveryReason) {
+    ModelSpec m = tinyGpt();
+    m.activation = Activation::SwiGlu;
+    m.norm = Norm::RmsNorm;
+    m.kvHeads = 1;
+    m.dropout = true;
+    try {
+        GptShape::of(m);
+        FAIL() << "expected InputError";
+    } catch (const InputError& e) {
+        const std::string what = e.what();
+        for (const char* word : {"swiglu", "rmsnorm", "kv_heads", "dropout"})
+            EXPECT_NE(what.find(word), std::string::npos) << word << " in: " << what;
+    }
+}
+
+TEST(GptModel, GradientsMatchFiniteDifferences) {
+    const ModelSpec m = tinyGpt(1, 8, 2, 11, 5);
+    const int B = 2;
+    auto ops = kernels::makeCpuOps(1);
+    DeviceAllocator memory(*ops);
+    GptModel model(m, B, *ops, memory, Recompute::None, true);
+    model.initialize(9);
+    // Larger weights than GPT-2's init make every path's gradient visible above fp32 noise.
+    for (std::size_t i = 0; i < model.parameterCount(); ++i)
+        model.parameters()[i] *= 10.0f;
+    const Batch b = batchFor(m, B);
+    const double N = double(b.inputs.size());
+    model.zeroGradients();
+    MicrobatchState state;
+    model.forward(state, b.inputs.data(), b.targets.data(), float(1.0 / N), nullptr);
+    model.backward(state, false, nullptr);
+    const std::vector<float> analytic(model.gradients(),
+                                      model.gradients() + model.parameterCount());
+
+    const float eps = 1e-2f;
+    int checked = 0;
+    for (const ParameterTensor& t : model.tensors()) {
+        for (std::size_t k : {std::size_t(0), t.count / 2, t.count - 1}) {
+            float& w = model.parameters()[t.offset + k];
+            const float saved = w;
+            w = saved + eps;
+            const double up = model.evaluate(b.inputs.data(), b.targets.data()) / N;
+            w = saved - eps;
+            const double down = model.evaluate(b.inputs.data(), b.targets.data()) / N;
+            w = saved;
+            const double numeric = (up - down) / (2.0 * eps);
+            const double g = analytic[t.offset + k];
+            EXPECT_NEAR(g, numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << t.name << "[" << k << "]";
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, 3 * int(model.tensors().size()));
+}
+
+TEST(GptModel, RecomputePoliciesGiveBitIdenticalResults) {
+    const ModelSpec m = tinyGpt(2, 16, 2, 19, 9);
+    const Result base = lossAndGradients(m, 3, Recompute::None, true, false);
+    for (auto [r, probs] :
+         {std::pair{Recompute::None, false}, std::pair{Recompute::Selective, true},
+          std::pair{Recompute::Full, true}, std::pair{Recompute::Full, false}}) {
+        const Result other = lossAndGradients(m, 3, r, probs, false);
+        EXPECT_EQ(other.loss, base.loss) << toString(r);
+        ASSERT_EQ(other.grads.size(), base.grads.size());
+        EXPECT_EQ(std::memcmp(other.grads.data(), base.grads.data(), base.grads.size() * 4), 0)
+            << toString(r) << " probs " << probs;
+    }
+}
+
+TEST(GptModel, SplitBackwardEqualsFusedBackward) {
+    const ModelSpec m = tinyGpt(2, 16, 4, 13, 7);
+    for (Recompute r : {Recompute::None, Recompute::Full}) {
+        const Result fused = lossAndGradients(m, 2, r, false, false);
+        const Result split = lossAndGradients(m, 2, r, false, true);
+        EXPECT_EQ(std::memcmp(split.grads.data(), fused.grads.data(), fused.grads.size() * 4), 0)
+            << toString(r);
+    }
+}
+
+TEST(GptModel, BackwardFreesWhatForwardKept) {
+    const ModelSpec m = tinyGpt();
+    auto ops = kernels::makeCpuOps(1);
+    DeviceAllocator memory(*ops);
+    GptModel model(m, 2, *ops, memory, Recompute::None, true);
+    model.initialize(1);
+    const Batch b = batchFor(m, 2);
+    MicrobatchState state;
+    model.forward(state, b.inputs.data(), b.targets.data(), 0.1f, nullptr);
+    EXPECT_GT(memory.live()[MemoryCategory::Activations], 0);
+    model.backward(state, true, nullptr);
+    EXPECT_GT(memory.live()[MemoryCategory::Activations] + memory.live()[MemoryCategory::Workspace],
+              0); // the W op still needs its inputs and output gradients
+    model.backwardWeights(state, nullptr);
+    state.reset();
+    EXPECT_EQ(memory.live()[MemoryCategory::Activations], 0);
+    EXPECT_EQ(memory.live()[MemoryCategory::Workspace], 0);
+}
+
+TEST(GptModel, InitialisationIsDeterministicAndGpt2Like) {
+    const ModelSpec m = tinyGpt(2, 32, 4, 64, 8);
+    auto ops = kernels::makeCpuOps(1);
+    DeviceAllocator memory(*ops);
+    GptModel a(m, 1, *ops, memory, Recompute::None, false),
+        b(m, 1, *ops, memory, Recompute::None, false);
+    a.initialize(42);
+    b.initialize(42);
+    EXPECT_EQ(std::memcmp(a.parameters(), b.parameters(), a.parameterCount() * 4), 0);
+    for (const ParameterTensor& t : a.tensors()) {
+        double sum2 = 0;
+        for (std::size_t i = 0; i < t.count; ++i)
+            sum2 += double(a.parameters()[t.offset + i]) * a.parameters()[t.offset + i];
+        const double rms = std::sqrt(sum2 / double(t.count));
+        if (t.name.ends_with(".bias"))
+            EXPECT_EQ(rms, 0.0) << t.name;
+        else if (t.name.find("ln_") != std::string::npos)
+            EXPECT_EQ(rms, 1.0) << t.name;
+        else if (t.name.ends_with("proj.weight"))
+            EXPECT_NEAR(rms, 0.02 / std::sqrt(4.0), 0.003) << t.name;
+        else
+            EXPECT_NEAR(rms, 0.02, 0.003) << t.name;
+    }
+}
+
+} // namespace
+} // namespace shardscope

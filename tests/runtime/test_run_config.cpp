@@ -1,0 +1,70 @@
+#include "core/error.h"
+#include "runtime/run_config.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace shardscope {
+namespace {
+
+using nlohmann::json;
+
+TEST(RunConfig, TheDefaultIsTrainable) {
+    const RunConfig c = defaultRunConfig();
+    EXPECT_TRUE(engineProblems(c).empty());
+    EXPECT_GT(c.totalSteps(), 0);
+}
+
+TEST(RunConfig, RoundTripsThroughJson) {
+    RunConfig c = defaultRunConfig();
+    c.train.steps = 77;
+    c.engine.threads = 3;
+    c.engine.peakFlops = 2.5e12;
+    const RunConfig back = runConfigFromJson(toJson(c));
+    EXPECT_EQ(toJson(back), toJson(c));
+}
+
+TEST(RunConfig, PartialSectionsKeepTheEngineDefaults) {
+    const RunConfig c = runConfigFromJson(json::parse(R"({"train": {"steps": 5}})"));
+    EXPECT_EQ(c.train.steps, 5);
+    EXPECT_EQ(c.parallel.precision.compute, Precision::Fp32);
+    EXPECT_EQ(c.model.layers, defaultRunConfig().model.layers);
+}
+
+TEST(RunConfig, AModelPresetCanBeOverridden) {
+    const RunConfig c = runConfigFromJson(json::parse(
+        R"({"model": {"preset": "gpt2-124m", "layers": 2, "dropout": false, "seq_len": 64}})"));
+    EXPECT_EQ(c.model.layers, 2);
+    EXPECT_EQ(c.model.hidden, 768);
+    EXPECT_EQ(c.model.seqLen, 64);
+}
+
+TEST(RunConfig, UnknownFieldsAreNamed) {
+    for (const char* text : {R"({"trian": {}})", R"({"train": {"learning_rat": 1}})",
+                             R"({"engine": {"thread": 2}})", R"({"model": {"layer": 2}})"}) {
+        try {
+            runConfigFromJson(json::parse(text));
+            FAIL() << text;
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("unknown field"), std::string::npos) << e.what();
+        }
+    }
+}
+
+TEST(RunConfig, EngineProblemsSayWhatToChange) {
+    RunConfig c = defaultRunConfig();
+    c.parallel.dp = 2;
+    c.parallel.globalBatch = 32;
+    c.parallel.optimizer = Optimizer::SgdMomentum;
+    c.train.minLearningRate = 1.0;
+    const auto problems = engineProblems(c);
+    std::string all;
+    for (const auto& p : problems)
+        all += p + "\n";
+    EXPECT_NE(all.find("one process"), std::string::npos) << all;
+    EXPECT_NE(all.find("AdamW"), std::string::npos) << all;
+    EXPECT_NE(all.find("min_learning_rate"), std::string::npos) << all;
+}
+
+} // namespace
+} // namespace shardscope

@@ -1,0 +1,244 @@
+#include "core/error.h"
+#include "engine_test_support.h"
+#include "runtime/checkpoint.h"
+#include "runtime/stop_signal.h"
+#include "runtime/trainer.h"
+
+#include <csignal>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace shardscope {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+using testing::tinyRun;
+
+std::vector<json> events(const std::filesystem::path& run) {
+    std::ifstream in(run / "telemetry" / "rank-0.jsonl");
+    std::vector<json> out;
+    std::string line;
+    while (std::getline(in, line))
+        out.push_back(json::parse(line));
+    return out;
+}
+
+json readJson(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    return json::parse(in);
+}
+
+TEST(Trainer, LearnsTheSyntheticSourceTowardsItsFloor) {
+    TempDir dir;
+    RunConfig c = tinyRun(dir / "run", 60);
+    c.train.learningRate = 1e-2;
+    c.train.minLearningRate = 1e-3;
+    c.train.warmupSteps = 5;
+    std::ostringstream log;
+    const TrainResult r = train(c, log);
+    ASSERT_EQ(r.status, RunStatus::Completed) << r.message;
+    ASSERT_EQ(r.steps.size(), 60u);
+    const json summary = readJson(dir / "run" / "summary.json");
+    const double floor = summary["loss_floor"].get<double>();
+    const double first = r.steps.front().loss, last = r.steps.back().loss;
+    EXPECT_NEAR(first, std::log(32.0), 0.3); // an untrained model is close to uniform
+    EXPECT_LT(last, first - 0.5 * (first - floor)) << "first " << first << " floor " << floor;
+    EXPECT_GT(last, floor - 0.05); // nothing beats the entropy rate
+    EXPECT_TRUE(summary["final_val_loss"].is_number());
+}
+
+TEST(Trainer, WritesTelemetryForEveryOperatorGroup) {
+    TempDir dir;
+    RunConfig c = tinyRun(dir / "run", 3);
+    c.train.evalEvery = 2;
+    std::ostringstream log;
+    ASSERT_EQ(train(c, log).status, RunStatus::Completed);
+    const std::vector<json> ev = events(dir / "run");
+    ASSERT_FALSE(ev.empty());
+    EXPECT_EQ(ev.front()["event"], "start");
+    EXPECT_EQ(ev.back()["event"], "end");
+    int forwardLayer = 0, backwardLayer = 0, optimizer = 0, data = 0, steps = 0, evals = 0;
+    double lastT = -1;
+    for (const json& e : ev) {
+        EXPECT_EQ(e["v"], 1);
+        EXPECT_EQ(e["rank"], 0);
+        EXPECT_GE(e["t"].get<double>(), lastT);
+        lastT = e["t"].get<double>();
+        if (e["type"] == "span") {
+            EXPECT_LE(e["start"].get<double>(), e["end"].get<double>());
+            forwardLayer += e["kind"] == "forward" && e["block"] == "layer";
+            backwardLayer += e["kind"] == "backward" && e["block"] == "layer";
+            optimizer += e["kind"] == "optimizer";
+            data += e["kind"] == "data";
+        } else if (e["type"] == "step") {
+            ++steps;
+            for (const char* k : {"loss", "grad_norm", "lr", "tokens", "step_time", "tokens_per_s",
+                                  "flops_per_s", "mfu"})
+                EXPECT_TRUE(e[k].is_number()) << k;
+            EXPECT_GT(e["memory"]["parameters"].get<double>(), 0);
+            EXPECT_GE(e["memory_peak"]["activations"].get<double>(),
+                      e["memory"]["activations"].get<double>());
+        } else if (e["type"] == "event" && e["event"] == "eval") {
+            ++evals;
+        }
+    }
+    const int m = c.parallel.microbatches();
+    EXPECT_EQ(forwardLayer, 3 * m * c.model.layers);
+    EXPECT_EQ(backwardLayer, 3 * m * c.model.layers);
+    EXPECT_EQ(data, 3 * m);
+    EXPECT_EQ(optimizer, 3);
+    EXPECT_EQ(steps, 3);
+    EXPECT_EQ(evals, 2); // at step 2 and at the end
+}
+
+TEST(Trainer, OptimizerAndModelMemoryEqualThePlanExactly) {
+    TempDir dir;
+    RunConfig c = tinyRun(dir / "run", 1);
+    std::ostringstream log;
+    ASSERT_EQ(train(c, log).status, RunStatus::Completed);
+    const json s = readJson(dir / "run" / "summary.json");
+    for (const char* k : {"parameters", "gradients", "optimizer"})
+        EXPECT_EQ(s["memory_peak"][k].get<double>(), s["memory_predicted"][k].get<double>()) << k;
+    EXPECT_NEAR(s["memory_peak"]["activations"].get<double>() /
+                    s["memory_predicted"]["activations"].get<double>(),
+                1.0, 0.1);
+}
+
+TEST(Trainer, ResumingContinuesBitIdentically) {
+    TempDir dir;
+    std::ostringstream log;
+    RunConfig whole = tinyRun(dir / "whole", 8);
+    whole.parallel.schedule = PipelineSchedule::ZeroBubble;
+    const TrainResult a = train(whole, log);
+    ASSERT_EQ(a.steps.size(), 8u);
+
+    RunConfig part = whole;
+    part.engine.runDir = (dir / "part").string();
+    part.engine.stopAfter = 3;
+    part.train.checkpointEvery = 2;
+    const TrainResult b = train(part, log);
+    EXPECT_EQ(b.status, RunStatus::Interrupted);
+    EXPECT_EQ(b.stepsCompleted, 3);
+
+    part.engine.stopAfter = 0;
+    part.engine.resume = true;
+    const TrainResult rest = train(part, log);
+    ASSERT_EQ(rest.status, RunStatus::Completed) << rest.message;
+    EXPECT_EQ(rest.firstStep, 3);
+    ASSERT_EQ(rest.steps.size(), 5u);
+    for (std::size_t i = 0; i < 5; ++i)
+        EXPECT_EQ(rest.steps[i].loss, a.steps[i + 3].loss) << "step " << i + 4;
+    for (std::size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(b.steps[i].loss, a.steps[i].loss);
+    // One telemetry file holds both invocations.
+    int starts = 0;
+    for (const json& e : events(dir / "part"))
+        starts += e["type"] == "event" && e["event"] == "start";
+    EXPECT_EQ(starts, 2);
+}
+
+TEST(Trainer, ACorruptCheckpointIsReportedAndLeftAlone) {
+    TempDir dir;
+    std::ostringstream log;
+    RunConfig c = tinyRun(dir / "run", 4);
+    c.engine.stopAfter = 2;
+    train(c, log);
+    const auto ck = CheckpointStore(dir / "run" / "checkpoints", 3).latest();
+    ASSERT_TRUE(ck);
+    const auto file = ck->dir / "params.f32";
+    {
+        std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(100);
+        f.put('\x7f');
+    }
+    const auto before = std::filesystem::file_size(file);
+    c.engine.stopAfter = 0;
+    c.engine.resume = true;
+    try {
+        train(c, log);
+        FAIL() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("params.f32"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(std::filesystem::file_size(file), before);
+    EXPECT_TRUE(std::filesystem::exists(ck->dir / "manifest.json"));
+}
+
+TEST(Trainer, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
+    TempDir dir;
+    std::ostringstream log;
+    RunConfig c = tinyRun(dir / "run", 6);
+    c.engine.stopAfter = 2;
+    train(c, log);
+    // Poison the weights through a checkpoint that verifies, as a diverged run would.
+    CheckpointStore store(dir / "run" / "checkpoints", 3);
+    LoadedCheckpoint good = CheckpointStore::load(store.latest()->dir);
+    std::vector<std::byte> params = good.blobs["params.f32"];
+    const float nan = std::nanf("");
+    std::memcpy(params.data(), &nan, sizeof nan);
+    const auto& m1 = good.blobs["adam_m.f32"];
+    const auto& m2 = good.blobs["adam_v.f32"];
+    const std::filesystem::path poisoned = dir / "poisoned";
+    CheckpointStore(poisoned, 1)
+        .save(2, good.info.meta,
+              {{"params.f32", params.data(), params.size()},
+               {"adam_m.f32", m1.data(), m1.size()},
+               {"adam_v.f32", m2.data(), m2.size()}});
+    c.engine.stopAfter = 0;
+    c.engine.resume = true;
+    c.engine.resumeFrom = (poisoned / "step-00000002").string();
+    const TrainResult r = train(c, log);
+    EXPECT_EQ(r.status, RunStatus::Failed);
+    EXPECT_EQ(r.exitCode(), 3);
+    EXPECT_NE(r.message.find("NaN"), std::string::npos) << r.message;
+    EXPECT_EQ(store.list().size(), 1u); // nothing new was written from the bad state
+    const json s = readJson(dir / "run" / "summary.json");
+    EXPECT_EQ(s["status"], "failed");
+}
+
+TEST(Trainer, AStopRequestFinishesTheStepAndCheckpoints) {
+    TempDir dir;
+    std::ostringstream log;
+    RunConfig c = tinyRun(dir / "run", 5);
+    requestStop(SIGTERM);
+    const TrainResult r = train(c, log);
+    clearStopRequest();
+    EXPECT_EQ(r.status, RunStatus::Interrupted);
+    EXPECT_EQ(r.stepsCompleted, 1);
+    EXPECT_EQ(r.exitCode(), 0);
+    EXPECT_TRUE(std::filesystem::exists(dir / "run" / "checkpoints" / "step-00000001"));
+}
+
+TEST(Trainer, RefusesToReuseARunDirectory) {
+    TempDir dir;
+    std::ostringstream log;
+    RunConfig c = tinyRun(dir / "run", 1);
+    train(c, log);
+    EXPECT_THROW(train(c, log), InputError);
+}
+
+TEST(Trainer, ExplainsConfigsItCannotRun) {
+    TempDir dir;
+    std::ostringstream log;
+    RunConfig c = tinyRun(dir / "run", 1);
+    c.parallel.tp = 2;
+    c.parallel.precision = PrecisionPolicy::bf16Mixed();
+    try {
+        train(c, log);
+        FAIL();
+    } catch (const InputError& e) {
+        const std::string w = e.what();
+        EXPECT_NE(w.find("fp32"), std::string::npos) << w;
+        EXPECT_NE(w.find("one process"), std::string::npos) << w;
+    }
+    RunConfig missing = tinyRun(dir / "other", 1);
+    missing.train.dataPath = (dir / "nope.bin").string();
+    missing.train.dataFormat = "nanogpt";
+    EXPECT_THROW(train(missing, log), InputError);
+}
+
+} // namespace
+} // namespace shardscope

@@ -50,9 +50,69 @@ inline float tanhApprox(float u) {
     return 1.0f - 2.0f / (1.0f + expApprox(2.0f * u));
 }
 
+// Elementwise kernels are compiled for AVX-512, AVX2 + FMA and baseline x86-64, and the loader
+// picks the widest the CPU has (GCC function multiversioning); the build itself targets only
+// baseline x86-64 so it runs everywhere. A given machine always runs the same variant, so
+// results stay deterministic there.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SHARDSCOPE_SIMD_CLONES                                                                     \
+    __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#else
+#define SHARDSCOPE_SIMD_CLONES
+#endif
+
+constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2 / pi)
+
+SHARDSCOPE_SIMD_CLONES
+void geluForwardRange(float* out, const float* inp, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        const float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhApprox(kGeluScale * (x + 0.044715f * x * x * x)));
+    }
+}
+
+SHARDSCOPE_SIMD_CLONES
+void geluBackwardRange(float* dinp, const float* inp, const float* dout, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        const float x = inp[i];
+        const float th = tanhApprox(kGeluScale * (x + 0.044715f * x * x * x));
+        const float sech2 = 1.0f - th * th;
+        const float grad =
+            0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = grad * dout[i];
+    }
+}
+
+struct AdamStep {
+    float lr, beta1, beta2, eps, weightDecay, gradScale, c1, c2;
+};
+
+SHARDSCOPE_SIMD_CLONES
+void adamwRange(float* param, const float* grad, float* m, float* v, size_t n, AdamStep a) {
+    for (size_t i = 0; i < n; ++i) {
+        const float g = grad[i] * a.gradScale;
+        m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * g;
+        v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
+        const float mhat = m[i] / a.c1, vhat = v[i] / a.c2;
+        param[i] -= a.lr * (mhat / (std::sqrt(vhat) + a.eps) + a.weightDecay * param[i]);
+    }
+}
+
+// Runs work(lo, hi) over [0, n) in chunks spread across the OpenMP threads.
+template <typename Work> void parallelChunks(size_t n, Work work) {
+    constexpr size_t kChunk = 16384;
+    const auto chunks = static_cast<std::ptrdiff_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for
+    for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+        const size_t lo = size_t(c) * kChunk;
+        work(lo, std::min(n, lo + kChunk));
+    }
+}
+
 // Row t of a causal softmax over scores s[0..T): entries j <= t normalised, the rest zero. The
 // forward and the recomputing backward both call this on the same scores, so a recomputed row
 // is bit-identical to a stored one.
+SHARDSCOPE_SIMD_CLONES
 void causalSoftmaxRow(float* row, int t, int T) {
     float maxval = row[0];
     for (int j = 1; j <= t; ++j)
@@ -70,14 +130,36 @@ void causalSoftmaxRow(float* row, int t, int T) {
     std::fill(row + t + 1, row + T, 0.0f);
 }
 
+// dS = P (dP - sum_j P_j dP_j) * scale, in place over dP, for row t (zero beyond the diagonal).
+SHARDSCOPE_SIMD_CLONES
+void softmaxBackwardRow(float* d, const float* p, int t, int T, float scale) {
+    float dot = 0.0f;
+    for (int j = 0; j <= t; ++j)
+        dot += p[j] * d[j];
+    for (int j = 0; j < T; ++j)
+        d[j] = p[j] * (d[j] - dot) * scale;
+}
+
 // P = causal softmax(scale Q K^T) for one (batch, head): GEMM, then the rows in parallel.
 void attentionProbabilities(float* P, const float* q, const float* k, int T, int hs, int ld) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ld, k, ld, 0.0f, P, T);
-#pragma omp parallel for
     for (int t = 0; t < T; ++t)
         causalSoftmaxRow(P + size_t(t) * size_t(T), t, T);
 }
+
+// Attention's GEMMs are small (T x T x head size); one (batch, head) per thread with
+// single-threaded BLAS keeps every core busy without OpenBLAS's per-call thread handoff.
+class SerialBlas {
+public:
+    SerialBlas() : threads_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
+    ~SerialBlas() { openblas_set_num_threads(threads_); }
+    SerialBlas(const SerialBlas&) = delete;
+    SerialBlas& operator=(const SerialBlas&) = delete;
+
+private:
+    int threads_;
+};
 
 class CpuOps final : public Ops {
 public:
@@ -251,11 +333,14 @@ public:
                           int NH) override {
         const int hs = C / NH, ld = 3 * C;
         const size_t TT = size_t(T) * size_t(T);
-        float* scratchP = probs ? nullptr : scratch(TT).data();
+        float* scratchBase = probs ? nullptr : scratch(size_t(threads_) * TT).data();
+        const SerialBlas serial;
+#pragma omp parallel for num_threads(threads_) collapse(2)
         for (int b = 0; b < B; ++b)
             for (int h = 0; h < NH; ++h) {
                 const float* q = qkv + size_t(b) * size_t(T) * size_t(ld) + size_t(h) * size_t(hs);
-                float* P = probs ? probs + (size_t(b) * size_t(NH) + size_t(h)) * TT : scratchP;
+                float* P = probs ? probs + (size_t(b) * size_t(NH) + size_t(h)) * TT
+                                 : scratchBase + size_t(omp_get_thread_num()) * TT;
                 attentionProbabilities(P, q, q + C, T, hs, ld);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, P, T,
                             q + 2 * C, ld, 0.0f,
@@ -269,11 +354,13 @@ public:
         const int hs = C / NH, ld = 3 * C;
         const size_t TT = size_t(T) * size_t(T);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-        float* work = scratch(2 * TT).data();
-        float* dP = work;
-        float* recomputed = work + TT;
+        float* scratchBase = scratch(size_t(threads_) * 2 * TT).data();
+        const SerialBlas serial;
+#pragma omp parallel for num_threads(threads_) collapse(2)
         for (int b = 0; b < B; ++b)
             for (int h = 0; h < NH; ++h) {
+                float* dP = scratchBase + size_t(omp_get_thread_num()) * 2 * TT;
+                float* recomputed = dP + TT;
                 const size_t off = size_t(b) * size_t(T) * size_t(ld) + size_t(h) * size_t(hs);
                 const float* q = qkv + off;
                 const float* P =
@@ -283,18 +370,9 @@ public:
                 const float* dO = dout + size_t(b) * size_t(T) * size_t(C) + size_t(h) * size_t(hs);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dO, C,
                             q + 2 * C, ld, 0.0f, dP, T);
-#pragma omp parallel for
-                for (int t = 0; t < T; ++t) {
-                    const float* p = P + size_t(t) * size_t(T);
-                    float* d = dP + size_t(t) * size_t(T);
-                    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                    for (int j = 0; j <= t; ++j)
-                        dot += p[j] * d[j];
-#pragma omp simd
-                    for (int j = 0; j < T; ++j)
-                        d[j] = p[j] * (d[j] - dot) * scale;
-                }
+                for (int t = 0; t < T; ++t)
+                    softmaxBackwardRow(dP + size_t(t) * size_t(T), P + size_t(t) * size_t(T), t, T,
+                                       scale);
                 float* dq = dqkv + off;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dP, T, q + C,
                             ld, 0.0f, dq, ld);
@@ -306,26 +384,14 @@ public:
     }
 
     void geluForward(float* out, const float* inp, size_t n) override {
-        const float s = std::sqrt(2.0f / std::numbers::pi_v<float>);
-#pragma omp parallel for simd
-        for (std::ptrdiff_t i = 0; i < sz(n); ++i) {
-            const float x = inp[i];
-            out[i] = 0.5f * x * (1.0f + tanhApprox(s * (x + 0.044715f * x * x * x)));
-        }
+        parallelChunks(
+            n, [&](size_t lo, size_t hi) { geluForwardRange(out + lo, inp + lo, hi - lo); });
     }
 
     void geluBackward(float* dinp, const float* inp, const float* dout, size_t n) override {
-        const float s = std::sqrt(2.0f / std::numbers::pi_v<float>);
-#pragma omp parallel for simd
-        for (std::ptrdiff_t i = 0; i < sz(n); ++i) {
-            const float x = inp[i];
-            const float u = s * (x + 0.044715f * x * x * x);
-            const float th = tanhApprox(u);
-            const float sech2 = 1.0f - th * th;
-            const float grad =
-                0.5f * (1.0f + th) + 0.5f * x * sech2 * s * (1.0f + 3.0f * 0.044715f * x * x);
-            dinp[i] = grad * dout[i];
-        }
+        parallelChunks(n, [&](size_t lo, size_t hi) {
+            geluBackwardRange(dinp + lo, inp + lo, dout + lo, hi - lo);
+        });
     }
 
     void add(float* out, const float* a, const float* b, size_t n) override {
@@ -375,16 +441,17 @@ public:
     void adamwUpdate(float* param, const float* grad, float* m, float* v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weightDecay, float gradScale,
                      int t) override {
-        const float c1 = 1.0f - std::pow(beta1, static_cast<float>(t));
-        const float c2 = 1.0f - std::pow(beta2, static_cast<float>(t));
-#pragma omp parallel for simd
-        for (std::ptrdiff_t i = 0; i < sz(n); ++i) {
-            const float g = grad[i] * gradScale;
-            m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-            v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-            const float mhat = m[i] / c1, vhat = v[i] / c2;
-            param[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + weightDecay * param[i]);
-        }
+        const AdamStep step{lr,
+                            beta1,
+                            beta2,
+                            eps,
+                            weightDecay,
+                            gradScale,
+                            1.0f - std::pow(beta1, static_cast<float>(t)),
+                            1.0f - std::pow(beta2, static_cast<float>(t))};
+        parallelChunks(n, [&](size_t lo, size_t hi) {
+            adamwRange(param + lo, grad + lo, m + lo, v + lo, hi - lo, step);
+        });
     }
 
 private:

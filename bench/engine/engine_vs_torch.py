@@ -92,6 +92,9 @@ def torch_run(cfg, threads, steps):
 
 
 def torch_in_subprocess(a, env):
+    # torch.set_num_threads limits PyTorch's OpenMP pool only; OpenBLAS (its BLAS here) keeps
+    # one thread per core unless told, so both pools get the thread count explicitly.
+    env = {**env, "OPENBLAS_NUM_THREADS": str(a.threads), "OMP_NUM_THREADS": str(a.threads)}
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-only", a.engine,
                           "--config", a.config, "--threads", str(a.threads), "--steps",
                           str(a.steps)], check=True, capture_output=True, text=True,

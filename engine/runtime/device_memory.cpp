@@ -50,8 +50,9 @@ void Buffer::reset() {
 }
 
 DeviceAllocator::~DeviceAllocator() {
-    for (const auto& [bytes, p] : cache_)
-        ops_.release(p, bytes);
+    for (const auto& [bytes, blocks] : cache_)
+        for (void* p : blocks)
+            ops_.release(p, bytes);
 }
 
 Buffer DeviceAllocator::allocate(MemoryCategory category, std::size_t bytes) {
@@ -59,9 +60,9 @@ Buffer DeviceAllocator::allocate(MemoryCategory category, std::size_t bytes) {
     b.owner_ = this;
     b.bytes_ = bytes;
     b.category_ = category;
-    if (const auto it = cache_.find(bytes); it != cache_.end()) {
-        b.data_ = it->second;
-        cache_.erase(it);
+    if (const auto it = cache_.find(bytes); it != cache_.end() && !it->second.empty()) {
+        b.data_ = it->second.back();
+        it->second.pop_back();
         cachedBytes_ -= std::int64_t(bytes);
     } else {
         b.data_ = ops_.allocate(bytes);
@@ -76,7 +77,7 @@ Buffer DeviceAllocator::allocate(MemoryCategory category, std::size_t bytes) {
 
 void DeviceAllocator::giveBack(Buffer& b) {
     live_.bytes[std::size_t(b.category_)] -= std::int64_t(b.bytes_);
-    cache_.emplace(b.bytes_, b.data_);
+    cache_[b.bytes_].push_back(b.data_);
     cachedBytes_ += std::int64_t(b.bytes_);
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace shardscope {
 
@@ -76,7 +77,9 @@ private:
     void giveBack(Buffer& b);
 
     kernels::Ops& ops_;
-    std::multimap<std::size_t, void*> cache_; // free blocks by size
+    // Free blocks by size. Vectors keep their capacity, so once every size has been seen a
+    // free and a reuse touch no host allocator either.
+    std::map<std::size_t, std::vector<void*>> cache_;
     MemoryUsage live_, peak_;
     std::int64_t peakTotal_ = 0;
     std::int64_t backendAllocations_ = 0;

@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <stdexcept>
 #include <utility>
@@ -128,6 +129,11 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
       recompute_(recompute), storeProbs_(storeAttentionProbs && recompute != Recompute::Selective) {
     if (microBatch <= 0)
         throw InputError("micro batch must be at least 1");
+    if (std::int64_t(microBatch) * shape_.seqLen > std::numeric_limits<int>::max() / 4)
+        throw InputError(
+            "micro_batch x seq_len = " + std::to_string(std::int64_t(microBatch) * shape_.seqLen) +
+            " tokens per microbatch is more than the engine handles (2^29); use a "
+            "smaller micro_batch and more gradient accumulation");
     buildTensorTable();
     params_ = memory_.floats(MemoryCategory::Parameters, parameterCount_);
     grads_ = memory_.floats(MemoryCategory::Gradients, parameterCount_);

@@ -182,6 +182,9 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     if (p.worldSize() != 1)
         out.push_back("this engine build runs one process: dp, tp, pp and cp must be 1 (got " +
                       layoutSummary(p) + "); multi-rank runs come with the MPI engine");
+    if (p.vpp != 1)
+        out.push_back("vpp " + std::to_string(p.vpp) +
+                      ": virtual pipeline stages need more than one pipeline rank; set vpp to 1");
     if (p.precision.compute != Precision::Fp32 || p.precision.grads != Precision::Fp32 ||
         p.precision.fp32Master)
         out.push_back("the CPU engine computes in fp32: set \"precision\": \"fp32\"");

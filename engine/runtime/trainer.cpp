@@ -21,6 +21,7 @@
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 
 namespace shardscope {
@@ -57,8 +58,19 @@ public:
                {"mb", microbatch}, {"chunk", 0},   {"start", start}, {"end", end}};
         if (layer >= 0)
             e["layer"] = layer;
-        writer_.write(std::move(e));
+        write(std::move(e));
     }
+    // Spans are written from destructors, so a failed write (a full disk) is kept here and
+    // raised by the training loop after the step instead of terminating the process.
+    void write(json e) noexcept {
+        try {
+            writer_.write(std::move(e));
+        } catch (const std::exception& ex) {
+            if (error.empty())
+                error = ex.what();
+        }
+    }
+    std::string error;
     // A span around work that is not a model block (data, optimizer, eval, checkpoint).
     template <typename Work> auto timed(const char* kind, Work&& work) {
         const double start = now();
@@ -67,13 +79,13 @@ public:
             const char* kind;
             double start;
             ~Emit() {
-                self->writer_.write({{"type", "span"},
-                                     {"kind", kind},
-                                     {"step", self->step},
-                                     {"mb", self->microbatch},
-                                     {"chunk", 0},
-                                     {"start", start},
-                                     {"end", self->now()}});
+                self->write({{"type", "span"},
+                             {"kind", kind},
+                             {"step", self->step},
+                             {"mb", self->microbatch},
+                             {"chunk", 0},
+                             {"start", start},
+                             {"end", self->now()}});
             }
         } emit{this, kind, start};
         return work();
@@ -106,8 +118,26 @@ fs::path defaultRunDir() {
     return name;
 }
 
+// The model as far as training is concerned: names and sources are labels, not weights.
+json modelForResume(const ModelSpec& m) {
+    json j = m;
+    for (const char* label : {"id", "name", "source", "published_params", "family"})
+        j.erase(label);
+    return j;
+}
+
+// The training settings that shape the trajectory; cadence of evals and checkpoints does not.
+json trajectoryOf(const TrainConfig& t) {
+    json j = t;
+    for (const char* cadence : {"eval_every", "eval_batches", "checkpoint_every",
+                                "keep_checkpoints", "steps", "train_tokens"})
+        j.erase(cadence);
+    return j;
+}
+
 // What must match for a resumed run to read the same data and continue the same trajectory.
-void checkResumable(const RunConfig& c, const json& meta, const fs::path& dir) {
+void checkResumable(const RunConfig& c, const std::string& data, const json& meta,
+                    const fs::path& dir) {
     std::vector<std::string> diffs;
     auto compare = [&](const char* key, const json& now) {
         if (!meta.contains(key) || meta[key] != now)
@@ -115,19 +145,18 @@ void checkResumable(const RunConfig& c, const json& meta, const fs::path& dir) {
                             (meta.contains(key) ? meta[key].dump() : "absent") + ", now " +
                             now.dump());
     };
-    json model = c.model;
-    compare("model", model);
-    compare("seed", c.train.seed);
-    compare("global_batch", c.parallel.globalBatch);
-    compare("micro_batch", c.parallel.microBatch);
+    compare("model", modelForResume(c.model));
+    compare("parallel", json(c.parallel));
+    compare("train", trajectoryOf(c.train));
     compare("total_steps", c.totalSteps());
+    compare("data", data);
     if (!diffs.empty()) {
         std::string text =
             "cannot resume from " + dir.string() + ": it was written for another run (";
         for (std::size_t i = 0; i < diffs.size(); ++i)
             text += (i ? "; " : "") + diffs[i];
-        throw InputError(text + "). Resume with the run's own config.json, or start a new run "
-                                "directory.");
+        throw InputError(text + "). Resume with the run's own config.json (the default when "
+                                "--config is not given), or start a new run directory.");
     }
 }
 
@@ -141,7 +170,9 @@ public:
 
 private:
     void prepareRunDirectory();
-    void restoreOrInitialize();
+    void writeConfig();
+    std::optional<LoadedCheckpoint> checkpointToResume();
+    void restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck);
     StepRecord trainStep(std::int64_t step);
     double validationLoss(std::int64_t step);
     void saveCheckpoint(std::int64_t stepsDone);
@@ -163,12 +194,20 @@ private:
     fs::path runDir_;
     std::int64_t startStep_ = 0, totalSteps_ = 0;
     double flopsPerToken_ = 0;
+    int threads_ = 1;
     kernels::PeakFlops peak_;
     double lastLoss_ = NAN, lastValLoss_ = NAN;
-    std::string lastCheckpoint_;
+    std::string lastCheckpoint_, resumedFrom_;
     double throughputSum_ = 0, mfuSum_ = 0;
     int throughputCount_ = 0;
 };
+
+void Run::writeConfig() {
+    const std::string text = toJson(c_).dump(2) + "\n";
+    std::ofstream out(runDir_ / "config.json", std::ios::trunc);
+    if (!(out << text))
+        throw InputError("cannot write " + (runDir_ / "config.json").string());
+}
 
 void Run::prepareRunDirectory() {
     runDir_ = c_.engine.runDir.empty() ? defaultRunDir() : fs::path(c_.engine.runDir);
@@ -185,17 +224,13 @@ void Run::prepareRunDirectory() {
     fs::create_directories(runDir_ / "checkpoints", ec);
     if (ec)
         throw InputError("cannot create run directory " + runDir_.string() + ": " + ec.message());
-    const std::string text = toJson(c_).dump(2) + "\n";
-    std::ofstream out(runDir_ / "config.json", std::ios::trunc);
-    if (!(out << text))
-        throw InputError("cannot write " + (runDir_ / "config.json").string());
 }
 
-void Run::restoreOrInitialize() {
-    if (!c_.engine.resume) {
-        model_->initialize(c_.train.seed);
-        return;
-    }
+// The checkpoint a resume continues from, verified and checked against this config before
+// anything in the run directory changes.
+std::optional<LoadedCheckpoint> Run::checkpointToResume() {
+    if (!c_.engine.resume)
+        return std::nullopt;
     fs::path dir = c_.engine.resumeFrom;
     if (dir.empty()) {
         const auto latest = checkpoints_->latest();
@@ -204,12 +239,31 @@ void Run::restoreOrInitialize() {
                              " has no checkpoint to resume from");
         dir = latest->dir;
     }
-    const LoadedCheckpoint ck = CheckpointStore::load(dir);
-    checkResumable(c_, ck.info.meta, dir);
+    LoadedCheckpoint ck = CheckpointStore::load(dir);
+    checkResumable(c_, data_->describe(), ck.info.meta, dir);
+    if (ck.info.step >= totalSteps_)
+        throw InputError("the run in " + runDir_.string() + " already completed its " +
+                         std::to_string(totalSteps_) + " steps (checkpoint " + dir.string() +
+                         "); there is nothing to resume");
+    const int threads = c_.engine.threads > 0 ? c_.engine.threads : kernels::cpuCores();
+    if (ck.info.meta.value("threads", threads) != threads)
+        progress_ << "warning: the checkpoint was written with " << ck.info.meta.value("threads", 0)
+                  << " threads and this run uses " << threads
+                  << "; reductions split by thread make the losses differ in the last bits from "
+                     "an uninterrupted run\n";
+    return ck;
+}
+
+void Run::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck) {
+    if (!ck) {
+        model_->initialize(c_.train.seed);
+        return;
+    }
+    const fs::path& dir = ck->info.dir;
     const std::size_t bytes = model_->parameterCount() * sizeof(float);
     auto restore = [&](const char* name, float* dst) {
-        const auto it = ck.blobs.find(name);
-        if (it == ck.blobs.end() || it->second.size() != bytes)
+        const auto it = ck->blobs.find(name);
+        if (it == ck->blobs.end() || it->second.size() != bytes)
             throw CheckpointError("checkpoint " + dir.string() + ": " + name +
                                   " is missing or has the wrong size for this model");
         ops_->copyToDevice(dst, it->second.data(), bytes);
@@ -217,9 +271,10 @@ void Run::restoreOrInitialize() {
     restore("params.f32", model_->parameters());
     restore("adam_m.f32", optimizer_->firstMoment());
     restore("adam_v.f32", optimizer_->secondMoment());
-    startStep_ = ck.info.step;
-    optimizer_->setSteps(ck.info.meta.value("optimizer_steps", std::int64_t(0)));
+    startStep_ = ck->info.step;
+    optimizer_->setSteps(ck->info.meta.value("optimizer_steps", std::int64_t(0)));
     lastCheckpoint_ = dir.string();
+    resumedFrom_ = dir.string();
     telemetry_->write(
         {{"type", "event"}, {"event", "resume"}, {"step", startStep_}, {"dir", dir.string()}});
     progress_ << "resumed from " << dir.string() << " at step " << startStep_ << "\n";
@@ -227,7 +282,7 @@ void Run::restoreOrInitialize() {
 
 StepRecord Run::trainStep(std::int64_t step) {
     const double start = telemetry_->now();
-    spans_->step = step;
+    spans_->step = step + 1; // spans, like step events, count steps from 1
     const int B = c_.parallel.microBatch;
     StepRecord r;
     r.step = step;
@@ -248,7 +303,7 @@ StepRecord Run::trainStep(std::int64_t step) {
 }
 
 double Run::validationLoss(std::int64_t step) {
-    spans_->step = step;
+    spans_->step = step + 1;
     const int B = c_.parallel.microBatch, N = B * c_.model.seqLen;
     return spans_->timed("eval", [&] {
         double sum = 0;
@@ -261,7 +316,7 @@ double Run::validationLoss(std::int64_t step) {
 }
 
 void Run::saveCheckpoint(std::int64_t stepsDone) {
-    spans_->step = stepsDone - 1;
+    spans_->step = stepsDone;
     const double start = telemetry_->now();
     const std::size_t n = model_->parameterCount();
     // Device buffers are copied to the host first so the file write never reads device memory.
@@ -269,10 +324,11 @@ void Run::saveCheckpoint(std::int64_t stepsDone) {
     ops_->copyToHost(params.data(), model_->parameters(), n * sizeof(float));
     ops_->copyToHost(m1.data(), optimizer_->firstMoment(), n * sizeof(float));
     ops_->copyToHost(m2.data(), optimizer_->secondMoment(), n * sizeof(float));
-    const json meta{{"model", json(c_.model)},
-                    {"seed", c_.train.seed},
-                    {"global_batch", c_.parallel.globalBatch},
-                    {"micro_batch", c_.parallel.microBatch},
+    const json meta{{"model", modelForResume(c_.model)},
+                    {"parallel", json(c_.parallel)},
+                    {"train", trajectoryOf(c_.train)},
+                    {"data", data_->describe()},
+                    {"threads", threads_},
                     {"total_steps", totalSteps_},
                     {"optimizer_steps", optimizer_->steps()},
                     {"parameters", n},
@@ -373,11 +429,16 @@ TrainResult Run::execute() {
     targets_.resize(inputs_.size());
     flopsPerToken_ = tokenFlops(c_.model, c_.parallel, Assumptions{}).model;
     const int threads = c_.engine.threads > 0 ? c_.engine.threads : kernels::cpuCores();
+    threads_ = threads;
     peak_ = c_.engine.peakFlops > 0
                 ? kernels::PeakFlops{c_.engine.peakFlops, "configured (engine.peak_tflops)"}
                 : kernels::estimateCpuPeakFlops(threads);
 
     prepareRunDirectory();
+    checkpoints_ =
+        std::make_unique<CheckpointStore>(runDir_ / "checkpoints", c_.train.keepCheckpoints);
+    const std::optional<LoadedCheckpoint> resumeFrom = checkpointToResume();
+    writeConfig();
     TelemetryOptions topts;
     topts.path = (runDir_ / "telemetry" / "rank-0.jsonl").string();
     topts.collector = c_.engine.telemetry;
@@ -385,8 +446,6 @@ TrainResult Run::execute() {
     topts.append = c_.engine.resume;
     telemetry_ = std::make_unique<TelemetryWriter>(topts);
     spans_ = std::make_unique<TelemetrySpans>(*telemetry_);
-    checkpoints_ =
-        std::make_unique<CheckpointStore>(runDir_ / "checkpoints", c_.train.keepCheckpoints);
     const std::time_t wall = std::time(nullptr);
     telemetry_->write({{"type", "event"},
                        {"event", "start"},
@@ -399,7 +458,7 @@ TrainResult Run::execute() {
                        {"data", data_->describe()},
                        {"parameters", model_->parameterCount()},
                        {"wall_clock", double(wall)}});
-    restoreOrInitialize();
+    restoreOrInitialize(resumeFrom);
 
     if (!c_.engine.quiet) {
         progress_ << "shardscope-engine: " << c_.model.name << ", " << model_->parameterCount()
@@ -421,14 +480,20 @@ TrainResult Run::execute() {
         const StepRecord s = trainStep(step);
         if (!std::isfinite(s.loss) || !std::isfinite(s.gradNorm)) {
             result.status = RunStatus::Failed;
-            result.message = std::string("the loss became ") +
-                             (std::isnan(s.loss) ? "NaN" : "non-finite") + " at step " +
+            const bool lossBad = !std::isfinite(s.loss);
+            const double bad = lossBad ? s.loss : s.gradNorm;
+            std::string where = lastCheckpoint_.empty() ? std::string(" (there is none yet)")
+                                                        : " (" + lastCheckpoint_ + ")";
+            if (!resumedFrom_.empty() && step == startStep_)
+                where = " before " + resumedFrom_ +
+                        ", which this run resumed from and which already leads to it";
+            result.message = std::string("the ") + (lossBad ? "loss" : "gradient norm") +
+                             " became " + (std::isnan(bad) ? "NaN" : "infinite") + " at step " +
                              std::to_string(step + 1) + " (learning rate " +
                              std::to_string(s.learningRate) +
                              "); no checkpoint was written from it. Lower train.learning_rate "
                              "or set train.grad_clip, then resume from the last good checkpoint" +
-                             (lastCheckpoint_.empty() ? std::string(" (there is none yet)")
-                                                      : " (" + lastCheckpoint_ + ")");
+                             where;
             telemetry_->write({{"type", "event"}, {"event", "error"}, {"message", result.message}});
             break;
         }
@@ -469,6 +534,10 @@ TrainResult Run::execute() {
                 progress_ << "validation loss " << lastValLoss_ << " at step " << step + 1 << "\n";
         }
         telemetry_->write(std::move(event));
+        telemetry_->flush(); // a killed run keeps every finished step in its file
+        if (!spans_->error.empty())
+            throw InputError("cannot write telemetry to " + runDir_.string() +
+                             "/telemetry: " + spans_->error);
         reportStep(s, tps, mfu);
         if ((c_.train.checkpointEvery > 0 && (step + 1) % c_.train.checkpointEvery == 0) || last ||
             stopping)
@@ -478,8 +547,10 @@ TrainResult Run::execute() {
             result.message = stopSignal() ? "stopped by signal " + std::to_string(stopSignal())
                                           : "stopped after " + std::to_string(c_.engine.stopAfter) +
                                                 " steps (--stop-after)";
-            telemetry_->write(
-                {{"type", "event"}, {"event", "interrupt"}, {"signal", stopSignal()}});
+            telemetry_->write({{"type", "event"},
+                               {"event", "interrupt"},
+                               {"signal", stopSignal()},
+                               {"reason", stopSignal() ? "signal" : "stop-after"}});
             progress_ << result.message << "; resume with --resume --out " << runDir_.string()
                       << "\n";
             break;

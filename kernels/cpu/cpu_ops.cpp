@@ -11,6 +11,7 @@
 #include <limits>
 #include <new>
 #include <numbers>
+#include <numeric>
 #include <omp.h>
 #include <thread>
 #include <vector>
@@ -406,36 +407,47 @@ public:
             x[i] += y[i];
     }
 
+    // Sums are taken over fixed chunks and then added in chunk order, so a loss or a norm does
+    // not depend on how many threads computed it or which finished first.
     double crossEntropyForwardBackward(float* logits, const std::int32_t* targets, int N, int V,
                                        float gradScale) override {
-        double total = 0.0;
-#pragma omp parallel for reduction(+ : total)
+        std::vector<double>& rowLoss = partials(size_t(N));
+#pragma omp parallel for
         for (int n = 0; n < N; ++n) {
             float* row = logits + size_t(n) * size_t(V);
-            float maxval = -std::numeric_limits<float>::infinity();
-            for (int i = 0; i < V; ++i)
+            float maxval = row[0];
+            for (int i = 1; i < V; ++i)
                 maxval = std::max(maxval, row[i]);
+            const int target = targets[n];
+            const float targetLogit = row[target];
             double sum = 0.0;
             for (int i = 0; i < V; ++i) {
                 row[i] = expApprox(row[i] - maxval);
                 sum += double(row[i]);
             }
-            const int target = targets[n];
+            // log-sum-exp from the logits themselves: no cap on a very wrong prediction's loss
+            rowLoss[size_t(n)] = std::log(sum) + double(maxval) - double(targetLogit);
             const float inv = static_cast<float>(1.0 / sum);
-            total += -std::log(double(row[target]) / sum);
             for (int i = 0; i < V; ++i)
                 row[i] = row[i] * inv * gradScale;
             row[target] -= gradScale;
         }
-        return total;
+        return std::accumulate(rowLoss.begin(), rowLoss.begin() + N, 0.0);
     }
 
     double sumOfSquares(const float* x, size_t n) override {
-        double total = 0.0;
-#pragma omp parallel for reduction(+ : total)
-        for (std::ptrdiff_t i = 0; i < sz(n); ++i)
-            total += double(x[i]) * double(x[i]);
-        return total;
+        constexpr size_t kChunk = 65536;
+        const size_t chunks = (n + kChunk - 1) / kChunk;
+        std::vector<double>& chunkSum = partials(chunks);
+#pragma omp parallel for
+        for (std::ptrdiff_t c = 0; c < static_cast<std::ptrdiff_t>(chunks); ++c) {
+            double s = 0.0;
+            const size_t lo = size_t(c) * kChunk, hi = std::min(n, lo + kChunk);
+            for (size_t i = lo; i < hi; ++i)
+                s += double(x[i]) * double(x[i]);
+            chunkSum[size_t(c)] = s;
+        }
+        return std::accumulate(chunkSum.begin(), chunkSum.begin() + std::ptrdiff_t(chunks), 0.0);
     }
 
     void adamwUpdate(float* param, const float* grad, float* m, float* v, size_t n, float lr,
@@ -455,6 +467,11 @@ public:
     }
 
 private:
+    std::vector<double>& partials(size_t n) {
+        if (partials_.size() < n)
+            partials_.resize(n);
+        return partials_;
+    }
     std::vector<float>& scratch(size_t n) {
         if (scratch_.size() < n)
             scratch_.resize(n);
@@ -462,6 +479,7 @@ private:
     }
     int threads_;
     std::vector<float> scratch_;
+    std::vector<double> partials_;
 };
 
 } // namespace
@@ -494,16 +512,23 @@ double cpuGigahertz() {
 
 PeakFlops estimateCpuPeakFlops(int threads) {
     const int n = threads > 0 ? threads : cpuCores();
-    __builtin_cpu_init();
     int lanes = 4, fmaUnits = 1;
     std::string isa = "SSE";
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) {
         lanes = 16, fmaUnits = 2, isa = "AVX-512";
     } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         lanes = 8, fmaUnits = 2, isa = "AVX2";
     }
+#else
+    isa = "128-bit SIMD";
+#endif
     const int perCycle = lanes * fmaUnits * 2; // an FMA is two FLOPs
     const double ghz = cpuGigahertz();
+    if (ghz <= 0)
+        return {0, "unknown: this system does not report its CPU clock; give the peak with "
+                   "--peak-tflops to get MFU"};
     char text[200];
     std::snprintf(text, sizeof text,
                   "%d cores x %.2f GHz x %d FLOP/cycle (%s: %d FMA units x %d fp32 lanes x 2)", n,

@@ -111,7 +111,10 @@ TEST(CpuOps, EmbeddingBackwardSumsRepeatedTokens) {
 
 TEST(CpuOps, PeakEstimateStatesItsFormula) {
     const PeakFlops p = estimateCpuPeakFlops(2);
-    EXPECT_GT(p.flops, 0);
+    if (p.flops == 0) { // a system that does not report its clock says how to give the peak
+        EXPECT_NE(p.formula.find("--peak-tflops"), std::string::npos) << p.formula;
+        return;
+    }
     EXPECT_NE(p.formula.find("2 cores"), std::string::npos) << p.formula;
     EXPECT_NE(p.formula.find("FLOP/cycle"), std::string::npos) << p.formula;
 }

@@ -66,6 +66,36 @@ TEST(EngineCli, TrainsFromAConfigAndWritesTheRunDirectory) {
         EXPECT_TRUE(std::filesystem::exists(dir / "run" / f)) << f;
 }
 
+std::vector<double> lossesOf(const std::filesystem::path& run) {
+    std::ifstream in(run / "telemetry" / "rank-0.jsonl");
+    std::vector<double> out;
+    std::string line;
+    while (std::getline(in, line)) {
+        const json e = json::parse(line);
+        if (e["type"] == "step")
+            out.push_back(e["loss"].get<double>());
+    }
+    return out;
+}
+
+TEST(EngineCli, ResumeContinuesTheRunsOwnConfig) {
+    TempDir dir;
+    json c = smallConfig();
+    c["train"]["steps"] = 6;
+    c["train"]["learning_rate"] = 0.002; // differs from the engine default
+    const std::string config = writeConfig(dir, c);
+    ASSERT_EQ(run({"train", "--config", config, "--out", (dir / "whole").string(), "-q"}).code, 0);
+    const std::string part = (dir / "part").string();
+    ASSERT_EQ(run({"train", "--config", config, "--out", part, "--stop-after", "2", "-q"}).code, 0);
+    Outcome o = run({"train", "--resume", "--out", part, "--stop-after", "2", "-q"});
+    ASSERT_EQ(o.code, 0) << o.err;
+    // A checkpoint path, with the '/' tab completion adds, names its run.
+    o = run({"train", "--resume", part + "/checkpoints/step-00000004/", "-q"});
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "part" / "checkpoints" / "telemetry"));
+    EXPECT_EQ(lossesOf(dir / "part"), lossesOf(dir / "whole"));
+}
+
 TEST(EngineCli, FlagsOverrideTheConfigFile) {
     TempDir dir;
     const Outcome o = run({"train", "--config", writeConfig(dir, smallConfig()), "--steps", "9",

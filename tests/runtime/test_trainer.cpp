@@ -7,6 +7,7 @@
 #include <csignal>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -112,6 +113,7 @@ TEST(Trainer, ResumingContinuesBitIdentically) {
     std::ostringstream log;
     RunConfig whole = tinyRun(dir / "whole", 8);
     whole.parallel.schedule = PipelineSchedule::ZeroBubble;
+    whole.engine.threads = 3; // an odd thread count: reductions must not depend on timing
     const TrainResult a = train(whole, log);
     ASSERT_EQ(a.steps.size(), 8u);
 
@@ -133,11 +135,47 @@ TEST(Trainer, ResumingContinuesBitIdentically) {
         EXPECT_EQ(rest.steps[i].loss, a.steps[i + 3].loss) << "step " << i + 4;
     for (std::size_t i = 0; i < 3; ++i)
         EXPECT_EQ(b.steps[i].loss, a.steps[i].loss);
+    // The same weights and optimizer state at the end, byte for byte.
+    const LoadedCheckpoint endWhole =
+        CheckpointStore::load(dir / "whole" / "checkpoints" / "step-00000008");
+    const LoadedCheckpoint endPart =
+        CheckpointStore::load(dir / "part" / "checkpoints" / "step-00000008");
+    for (const char* blob : {"params.f32", "adam_m.f32", "adam_v.f32"})
+        EXPECT_TRUE(endWhole.blobs.at(blob) == endPart.blobs.at(blob)) << blob;
     // One telemetry file holds both invocations.
     int starts = 0;
     for (const json& e : events(dir / "part"))
         starts += e["type"] == "event" && e["event"] == "start";
     EXPECT_EQ(starts, 2);
+}
+
+TEST(Trainer, RefusesToResumeWithADifferentTrajectory) {
+    TempDir dir;
+    std::ostringstream log;
+    RunConfig c = tinyRun(dir / "run", 6);
+    c.engine.stopAfter = 2;
+    train(c, log);
+    auto configText = [&] {
+        std::ifstream in(dir / "run" / "config.json");
+        std::ostringstream text;
+        text << in.rdbuf();
+        return text.str();
+    };
+    const std::string before = configText();
+    c.engine.stopAfter = 0;
+    c.engine.resume = true;
+    c.train.learningRate *= 2;
+    try {
+        train(c, log);
+        FAIL() << "expected InputError";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("learning_rate"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(configText(), before); // the run's own config is untouched
+    c.train.learningRate /= 2;
+    c.model.name = "renamed"; // a label is not the model
+    EXPECT_EQ(train(c, log).status, RunStatus::Completed);
+    EXPECT_THROW(train(c, log), InputError); // nothing left to resume
 }
 
 TEST(Trainer, ACorruptCheckpointIsReportedAndLeftAlone) {

@@ -112,6 +112,14 @@ struct Overrides {
     }
 };
 
+// A checkpoint directory names its run: RUN/checkpoints/step-N (with or without a final '/').
+fs::path runOfCheckpoint(const std::string& checkpoint) {
+    fs::path p = fs::path(checkpoint).lexically_normal();
+    if (p.filename().empty())
+        p = p.parent_path();
+    return p.parent_path().parent_path();
+}
+
 void writeFile(const fs::path& path, const void* data, std::size_t bytes) {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
@@ -218,16 +226,25 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
             dump(c, *dumpFlags.out, out);
             return 0;
         }
+        const bool resuming = trainCmd->count("--resume") > 0;
+        fs::path runDir;
+        if (resuming) {
+            const std::string from = resume.value_or("");
+            if (trainFlags.out)
+                runDir = *trainFlags.out;
+            else if (!from.empty())
+                runDir = runOfCheckpoint(from);
+            else
+                throw InputError("--resume needs the run directory: add --out DIR");
+            // A resume continues the run's own config unless another is given.
+            if (trainFlags.config.empty() && fs::exists(runDir / "config.json"))
+                trainFlags.config = (runDir / "config.json").string();
+        }
         RunConfig c = trainFlags.resolve();
-        if (trainCmd->count("--resume") > 0) {
+        if (resuming) {
             c.engine.resume = true;
             c.engine.resumeFrom = resume.value_or("");
-            if (!trainFlags.out && c.engine.runDir.empty()) {
-                if (c.engine.resumeFrom.empty())
-                    throw InputError("--resume needs the run directory: add --out DIR");
-                // A checkpoint path names its run: DIR/checkpoints/step-N.
-                c.engine.runDir = fs::path(c.engine.resumeFrom).parent_path().parent_path();
-            }
+            c.engine.runDir = runDir.string();
         }
         if (printConfig) {
             out << toJson(c).dump(2) << "\n";

@@ -13,6 +13,7 @@
 #include "sched/pipeline_program.h"
 #include "schedule_executor.h"
 #include "stop_signal.h"
+#include "tcp_event_stream.h"
 #include "telemetry.h"
 
 #include <chrono>
@@ -418,6 +419,8 @@ TrainResult Run::execute() {
         throw InputError(text);
     }
     totalSteps_ = c_.totalSteps();
+    if (!c_.engine.telemetry.empty()) // a typo must not leave a half-made run directory behind
+        parseCollectorAddress(c_.engine.telemetry);
     data_ = Dataset::open(dataSpecOf(c_));
     const ScheduleSpec schedule{c_.parallel.schedule, 1, c_.parallel.microbatches(), 1};
 

@@ -138,6 +138,9 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         EXPECT_EQ(o.code, 2) << c.args[1] << ": " << o.out << o.err;
         EXPECT_NE(o.err.find(c.expect), std::string::npos) << o.err;
     }
+    // Refused input leaves no run behind, so the corrected command just works.
+    for (const char* d : {"a", "b", "c", "d", "e"})
+        EXPECT_FALSE(std::filesystem::exists(dir / d / "config.json")) << d;
 }
 
 TEST(EngineCli, AVanishingCollectorNeverStopsTraining) {

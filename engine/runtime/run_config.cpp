@@ -6,6 +6,7 @@
 #include "data.h"
 
 #include <cmath>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -157,6 +158,15 @@ json toJson(const RunConfig& c) {
                   {"log_every", c.engine.logEvery}}}};
 }
 
+std::filesystem::path defaultRunDirectory() {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char name[64];
+    std::strftime(name, sizeof name, "runs/%Y%m%d-%H%M%S", &local);
+    return name;
+}
+
 DataSpec dataSpecOf(const RunConfig& c) {
     DataSpec d;
     d.format = dataFormatFromString(c.train.dataFormat);
@@ -179,9 +189,13 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     for (const Violation& v : validate(c.model, c.parallel))
         out.push_back(v.message + (v.hint.empty() ? "" : " (" + v.hint + ")"));
     const ParallelConfig& p = c.parallel;
-    if (p.worldSize() != 1)
-        out.push_back("this engine build runs one process: dp, tp, pp and cp must be 1 (got " +
-                      layoutSummary(p) + "); multi-rank runs come with the MPI engine");
+    if (p.tp != 1 || p.pp != 1 || p.cp != 1)
+        out.push_back("the engine parallelises over data only so far: tp, pp and cp must be 1 "
+                      "(got " +
+                      layoutSummary(p) + "); use dp for several ranks");
+    if (p.zero != 0 && p.dp > 1)
+        out.push_back("ZeRO sharding is not in the engine yet: set \"zero\": 0 (plain data "
+                      "parallelism, gradients all-reduced)");
     if (p.vpp != 1)
         out.push_back("vpp " + std::to_string(p.vpp) +
                       ": virtual pipeline stages need more than one pipeline rank; set vpp to 1");

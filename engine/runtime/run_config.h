@@ -9,6 +9,7 @@
 #include "data.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -46,6 +47,9 @@ RunConfig defaultRunConfig();
 // errors (a typo should not silently train something else). Throws InputError listing problems.
 RunConfig runConfigFromJson(const nlohmann::json& j);
 nlohmann::json toJson(const RunConfig& c);
+
+// runs/<date>-<time> under the working directory: where a run goes when --out is not given.
+std::filesystem::path defaultRunDirectory();
 
 // The data the run reads: train.data_path in train.data_format ("auto" with no path: the
 // synthetic source). Throws InputError when a file format has no path.

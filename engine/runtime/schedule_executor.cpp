@@ -6,8 +6,9 @@
 
 namespace shardscope {
 
-ScheduleExecutor::ScheduleExecutor(GptModel& model, PipelineProgram program, int rank)
-    : model_(model), program_(std::move(program)), rank_(rank) {
+ScheduleExecutor::ScheduleExecutor(GptModel& model, PipelineProgram program, int rank,
+                                   int dataParallel)
+    : model_(model), program_(std::move(program)), rank_(rank), dataParallel_(dataParallel) {
     for (const PipelineOp& op : program_.ranks.at(std::size_t(rank)))
         if (op.send || op.recv)
             throw InputError("this engine runs one pipeline stage; a " +
@@ -21,7 +22,7 @@ ScheduleExecutor::ScheduleExecutor(GptModel& model, PipelineProgram program, int
 
 double ScheduleExecutor::runStep(const Feed& feed, SpanSink* sink) {
     const int m = program_.spec.microbatches;
-    const double tokens = double(inputs_.size()) * m;
+    const double tokens = double(inputs_.size()) * m * dataParallel_;
     const float lossGradScale = static_cast<float>(1.0 / tokens);
     model_.zeroGradients();
     double lossSum = 0;

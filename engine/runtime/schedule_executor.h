@@ -18,10 +18,13 @@ public:
     using Feed = std::function<void(int microbatch, std::int32_t* inputs, std::int32_t* targets)>;
 
     // Throws InputError when the program needs point-to-point transfers (more than one stage).
-    ScheduleExecutor(GptModel& model, PipelineProgram program, int rank = 0);
+    // dataParallel: how many replicas share the step, so each scales its loss by the step's
+    // whole token count and the replicas' summed gradients are the gradient of the mean.
+    ScheduleExecutor(GptModel& model, PipelineProgram program, int rank = 0, int dataParallel = 1);
 
-    // Zeroes the gradients, runs every op, and returns the mean loss over the step's tokens;
-    // the gradients are then those of that mean.
+    // Zeroes the gradients, runs every op, and returns this replica's share of the mean loss
+    // over the step's tokens (the mean itself with one replica); the gradients are that
+    // share's.
     double runStep(const Feed& feed, SpanSink* sink);
 
     const PipelineProgram& program() const { return program_; }
@@ -30,6 +33,7 @@ private:
     GptModel& model_;
     PipelineProgram program_;
     int rank_;
+    int dataParallel_;
     std::vector<MicrobatchState> states_;
     std::vector<std::int32_t> inputs_, targets_;
 };

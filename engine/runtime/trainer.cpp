@@ -10,6 +10,7 @@
 #include "optimizer.h"
 #include "plan/compute.h"
 #include "plan/estimate.h"
+#include "process_mesh.h"
 #include "sched/pipeline_program.h"
 #include "schedule_executor.h"
 #include "stop_signal.h"
@@ -43,8 +44,6 @@ std::string toString(RunStatus s) {
 }
 
 namespace {
-
-constexpr int kRank = 0; // one process: rank 0 of a world of one
 
 // Spans of the model's operator groups, stamped with the step and microbatch running now.
 class TelemetrySpans final : public SpanSink {
@@ -110,15 +109,6 @@ std::string mebibytes(double bytes) {
     return buf;
 }
 
-fs::path defaultRunDir() {
-    const std::time_t now = std::time(nullptr);
-    std::tm local{};
-    localtime_r(&now, &local);
-    char name[64];
-    std::strftime(name, sizeof name, "runs/%Y%m%d-%H%M%S", &local);
-    return name;
-}
-
 // The model as far as training is concerned: names and sources are labels, not weights.
 json modelForResume(const ModelSpec& m) {
     json j = m;
@@ -163,9 +153,9 @@ void checkResumable(const RunConfig& c, const std::string& data, const json& met
 
 class Run {
 public:
-    Run(const RunConfig& config, std::ostream& progress)
-        : c_(config), progress_(progress), ops_(kernels::makeCpuOps(config.engine.threads)),
-          memory_(*ops_) {}
+    Run(const RunConfig& config, std::ostream& progress, Communicator* world)
+        : c_(config), progress_(progress), world_(world),
+          ops_(kernels::makeCpuOps(config.engine.threads)), memory_(*ops_) {}
 
     TrainResult execute();
 
@@ -180,8 +170,20 @@ private:
     void writeSummary(const TrainResult& r);
     void reportStep(const StepRecord& s, double tokensPerSecond, double mfu);
 
+    void barrier() const {
+        if (world_)
+            world_->barrier();
+    }
+    double sumOverReplicas(double local) const;
+    bool agreeOnStop(bool mine) const;
+
     const RunConfig& c_;
     std::ostream& progress_;
+    Communicator* world_;                  // null or a world of one: a single process
+    std::unique_ptr<ProcessMesh> mesh_;    // with more than one rank
+    Communicator* dataParallel_ = nullptr; // the dp group, when dp > 1
+    int rank_ = 0;
+    bool leader_ = true; // rank 0 writes the config, checkpoints, summary and progress
     std::unique_ptr<kernels::Ops> ops_;
     DeviceAllocator memory_;
     std::unique_ptr<GptModel> model_;
@@ -204,6 +206,8 @@ private:
 };
 
 void Run::writeConfig() {
+    if (!leader_)
+        return;
     const std::string text = toJson(c_).dump(2) + "\n";
     std::ofstream out(runDir_ / "config.json", std::ios::trunc);
     if (!(out << text))
@@ -211,7 +215,9 @@ void Run::writeConfig() {
 }
 
 void Run::prepareRunDirectory() {
-    runDir_ = c_.engine.runDir.empty() ? defaultRunDir() : fs::path(c_.engine.runDir);
+    if (mesh_ && c_.engine.runDir.empty())
+        throw InputError("a job of several ranks needs its run directory named: add --out DIR");
+    runDir_ = c_.engine.runDir.empty() ? defaultRunDirectory() : fs::path(c_.engine.runDir);
     std::error_code ec;
     const bool hasRun = fs::exists(runDir_ / "config.json", ec);
     if (hasRun && !c_.engine.resume)
@@ -221,6 +227,9 @@ void Run::prepareRunDirectory() {
     if (c_.engine.resume && !hasRun && c_.engine.resumeFrom.empty())
         throw InputError("--resume: " + runDir_.string() +
                          " holds no run (no config.json); give the run directory with --out");
+    barrier(); // every rank has looked before the leader creates anything
+    if (!leader_)
+        return;
     fs::create_directories(runDir_ / "telemetry", ec);
     fs::create_directories(runDir_ / "checkpoints", ec);
     if (ec)
@@ -287,12 +296,32 @@ StepRecord Run::trainStep(std::int64_t step) {
     const int B = c_.parallel.microBatch;
     StepRecord r;
     r.step = step;
+    // Replica d reads microbatches d*m .. d*m+m-1 of the step: together the replicas read what
+    // one process would for the whole global batch.
+    const int firstMicrobatch = mesh_ ? mesh_->coordinate().dp * c_.parallel.microbatches() : 0;
     r.loss = executor_->runStep(
         [&](int mb, std::int32_t* inputs, std::int32_t* targets) {
-            spans_->timed("data",
-                          [&] { data_->batch(Split::Train, step, mb, B, inputs, targets); });
+            spans_->timed("data", [&] {
+                data_->batch(Split::Train, step, firstMicrobatch + mb, B, inputs, targets);
+            });
         },
         spans_.get());
+    if (dataParallel_) {
+        const std::size_t n = model_->parameterCount();
+        const double t0 = telemetry_->now();
+        dataParallel_->allReduceSum(model_->gradients(), n).wait();
+        spans_->write({{"type", "span"},
+                       {"kind", "communication"},
+                       {"collective", "all_reduce"},
+                       {"axis", "dp"},
+                       {"bytes", n * sizeof(float)},
+                       {"step", step + 1},
+                       {"mb", -1},
+                       {"chunk", 0},
+                       {"start", t0},
+                       {"end", telemetry_->now()}});
+        r.loss = sumOverReplicas(r.loss);
+    }
     r.gradNorm = spans_->timed("grad_norm", [&] { return optimizer_->gradientNorm(); });
     r.learningRate = learningRateAt(c_.train, step, totalSteps_);
     if (std::isfinite(r.loss) && std::isfinite(r.gradNorm)) {
@@ -301,6 +330,22 @@ StepRecord Run::trainStep(std::int64_t step) {
     }
     r.seconds = telemetry_->now() - start;
     return r;
+}
+
+// Every rank stops after the same step, even when a signal reached only some of them: a rank
+// that left the loop alone would leave the others waiting in a collective.
+bool Run::agreeOnStop(bool mine) const {
+    if (!world_ || world_->size() == 1)
+        return mine;
+    float vote = mine ? 1.0f : 0.0f;
+    world_->allReduceSum(&vote, 1).wait();
+    return vote > 0.0f;
+}
+
+double Run::sumOverReplicas(double local) const {
+    float value = static_cast<float>(local);
+    dataParallel_->allReduceSum(&value, 1).wait();
+    return double(value);
 }
 
 double Run::validationLoss(std::int64_t step) {
@@ -317,6 +362,8 @@ double Run::validationLoss(std::int64_t step) {
 }
 
 void Run::saveCheckpoint(std::int64_t stepsDone) {
+    if (!leader_) // replicas hold the same state; rank 0 writes it
+        return;
     spans_->step = stepsDone;
     const double start = telemetry_->now();
     const std::size_t n = model_->parameterCount();
@@ -358,7 +405,7 @@ void Run::saveCheckpoint(std::int64_t stepsDone) {
 }
 
 void Run::reportStep(const StepRecord& s, double tokensPerSecond, double mfu) {
-    if (c_.engine.quiet || (s.step + 1) % c_.engine.logEvery != 0)
+    if (!leader_ || c_.engine.quiet || (s.step + 1) % c_.engine.logEvery != 0)
         return;
     char line[256];
     std::snprintf(line, sizeof line,
@@ -372,6 +419,8 @@ void Run::reportStep(const StepRecord& s, double tokensPerSecond, double mfu) {
 }
 
 void Run::writeSummary(const TrainResult& r) {
+    if (!leader_)
+        return;
     PlanInputs plan{c_.model, ClusterSpec{}, c_.parallel, c_.train, Assumptions{}};
     const MemoryBreakdown predicted = memoryForStage(plan, 0);
     const MemoryUsage& peak = memory_.peak();
@@ -419,6 +468,17 @@ TrainResult Run::execute() {
         throw InputError(text);
     }
     totalSteps_ = c_.totalSteps();
+    if (world_ && world_->size() > 1) {
+        mesh_ = std::make_unique<ProcessMesh>(c_.parallel, *world_);
+        rank_ = world_->rank();
+        leader_ = rank_ == 0;
+        if (c_.parallel.dp > 1)
+            dataParallel_ = &mesh_->group(Axis::DP);
+    } else if (c_.parallel.worldSize() != 1) {
+        throw InputError("the layout " + layoutSummary(c_.parallel) + " needs " +
+                         std::to_string(c_.parallel.worldSize()) + " ranks: add --ranks " +
+                         std::to_string(c_.parallel.worldSize()));
+    }
     if (!c_.engine.telemetry.empty()) // a typo must not leave a half-made run directory behind
         parseCollectorAddress(c_.engine.telemetry);
     data_ = Dataset::open(dataSpecOf(c_));
@@ -427,7 +487,8 @@ TrainResult Run::execute() {
     model_ = std::make_unique<GptModel>(c_.model, c_.parallel.microBatch, *ops_, memory_,
                                         c_.parallel.recompute, !c_.parallel.flashAttention);
     optimizer_ = std::make_unique<AdamW>(*model_, *ops_, memory_, c_.train);
-    executor_ = std::make_unique<ScheduleExecutor>(*model_, buildPipelineProgram(schedule));
+    executor_ = std::make_unique<ScheduleExecutor>(*model_, buildPipelineProgram(schedule), 0,
+                                                   c_.parallel.dp);
     inputs_.resize(std::size_t(c_.parallel.microBatch) * std::size_t(c_.model.seqLen));
     targets_.resize(inputs_.size());
     flopsPerToken_ = tokenFlops(c_.model, c_.parallel, Assumptions{}).model;
@@ -438,14 +499,15 @@ TrainResult Run::execute() {
                 : kernels::estimateCpuPeakFlops(threads);
 
     prepareRunDirectory();
+    barrier(); // the leader has made the directory before anyone opens a file in it
     checkpoints_ =
         std::make_unique<CheckpointStore>(runDir_ / "checkpoints", c_.train.keepCheckpoints);
     const std::optional<LoadedCheckpoint> resumeFrom = checkpointToResume();
     writeConfig();
     TelemetryOptions topts;
-    topts.path = (runDir_ / "telemetry" / "rank-0.jsonl").string();
+    topts.path = (runDir_ / "telemetry" / ("rank-" + std::to_string(rank_) + ".jsonl")).string();
     topts.collector = c_.engine.telemetry;
-    topts.rank = kRank;
+    topts.rank = rank_;
     topts.append = c_.engine.resume;
     telemetry_ = std::make_unique<TelemetryWriter>(topts);
     spans_ = std::make_unique<TelemetrySpans>(*telemetry_);
@@ -463,7 +525,7 @@ TrainResult Run::execute() {
                        {"wall_clock", double(wall)}});
     restoreOrInitialize(resumeFrom);
 
-    if (!c_.engine.quiet) {
+    if (leader_ && !c_.engine.quiet) {
         progress_ << "shardscope-engine: " << c_.model.name << ", " << model_->parameterCount()
                   << " parameters, " << layoutSummary(c_.parallel) << ", " << ops_->name() << "\n"
                   << "data: " << data_->describe() << "\n"
@@ -524,8 +586,9 @@ TrainResult Run::execute() {
                    {"memory", memoryJson(memory_.live())},
                    {"memory_peak", memoryJson(memory_.peak())}};
         const bool last = step + 1 == totalSteps_;
-        const bool stopping = stopSignal() != 0 || (c_.engine.stopAfter > 0 &&
-                                                    step + 1 - startStep_ >= c_.engine.stopAfter);
+        const bool stopping =
+            agreeOnStop(stopSignal() != 0) ||
+            (c_.engine.stopAfter > 0 && step + 1 - startStep_ >= c_.engine.stopAfter);
         if ((c_.train.evalEvery > 0 && (step + 1) % c_.train.evalEvery == 0) || last) {
             lastValLoss_ = validationLoss(step);
             event["val_loss"] = lastValLoss_;
@@ -575,8 +638,8 @@ TrainResult Run::execute() {
 
 } // namespace
 
-TrainResult train(const RunConfig& config, std::ostream& progress) {
-    Run run(config, progress);
+TrainResult train(const RunConfig& config, std::ostream& progress, Communicator* world) {
+    Run run(config, progress, world);
     return run.execute();
 }
 

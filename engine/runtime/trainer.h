@@ -3,6 +3,7 @@
 // cleanly on a signal or a non-finite loss.
 #pragma once
 
+#include "communicator.h"
 #include "run_config.h"
 
 #include <cstdint>
@@ -36,7 +37,9 @@ struct TrainResult {
 };
 
 // Throws InputError for a config the engine cannot run, bad data, an unusable run directory or
-// checkpoint; CheckpointError for a checkpoint that fails verification on resume.
-TrainResult train(const RunConfig& config, std::ostream& progress);
+// checkpoint; CheckpointError for a checkpoint that fails verification on resume. `world` is the
+// job's communicator when it has several ranks (every rank calls train with the same config);
+// null for one process.
+TrainResult train(const RunConfig& config, std::ostream& progress, Communicator* world = nullptr);
 
 } // namespace shardscope

@@ -2,7 +2,9 @@
 #include "engine_test_support.h"
 
 #include <arpa/inet.h>
+#include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -96,6 +98,36 @@ TEST(EngineCli, ResumeContinuesTheRunsOwnConfig) {
     EXPECT_EQ(lossesOf(dir / "part"), lossesOf(dir / "whole"));
 }
 
+// dp replicas over MPI processes (mpirun, started by --ranks) against one process with the same
+// global batch: the documented fp32 tolerance is 1e-5 relative per step's loss over 20 steps.
+TEST(EngineCli, DataParallelRanksGiveTheSingleRankLosses) {
+    TempDir dir;
+    json c = smallConfig();
+    c["train"]["steps"] = 20;
+    c["parallel"]["micro_batch"] = 1;
+    c["parallel"]["global_batch"] = 8;
+    const std::string config = writeConfig(dir, c);
+    ASSERT_EQ(run({"train", "--config", config, "--out", (dir / "one").string(), "-q"}).code, 0);
+    const std::vector<double> one = lossesOf(dir / "one");
+    ASSERT_EQ(one.size(), 20u);
+    for (int dp : {2, 4}) {
+        const auto out = dir / ("dp" + std::to_string(dp));
+        const std::string cmd = std::string(SHARDSCOPE_ENGINE_EXE) + " train -q --config " +
+                                config + " --out " + out.string() + " --threads 1 --dp " +
+                                std::to_string(dp) + " --ranks " + std::to_string(dp) + " > " +
+                                (dir / "log").string() + " 2>&1";
+        ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+        for (int r = 0; r < dp; ++r) // every replica saw the same global loss
+            EXPECT_TRUE(std::filesystem::exists(out / "telemetry" /
+                                                ("rank-" + std::to_string(r) + ".jsonl")));
+        const std::vector<double> many = lossesOf(out);
+        ASSERT_EQ(many.size(), one.size()) << "dp " << dp;
+        for (std::size_t i = 0; i < one.size(); ++i)
+            EXPECT_NEAR(many[i], one[i], 1e-5 * std::fabs(one[i]))
+                << "dp " << dp << " step " << i + 1;
+    }
+}
+
 TEST(EngineCli, FlagsOverrideTheConfigFile) {
     TempDir dir;
     const Outcome o = run({"train", "--config", writeConfig(dir, smallConfig()), "--steps", "9",
@@ -122,7 +154,7 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
     const std::vector<Case> cases = {
         {{"train", "--steps", "-3"}, "--steps"},
         {{"train", "--config", (dir / "missing.json").string()}, "missing.json"},
-        {{"train", "--config", writeConfig(dir, tp), "--out", (dir / "a").string()}, "one process"},
+        {{"train", "--config", writeConfig(dir, tp), "--out", (dir / "a").string()}, "data only"},
         {{"train", "--config", writeConfig(dir, typo)}, "stpes"},
         {{"train", "--config", writeConfig(dir, vocab), "--data", (dir / "bytes.txt").string(),
           "--out", (dir / "b").string()},

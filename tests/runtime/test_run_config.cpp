@@ -53,15 +53,14 @@ TEST(RunConfig, UnknownFieldsAreNamed) {
 
 TEST(RunConfig, EngineProblemsSayWhatToChange) {
     RunConfig c = defaultRunConfig();
-    c.parallel.dp = 2;
-    c.parallel.globalBatch = 32;
+    c.parallel.tp = 2;
     c.parallel.optimizer = Optimizer::SgdMomentum;
     c.train.minLearningRate = 1.0;
     const auto problems = engineProblems(c);
     std::string all;
     for (const auto& p : problems)
         all += p + "\n";
-    EXPECT_NE(all.find("one process"), std::string::npos) << all;
+    EXPECT_NE(all.find("data only"), std::string::npos) << all;
     EXPECT_NE(all.find("AdamW"), std::string::npos) << all;
     EXPECT_NE(all.find("min_learning_rate"), std::string::npos) << all;
 }

@@ -270,7 +270,7 @@ TEST(Trainer, ExplainsConfigsItCannotRun) {
     } catch (const InputError& e) {
         const std::string w = e.what();
         EXPECT_NE(w.find("fp32"), std::string::npos) << w;
-        EXPECT_NE(w.find("one process"), std::string::npos) << w;
+        EXPECT_NE(w.find("data only"), std::string::npos) << w;
     }
     RunConfig missing = tinyRun(dir / "other", 1);
     missing.train.dataPath = (dir / "nope.bin").string();

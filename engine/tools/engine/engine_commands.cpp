@@ -7,16 +7,22 @@
 #include "runtime/data.h"
 #include "runtime/device_memory.h"
 #include "runtime/gpt.h"
+#include "runtime/mpi_communicator.h"
 #include "runtime/run_config.h"
 #include "runtime/trainer.h"
 #include "sched/pipeline_program.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
+#include <unistd.h>
 
 namespace shardscope::engine_cli {
 
@@ -32,7 +38,7 @@ struct Overrides {
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
     std::optional<double> lr, peakTflops;
     std::optional<std::uint64_t> seed;
-    std::optional<int> microBatch, globalBatch, threads, logEvery;
+    std::optional<int> microBatch, globalBatch, threads, logEvery, dp;
     bool quiet = false;
 
     void addTo(CLI::App& app) {
@@ -49,6 +55,8 @@ struct Overrides {
         app.add_option("--micro-batch", microBatch, "sequences per microbatch")
             ->check(CLI::PositiveNumber);
         app.add_option("--global-batch", globalBatch, "sequences per optimizer step")
+            ->check(CLI::PositiveNumber);
+        app.add_option("--dp", dp, "data-parallel replicas (the job needs dp ranks: --ranks)")
             ->check(CLI::PositiveNumber);
         app.add_option("--recompute", recompute, "activation recompute: none, selective, full");
         app.add_option("--schedule", schedule,
@@ -89,6 +97,8 @@ struct Overrides {
             c.parallel.microBatch = *microBatch;
         if (globalBatch)
             c.parallel.globalBatch = *globalBatch;
+        if (dp)
+            c.parallel.dp = *dp;
         if (recompute)
             c.parallel.recompute = recomputeFromString(*recompute);
         if (schedule)
@@ -174,6 +184,49 @@ void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
         << meta["loss"].get<double>() << "\n";
 }
 
+// Ranks sharing this machine, as the MPI launcher reports them (1 when not under MPI).
+int localRanks() {
+    for (const char* name :
+         {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+        if (const char* v = std::getenv(name); v && std::atoi(v) > 0)
+            return std::atoi(v);
+    return 1;
+}
+
+// `--ranks N` without an MPI launcher: start N copies of this program under mpirun, with the
+// same arguments, a run directory they all agree on, and the cores shared out between them.
+[[noreturn]] void launchRanks(int argc, char** argv, int ranks, bool hasOut, bool hasThreads) {
+    std::vector<std::string> args = {"mpirun", "-n", std::to_string(ranks), "--oversubscribe"};
+    if (::geteuid() == 0)
+        args.push_back("--allow-run-as-root"); // containers and CI run as root
+    args.push_back(fs::read_symlink("/proc/self/exe").string());
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--ranks") {
+            ++i;
+            continue;
+        }
+        if (a.starts_with("--ranks="))
+            continue;
+        args.push_back(a);
+    }
+    if (!hasOut) {
+        args.push_back("--out");
+        args.push_back(defaultRunDirectory().string());
+    }
+    if (!hasThreads) {
+        args.push_back("--threads");
+        args.push_back(std::to_string(std::max(1, kernels::cpuCores() / ranks)));
+    }
+    std::vector<char*> cargs;
+    for (std::string& a : args)
+        cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    ::execvp("mpirun", cargs.data());
+    throw InputError(std::string("--ranks: cannot start mpirun (") + std::strerror(errno) +
+                     "); install openmpi-bin, or launch the ranks with mpirun or srun yourself");
+}
+
 } // namespace
 
 int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -197,6 +250,12 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
     trainCmd
         ->add_option("--stop-after", trainFlags.stopAfter,
                      "stop cleanly (checkpoint, exit 0) after this many steps")
+        ->check(CLI::PositiveNumber);
+    int ranks = 0;
+    trainCmd
+        ->add_option("--ranks", ranks,
+                     "start this many local ranks through mpirun (a job already started by "
+                     "mpirun or srun takes its ranks from there)")
         ->check(CLI::PositiveNumber);
     trainCmd->add_flag("--print-config", printConfig,
                        "print the resolved run config as JSON and exit");
@@ -250,12 +309,29 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
             out << toJson(c).dump(2) << "\n";
             return 0;
         }
-        const TrainResult r = train(c, out);
+        const bool underMpi = MpiSession::launchedByMpi();
+        if (ranks > 1 && !underMpi)
+            launchRanks(argc, argv, ranks, trainFlags.out.has_value(),
+                        trainFlags.threads.has_value());
+        std::unique_ptr<MpiSession> mpi;
+        std::unique_ptr<Communicator> world;
+        if (underMpi) {
+            mpi = std::make_unique<MpiSession>(nullptr, nullptr);
+            world = mpi->world();
+            if (ranks > 0 && ranks != world->size())
+                throw InputError("--ranks " + std::to_string(ranks) + " but the launcher started " +
+                                 std::to_string(world->size()) + " ranks");
+            if (c.engine.threads == 0)
+                c.engine.threads = std::max(1, kernels::cpuCores() / localRanks());
+        }
+        const TrainResult r = train(c, out, world.get());
+        const bool leader = !world || world->rank() == 0;
         if (r.status == RunStatus::Failed)
             err << "shardscope-engine: " << r.message << "\n";
-        else
+        else if (leader)
             out << "run " << toString(r.status) << ": " << r.stepsCompleted << " steps, "
                 << r.runDir.string() << "/summary.json\n";
+        world.reset();
         return r.exitCode();
     } catch (const InputError& e) {
         err << "shardscope-engine: " << e.what() << "\n";

@@ -1,0 +1,63 @@
+// Collectives and point-to-point transfers among a group of ranks: the interface the parallel
+// code is written against. MpiCommunicator implements it between CPU processes; an NCCL
+// implementation on GPUs takes the same calls. Buffers are device pointers of the backend the
+// communicator belongs to (host memory for MPI). Every operation is non-blocking and returns a
+// Request; nothing may touch the buffers until the request has been waited on.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shardscope {
+
+class Request {
+public:
+    class Pending {
+    public:
+        virtual ~Pending() = default;
+        virtual void wait() = 0;
+        virtual bool test() = 0; // true once complete
+    };
+
+    Request() = default;
+    explicit Request(std::unique_ptr<Pending> p) : pending_(std::move(p)) {}
+    Request(Request&&) noexcept = default;
+    Request& operator=(Request&&) noexcept = default;
+    ~Request(); // waits: a request is never abandoned with its buffers in flight
+
+    void wait();
+    bool done(); // completes without blocking when it can
+    bool active() const { return pending_ != nullptr; }
+
+private:
+    std::unique_ptr<Pending> pending_;
+};
+
+void waitAll(std::vector<Request>& requests);
+
+class Communicator {
+public:
+    virtual ~Communicator() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    virtual std::string name() const = 0; // "world", "dp", "tp", "pp", "cp"
+
+    // data[n] becomes the elementwise sum over the group, in place.
+    virtual Request allReduceSum(float* data, std::size_t n) = 0;
+    // out[size * n] = the n values of every rank, in rank order.
+    virtual Request allGather(const float* in, float* out, std::size_t n) = 0;
+    // out[n] = the sum over ranks of in[rank * n .. (rank + 1) * n): rank i keeps chunk i.
+    virtual Request reduceScatterSum(const float* in, float* out, std::size_t n) = 0;
+    virtual Request send(const float* data, std::size_t n, int peer, int tag) = 0;
+    virtual Request receive(float* data, std::size_t n, int peer, int tag) = 0;
+    virtual void barrier() = 0;
+
+    // A communicator over `ranks` (ranks of this group, ascending, including this rank), for
+    // the axis `name`. Every rank of this group calls it at the same point with its own list.
+    virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
+                                                   const std::string& name) = 0;
+};
+
+} // namespace shardscope

@@ -1,0 +1,133 @@
+#include "mpi_communicator.h"
+
+#include <cstdlib>
+#include <limits>
+#include <mpi.h>
+#include <stdexcept>
+#include <string>
+
+namespace shardscope {
+
+namespace {
+
+int count(std::size_t n) {
+    if (n > std::size_t(std::numeric_limits<int>::max()))
+        throw std::length_error("an MPI transfer of " + std::to_string(n) +
+                                " floats exceeds the int count MPI takes");
+    return static_cast<int>(n);
+}
+
+void check(int rc, const char* what) {
+    if (rc == MPI_SUCCESS)
+        return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    throw std::runtime_error(std::string(what) +
+                             " failed: " + std::string(text, static_cast<std::size_t>(len)));
+}
+
+class MpiPending final : public Request::Pending {
+public:
+    explicit MpiPending(MPI_Request r) : request_(r) {}
+    void wait() override { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait"); }
+    bool test() override {
+        int flag = 0;
+        check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        return flag != 0;
+    }
+
+private:
+    MPI_Request request_;
+};
+
+Request started(MPI_Request r) {
+    return Request(std::make_unique<MpiPending>(r));
+}
+
+class MpiCommunicator final : public Communicator {
+public:
+    MpiCommunicator(MPI_Comm comm, std::string name, bool owned)
+        : comm_(comm), name_(std::move(name)), owned_(owned) {
+        MPI_Comm_rank(comm_, &rank_);
+        MPI_Comm_size(comm_, &size_);
+    }
+    ~MpiCommunicator() override {
+        if (owned_)
+            MPI_Comm_free(&comm_);
+    }
+    MpiCommunicator(const MpiCommunicator&) = delete;
+    MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    std::string name() const override { return name_; }
+
+    Request allReduceSum(float* data, std::size_t n) override {
+        MPI_Request r;
+        check(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, &r),
+              "MPI_Iallreduce");
+        return started(r);
+    }
+    Request allGather(const float* in, float* out, std::size_t n) override {
+        MPI_Request r;
+        check(MPI_Iallgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_, &r),
+              "MPI_Iallgather");
+        return started(r);
+    }
+    Request reduceScatterSum(const float* in, float* out, std::size_t n) override {
+        MPI_Request r;
+        check(MPI_Ireduce_scatter_block(in, out, count(n), MPI_FLOAT, MPI_SUM, comm_, &r),
+              "MPI_Ireduce_scatter_block");
+        return started(r);
+    }
+    Request send(const float* data, std::size_t n, int peer, int tag) override {
+        MPI_Request r;
+        check(MPI_Isend(data, count(n), MPI_FLOAT, peer, tag, comm_, &r), "MPI_Isend");
+        return started(r);
+    }
+    Request receive(float* data, std::size_t n, int peer, int tag) override {
+        MPI_Request r;
+        check(MPI_Irecv(data, count(n), MPI_FLOAT, peer, tag, comm_, &r), "MPI_Irecv");
+        return started(r);
+    }
+    void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+    std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
+                                           const std::string& name) override {
+        // Colour by the group's first rank: every member computes the same one.
+        MPI_Comm sub;
+        check(MPI_Comm_split(comm_, ranks.front(), rank_, &sub), "MPI_Comm_split");
+        return std::make_unique<MpiCommunicator>(sub, name, true);
+    }
+
+private:
+    MPI_Comm comm_;
+    std::string name_;
+    bool owned_;
+    int rank_ = 0, size_ = 1;
+};
+
+} // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+    int provided = 0;
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // Errors come back as codes, which check() turns into exceptions with MPI's text.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiSession::~MpiSession() {
+    MPI_Finalize();
+}
+
+std::unique_ptr<Communicator> MpiSession::world() const {
+    return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", false);
+}
+
+bool MpiSession::launchedByMpi() {
+    return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+           std::getenv("PMIX_RANK") || std::getenv("SLURM_PROCID");
+}
+
+} // namespace shardscope

@@ -1,0 +1,22 @@
+// Communicators between CPU processes over MPI (OpenMPI on Debian). One MpiSession per process
+// initialises MPI with thread support and finalises it.
+#pragma once
+
+#include "communicator.h"
+
+#include <memory>
+
+namespace shardscope {
+
+class MpiSession {
+public:
+    MpiSession(int* argc, char*** argv); // MPI_Init_thread(MPI_THREAD_FUNNELED)
+    ~MpiSession();                       // MPI_Finalize
+    MpiSession(const MpiSession&) = delete;
+    MpiSession& operator=(const MpiSession&) = delete;
+
+    std::unique_ptr<Communicator> world() const;
+    static bool launchedByMpi(); // the environment of mpirun or srun is present
+};
+
+} // namespace shardscope

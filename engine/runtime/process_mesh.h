@@ -1,0 +1,34 @@
+// The ranks of a job arranged as dp x cp x tp x pp from a ParallelConfig, in Megatron's order
+// (tp fastest, then cp, dp, pp: plan/layout's rankCoordinate), with one communicator per axis.
+#pragma once
+
+#include "communicator.h"
+#include "core/parallel_config.h"
+#include "plan/estimate.h"
+#include "plan/layout.h"
+
+#include <memory>
+#include <vector>
+
+namespace shardscope {
+
+// The world ranks of `rank`'s group along `axis`, ascending (its own included).
+std::vector<int> groupRanks(const ParallelConfig& p, int rank, Axis axis);
+
+class ProcessMesh {
+public:
+    // Collective over `world`: every rank constructs its mesh at the same point. Throws
+    // InputError when the world size is not dp * tp * pp * cp.
+    ProcessMesh(const ParallelConfig& p, Communicator& world);
+
+    const RankCoordinate& coordinate() const { return coordinate_; }
+    Communicator& world() const { return world_; }
+    Communicator& group(Axis axis) const { return *groups_[static_cast<std::size_t>(axis)]; }
+
+private:
+    Communicator& world_;
+    RankCoordinate coordinate_;
+    std::vector<std::unique_ptr<Communicator>> groups_; // indexed by Axis
+};
+
+} // namespace shardscope

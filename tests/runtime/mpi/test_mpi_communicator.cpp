@@ -1,0 +1,130 @@
+// Run under mpirun with 4 ranks (CTest does): every collective and transfer of MpiCommunicator
+// checked against the same arithmetic done locally, and the process mesh's groups against
+// plan/layout's rank coordinates.
+#include "runtime/mpi_communicator.h"
+#include "runtime/process_mesh.h"
+
+#include <gtest/gtest.h>
+#include <numeric>
+
+namespace shardscope {
+namespace {
+
+std::unique_ptr<MpiSession> session;
+
+float valueOf(int rank, std::size_t i) {
+    return float(rank * 1000) + float(i) * 0.5f;
+}
+
+TEST(MpiCommunicator, AllReduceSumsEveryRanksValues) {
+    auto world = session->world();
+    const std::size_t n = 1000;
+    std::vector<float> data(n);
+    for (std::size_t i = 0; i < n; ++i)
+        data[i] = valueOf(world->rank(), i);
+    world->allReduceSum(data.data(), n).wait();
+    for (std::size_t i = 0; i < n; ++i) {
+        float want = 0;
+        for (int r = 0; r < world->size(); ++r)
+            want += valueOf(r, i);
+        ASSERT_EQ(data[i], want) << i;
+    }
+}
+
+TEST(MpiCommunicator, AllGatherAndReduceScatterAreInverseHalves) {
+    auto world = session->world();
+    const int P = world->size();
+    const std::size_t n = 7;
+    std::vector<float> mine(n), all(n * std::size_t(P));
+    for (std::size_t i = 0; i < n; ++i)
+        mine[i] = valueOf(world->rank(), i);
+    world->allGather(mine.data(), all.data(), n).wait();
+    for (int r = 0; r < P; ++r)
+        for (std::size_t i = 0; i < n; ++i)
+            ASSERT_EQ(all[std::size_t(r) * n + i], valueOf(r, i));
+
+    // Every rank contributes `all`; rank i keeps the sum of chunk i: P times its own values.
+    std::vector<float> chunk(n);
+    world->reduceScatterSum(all.data(), chunk.data(), n).wait();
+    for (std::size_t i = 0; i < n; ++i)
+        EXPECT_EQ(chunk[i], float(P) * valueOf(world->rank(), i));
+}
+
+TEST(MpiCommunicator, NonBlockingTransfersAroundARing) {
+    auto world = session->world();
+    const int P = world->size(), r = world->rank();
+    std::vector<float> out(64, float(r)), in(64, -1.0f);
+    std::vector<Request> pending;
+    pending.push_back(world->receive(in.data(), in.size(), (r + P - 1) % P, 7));
+    pending.push_back(world->send(out.data(), out.size(), (r + 1) % P, 7));
+    waitAll(pending);
+    EXPECT_EQ(in.front(), float((r + P - 1) % P));
+    EXPECT_EQ(in.back(), float((r + P - 1) % P));
+}
+
+TEST(ProcessMesh, GroupsFollowMegatronsRankOrder) {
+    auto world = session->world();
+    ASSERT_EQ(world->size(), 4) << "run with mpirun -n 4";
+    ParallelConfig p;
+    p.dp = 2;
+    p.tp = 2;
+    p.globalBatch = 2;
+    ProcessMesh mesh(p, *world);
+    const int r = world->rank();
+    EXPECT_EQ(mesh.coordinate().tp, r % 2);
+    EXPECT_EQ(mesh.coordinate().dp, r / 2);
+    EXPECT_EQ(mesh.group(Axis::TP).size(), 2);
+    EXPECT_EQ(mesh.group(Axis::DP).size(), 2);
+    EXPECT_EQ(mesh.group(Axis::PP).size(), 1);
+    EXPECT_EQ(mesh.group(Axis::TP).rank(), r % 2);
+    EXPECT_EQ(mesh.group(Axis::DP).rank(), r / 2);
+    // A sum over the TP group adds the two ranks that share a dp index, and nothing else.
+    float x = float(r);
+    mesh.group(Axis::TP).allReduceSum(&x, 1).wait();
+    EXPECT_EQ(x, float(2 * (r / 2) * 2 + 1));
+    float y = float(r);
+    mesh.group(Axis::DP).allReduceSum(&y, 1).wait();
+    EXPECT_EQ(y, float(2 * (r % 2) + 2));
+}
+
+TEST(ProcessMesh, AWrongWorldSizeSaysHowToLaunch) {
+    auto world = session->world();
+    ParallelConfig p;
+    p.dp = 3;
+    try {
+        ProcessMesh mesh(p, *world);
+        FAIL();
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("--ranks 3"), std::string::npos) << e.what();
+    }
+}
+
+TEST(GroupRanks, AreStridedByTheFasterAxes) {
+    ParallelConfig p;
+    p.tp = 2;
+    p.cp = 2;
+    p.dp = 2;
+    p.pp = 2;
+    EXPECT_EQ(groupRanks(p, 5, Axis::TP), (std::vector<int>{4, 5}));
+    EXPECT_EQ(groupRanks(p, 5, Axis::CP), (std::vector<int>{5, 7}));
+    EXPECT_EQ(groupRanks(p, 5, Axis::DP), (std::vector<int>{1, 5}));
+    EXPECT_EQ(groupRanks(p, 5, Axis::PP), (std::vector<int>{5, 13}));
+}
+
+} // namespace
+} // namespace shardscope
+
+int main(int argc, char** argv) {
+    shardscope::session = std::make_unique<shardscope::MpiSession>(&argc, &argv);
+    ::testing::InitGoogleTest(&argc, argv);
+    const int failed = RUN_ALL_TESTS();
+    // Every rank's verdict counts: one failing rank fails the job.
+    int anyFailed = failed;
+    auto world = shardscope::session->world();
+    float flag = float(failed != 0);
+    world->allReduceSum(&flag, 1).wait();
+    anyFailed = flag > 0;
+    world.reset();
+    shardscope::session.reset();
+    return anyFailed;
+}

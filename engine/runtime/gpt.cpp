@@ -197,6 +197,14 @@ void GptModel::initialize(std::uint64_t seed) {
     ops_.copyToDevice(params_.f(), host.data(), parameterCount_ * sizeof(float));
 }
 
+void GptModel::reportReady(std::size_t firstTensor, std::size_t lastTensor) const {
+    if (!listener_)
+        return;
+    const std::size_t begin = tensors_[firstTensor].offset;
+    listener_->gradientsReady(begin,
+                              tensors_[lastTensor].offset + tensors_[lastTensor].count - begin);
+}
+
 void GptModel::zeroGradients() {
     ops_.zero(grads_.f(), parameterCount_);
 }
@@ -422,6 +430,8 @@ void GptModel::backward(MicrobatchState& state, bool deferWeights, SpanSink* sin
         state.finalMean.reset();
         state.finalRstd.reset();
         state.layerInput[std::size_t(L)].reset();
+        // The final norm and a separate head (its gradient came in the forward) are done.
+        reportReady(lnfWeight_, shape_.tied ? lnfBias_ : lmHead_);
     }
     for (int l = L - 1; l >= 0; --l) {
         ScopedSpan span(sink, kind, "layer", l);
@@ -437,6 +447,9 @@ void GptModel::backward(MicrobatchState& state, bool deferWeights, SpanSink* sin
         dout = layerBackward(l, a, state.layerInput[i].f(), std::move(dout), deferWeights, state);
         if (deferWeights)
             state.keptForWeights.push_back(std::move(a));
+        else
+            reportReady(firstLayerTensor_ + i * kTensorsPerLayer,
+                        firstLayerTensor_ + i * kTensorsPerLayer + kTensorsPerLayer - 1);
         if (l > 0)
             state.layerInput[i].reset();
     }
@@ -447,6 +460,7 @@ void GptModel::backward(MicrobatchState& state, bool deferWeights, SpanSink* sin
                                          shape_.seqLen, C);
         state.layerInput[0].reset();
         state.tokens.reset();
+        reportReady(wte_, wpe_);
     }
     state.backwardDone = true;
 }
@@ -465,6 +479,8 @@ void GptModel::backwardWeights(MicrobatchState& state, SpanSink* sink) {
                                                 d.N, d.C, d.OC);
             d.dout.reset();
         }
+        const std::size_t first = firstLayerTensor_ + std::size_t(layer) * kTensorsPerLayer;
+        reportReady(first, first + kTensorsPerLayer - 1);
     }
     state.deferred.clear();
     state.keptForWeights.clear();

@@ -9,6 +9,7 @@
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "device_memory.h"
+#include "gradient_buckets.h"
 #include "kernels/ops.h"
 
 #include <cstdint>
@@ -108,6 +109,11 @@ public:
     void backward(MicrobatchState& state, bool deferWeights, SpanSink* sink);
     void backwardWeights(MicrobatchState& state, SpanSink* sink);
 
+    // While set, each backward (or W) op reports every range of the gradient buffer it has
+    // finished to `listener`: set it for the ops that complete a step's gradients, so
+    // data-parallel buckets can start while the rest of the backward runs.
+    void setGradientListener(GradientListener* listener) { listener_ = listener; }
+
 private:
     struct LayerWeights;
     LayerWeights weightsOf(int layer, float* base) const;
@@ -123,6 +129,7 @@ private:
                         const float* input, int N, int C, int OC, bool defer,
                         MicrobatchState& state);
     int rows() const { return microBatch_ * shape_.seqLen; }
+    void reportReady(std::size_t firstTensor, std::size_t lastTensor) const;
 
     GptShape shape_;
     int microBatch_;
@@ -133,6 +140,7 @@ private:
     std::vector<ParameterTensor> tensors_;
     std::size_t parameterCount_ = 0;
     Buffer params_, grads_;
+    GradientListener* listener_ = nullptr;
     // Tensor indices: embeddings, the first of each layer's twelve, the final norm, the LM head.
     std::size_t wte_ = 0, wpe_ = 0, firstLayerTensor_ = 0, lnfWeight_ = 0, lnfBias_ = 0,
                 lmHead_ = 0;

@@ -134,12 +134,14 @@ RunConfig runConfigFromJson(const json& j) {
             o.telemetry = e.value("telemetry", o.telemetry);
             o.peakFlops = e.value("peak_tflops", o.peakFlops / 1e12) * 1e12;
             o.logEvery = e.value("log_every", o.logEvery);
+            o.bucketMiB = e.value("bucket_mb", o.bucketMiB);
         } catch (const json::exception& ex) {
             throw InputError(std::string("run config engine: ") + ex.what());
         }
-        if (c.engine.threads < 0 || c.engine.logEvery < 1 || c.engine.peakFlops < 0)
-            throw InputError("run config engine: threads >= 0, log_every >= 1 and peak_tflops "
-                             ">= 0 are required");
+        if (c.engine.threads < 0 || c.engine.logEvery < 1 || c.engine.peakFlops < 0 ||
+            !(c.engine.bucketMiB > 0))
+            throw InputError("run config engine: threads >= 0, log_every >= 1, peak_tflops >= 0 "
+                             "and bucket_mb > 0 are required");
     }
     return c;
 }
@@ -155,7 +157,8 @@ json toJson(const RunConfig& c) {
                   {"threads", c.engine.threads},
                   {"telemetry", c.engine.telemetry},
                   {"peak_tflops", c.engine.peakFlops / 1e12},
-                  {"log_every", c.engine.logEvery}}}};
+                  {"log_every", c.engine.logEvery},
+                  {"bucket_mb", c.engine.bucketMiB}}}};
 }
 
 std::filesystem::path defaultRunDirectory() {

@@ -25,6 +25,7 @@ struct EngineOptions {
     std::string resumeFrom;     // a checkpoint directory; "" with resume: the run's latest
     std::int64_t stopAfter = 0; // stop cleanly after this many steps of this invocation
     int logEvery = 1;           // progress line every N steps
+    double bucketMiB = 25;      // data-parallel gradient bucket (PyTorch DDP's bucket_cap_mb)
     bool quiet = false;         // no progress lines (events still go to telemetry)
 };
 

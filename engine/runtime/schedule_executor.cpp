@@ -15,6 +15,12 @@ ScheduleExecutor::ScheduleExecutor(GptModel& model, PipelineProgram program, int
                              std::to_string(program_.spec.stages) +
                              "-stage schedule needs the multi-rank engine");
     states_.resize(std::size_t(program_.spec.microbatches));
+    for (const PipelineOp& op : program_.ranks[std::size_t(rank)]) {
+        if (op.kind == OpKind::BackwardWeight)
+            lastWeight_ = op.microbatch;
+        else if (op.kind != OpKind::Forward)
+            lastBackward_ = op.microbatch;
+    }
     const std::size_t n = std::size_t(model.microBatch()) * std::size_t(model.shape().seqLen);
     inputs_.resize(n);
     targets_.resize(n);
@@ -30,6 +36,9 @@ double ScheduleExecutor::runStep(const Feed& feed, SpanSink* sink) {
         MicrobatchState& state = states_[std::size_t(op.microbatch)];
         if (sink)
             sink->setMicrobatch(op.microbatch);
+        const bool completes = op.kind == OpKind::BackwardWeight ? op.microbatch == lastWeight_
+                                                                 : op.microbatch == lastBackward_;
+        model_.setGradientListener(op.kind != OpKind::Forward && completes ? listener_ : nullptr);
         switch (op.kind) {
         case OpKind::Forward:
             feed(op.microbatch, inputs_.data(), targets_.data());
@@ -48,6 +57,7 @@ double ScheduleExecutor::runStep(const Feed& feed, SpanSink* sink) {
             break;
         }
     }
+    model_.setGradientListener(nullptr);
     if (sink)
         sink->setMicrobatch(-1);
     return lossSum / tokens;

@@ -28,12 +28,18 @@ public:
     double runStep(const Feed& feed, SpanSink* sink);
 
     const PipelineProgram& program() const { return program_; }
+    // Receives the gradient ranges each step completes, as the backward completes them.
+    void setGradientListener(GradientListener* listener) { listener_ = listener; }
 
 private:
     GptModel& model_;
     PipelineProgram program_;
     int rank_;
     int dataParallel_;
+    GradientListener* listener_ = nullptr;
+    // The microbatches whose backward (B or B+W) and W ops come last: after them a gradient
+    // range receives nothing more this step.
+    int lastBackward_ = -1, lastWeight_ = -1;
     std::vector<MicrobatchState> states_;
     std::vector<std::int32_t> inputs_, targets_;
 };

@@ -193,6 +193,7 @@ private:
     std::unique_ptr<TelemetrySpans> spans_;
     std::unique_ptr<CheckpointStore> checkpoints_;
     std::unique_ptr<ScheduleExecutor> executor_;
+    std::unique_ptr<GradientBuckets> buckets_; // data-parallel gradient all-reduce
     std::vector<std::int32_t> inputs_, targets_;
     fs::path runDir_;
     std::int64_t startStep_ = 0, totalSteps_ = 0;
@@ -299,6 +300,8 @@ StepRecord Run::trainStep(std::int64_t step) {
     // Replica d reads microbatches d*m .. d*m+m-1 of the step: together the replicas read what
     // one process would for the whole global batch.
     const int firstMicrobatch = mesh_ ? mesh_->coordinate().dp * c_.parallel.microbatches() : 0;
+    if (buckets_)
+        buckets_->startStep();
     r.loss = executor_->runStep(
         [&](int mb, std::int32_t* inputs, std::int32_t* targets) {
             spans_->timed("data", [&] {
@@ -307,19 +310,21 @@ StepRecord Run::trainStep(std::int64_t step) {
         },
         spans_.get());
     if (dataParallel_) {
-        const std::size_t n = model_->parameterCount();
-        const double t0 = telemetry_->now();
-        dataParallel_->allReduceSum(model_->gradients(), n).wait();
-        spans_->write({{"type", "span"},
-                       {"kind", "communication"},
-                       {"collective", "all_reduce"},
-                       {"axis", "dp"},
-                       {"bytes", n * sizeof(float)},
-                       {"step", step + 1},
-                       {"mb", -1},
-                       {"chunk", 0},
-                       {"start", t0},
-                       {"end", telemetry_->now()}});
+        // Buckets were started during the backward; what remains is waited for here.
+        r.exposedCommunication = buckets_->finish();
+        for (const BucketTiming& b : buckets_->buckets())
+            r.communication += b.completed - b.started;
+        for (const BucketTiming& b : buckets_->buckets())
+            spans_->write({{"type", "span"},
+                           {"kind", "communication"},
+                           {"collective", "all_reduce"},
+                           {"axis", "dp"},
+                           {"bytes", b.count * sizeof(float)},
+                           {"step", step + 1},
+                           {"mb", -1},
+                           {"chunk", 0},
+                           {"start", b.started},
+                           {"end", b.completed}});
         r.loss = sumOverReplicas(r.loss);
     }
     r.gradNorm = spans_->timed("grad_norm", [&] { return optimizer_->gradientNorm(); });
@@ -489,6 +494,13 @@ TrainResult Run::execute() {
     optimizer_ = std::make_unique<AdamW>(*model_, *ops_, memory_, c_.train);
     executor_ = std::make_unique<ScheduleExecutor>(*model_, buildPipelineProgram(schedule), 0,
                                                    c_.parallel.dp);
+    if (dataParallel_) {
+        buckets_ = std::make_unique<GradientBuckets>(
+            *dataParallel_, model_->gradients(), model_->parameterCount(),
+            static_cast<std::size_t>(c_.engine.bucketMiB * 1024 * 1024), this,
+            [](const void* self) { return static_cast<const Run*>(self)->telemetry_->now(); });
+        executor_->setGradientListener(buckets_.get());
+    }
     inputs_.resize(std::size_t(c_.parallel.microBatch) * std::size_t(c_.model.seqLen));
     targets_.resize(inputs_.size());
     flopsPerToken_ = tokenFlops(c_.model, c_.parallel, Assumptions{}).model;
@@ -584,6 +596,8 @@ TrainResult Run::execute() {
                    {"flops_per_s", flops},
                    {"mfu", mfu},
                    {"memory", memoryJson(memory_.live())},
+                   {"dp_communication", s.communication},
+                   {"dp_exposed_communication", s.exposedCommunication},
                    {"memory_peak", memoryJson(memory_.peak())}};
         const bool last = step + 1 == totalSteps_;
         const bool stopping =

@@ -23,6 +23,8 @@ struct StepRecord {
     double gradNorm = 0;
     double learningRate = 0;
     double seconds = 0;
+    double communication = 0;        // seconds data-parallel all-reduces were in flight
+    double exposedCommunication = 0; // of which the step waited for them, after the backward
 };
 
 struct TrainResult {

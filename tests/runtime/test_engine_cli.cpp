@@ -110,18 +110,22 @@ TEST(EngineCli, DataParallelRanksGiveTheSingleRankLosses) {
     ASSERT_EQ(run({"train", "--config", config, "--out", (dir / "one").string(), "-q"}).code, 0);
     const std::vector<double> one = lossesOf(dir / "one");
     ASSERT_EQ(one.size(), 20u);
-    for (int dp : {2, 4}) {
-        const auto out = dir / ("dp" + std::to_string(dp));
+    // dp 2 and 4 with one bucket; dp 2 with buckets of a few layers, started during a
+    // zero-bubble backward (B then W).
+    const std::vector<std::pair<int, std::string>> variants = {
+        {2, ""}, {4, ""}, {2, " --bucket-mb 0.05 --schedule zero-bubble"}};
+    for (const auto& [dp, extra] : variants) {
+        const auto out = dir / ("dp" + std::to_string(dp) + (extra.empty() ? "" : "-buckets"));
         const std::string cmd = std::string(SHARDSCOPE_ENGINE_EXE) + " train -q --config " +
                                 config + " --out " + out.string() + " --threads 1 --dp " +
-                                std::to_string(dp) + " --ranks " + std::to_string(dp) + " > " +
-                                (dir / "log").string() + " 2>&1";
+                                std::to_string(dp) + " --ranks " + std::to_string(dp) + extra +
+                                " > " + (dir / "log").string() + " 2>&1";
         ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
         for (int r = 0; r < dp; ++r) // every replica saw the same global loss
             EXPECT_TRUE(std::filesystem::exists(out / "telemetry" /
                                                 ("rank-" + std::to_string(r) + ".jsonl")));
         const std::vector<double> many = lossesOf(out);
-        ASSERT_EQ(many.size(), one.size()) << "dp " << dp;
+        ASSERT_EQ(many.size(), one.size()) << "dp " << dp << extra;
         for (std::size_t i = 0; i < one.size(); ++i)
             EXPECT_NEAR(many[i], one[i], 1e-5 * std::fabs(one[i]))
                 << "dp " << dp << " step " << i + 1;

@@ -36,7 +36,7 @@ struct Overrides {
     std::string config;
     std::optional<std::string> out, data, dataFormat, telemetry, recompute, schedule;
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
-    std::optional<double> lr, peakTflops;
+    std::optional<double> lr, peakTflops, bucketMb;
     std::optional<std::uint64_t> seed;
     std::optional<int> microBatch, globalBatch, threads, logEvery, dp;
     bool quiet = false;
@@ -57,6 +57,9 @@ struct Overrides {
         app.add_option("--global-batch", globalBatch, "sequences per optimizer step")
             ->check(CLI::PositiveNumber);
         app.add_option("--dp", dp, "data-parallel replicas (the job needs dp ranks: --ranks)")
+            ->check(CLI::PositiveNumber);
+        app.add_option("--bucket-mb", bucketMb,
+                       "data-parallel gradient bucket size in MiB (default 25, as PyTorch DDP)")
             ->check(CLI::PositiveNumber);
         app.add_option("--recompute", recompute, "activation recompute: none, selective, full");
         app.add_option("--schedule", schedule,
@@ -99,6 +102,8 @@ struct Overrides {
             c.parallel.globalBatch = *globalBatch;
         if (dp)
             c.parallel.dp = *dp;
+        if (bucketMb)
+            c.engine.bucketMiB = *bucketMb;
         if (recompute)
             c.parallel.recompute = recomputeFromString(*recompute);
         if (schedule)

@@ -1,0 +1,81 @@
+#include "runtime/gradient_buckets.h"
+
+#include <gtest/gtest.h>
+#include <stdexcept>
+
+namespace shardscope {
+namespace {
+
+// A group of two identical replicas: an all-reduce doubles the buffer when it completes.
+class TwoReplicas final : public Communicator {
+public:
+    struct Call {
+        float* data;
+        std::size_t n;
+    };
+    std::vector<Call> calls;
+
+    int rank() const override { return 0; }
+    int size() const override { return 2; }
+    std::string name() const override { return "dp"; }
+    Request allReduceSum(float* data, std::size_t n) override {
+        calls.push_back({data, n});
+        struct Doubling final : Request::Pending {
+            float* data;
+            std::size_t n;
+            Doubling(float* d, std::size_t count) : data(d), n(count) {}
+            void wait() override {
+                for (std::size_t i = 0; i < n; ++i)
+                    data[i] *= 2;
+                n = 0;
+            }
+            bool test() override { return false; }
+        };
+        return Request(std::make_unique<Doubling>(data, n));
+    }
+    Request allGather(const float*, float*, std::size_t) override { return {}; }
+    Request reduceScatterSum(const float*, float*, std::size_t) override { return {}; }
+    Request send(const float*, std::size_t, int, int) override { return {}; }
+    Request receive(float*, std::size_t, int, int) override { return {}; }
+    void barrier() override {}
+    std::unique_ptr<Communicator> subgroup(const std::vector<int>&, const std::string&) override {
+        return nullptr;
+    }
+};
+
+double zeroClock(const void*) {
+    return 0;
+}
+
+TEST(GradientBuckets, CoalescesRangesFinishedBackToFrontUpToTheBucketSize) {
+    TwoReplicas group;
+    std::vector<float> grads(100, 1.0f);
+    GradientBuckets buckets(group, grads.data(), grads.size(), 30 * sizeof(float), nullptr,
+                            zeroClock);
+    buckets.startStep();
+    buckets.gradientsReady(80, 20); // the head
+    EXPECT_TRUE(group.calls.empty());
+    buckets.gradientsReady(60, 20); // a layer: 40 floats pending, over the bucket size
+    ASSERT_EQ(group.calls.size(), 1u);
+    EXPECT_EQ(group.calls[0].data, grads.data() + 60);
+    EXPECT_EQ(group.calls[0].n, 40u);
+    buckets.gradientsReady(0, 10); // not adjacent to anything pending: a bucket of its own
+    buckets.gradientsReady(40, 20);
+    buckets.gradientsReady(10, 30); // ends where the pending range starts? no: 10+30 = 40
+    buckets.finish();
+    for (float g : grads)
+        EXPECT_EQ(g, 2.0f); // every gradient reduced exactly once
+    EXPECT_EQ(buckets.buckets().size(), group.calls.size());
+}
+
+TEST(GradientBuckets, RefusesToFinishWithGradientsLeftOut) {
+    TwoReplicas group;
+    std::vector<float> grads(10, 1.0f);
+    GradientBuckets buckets(group, grads.data(), grads.size(), 1024, nullptr, zeroClock);
+    buckets.startStep();
+    buckets.gradientsReady(5, 5);
+    EXPECT_THROW(buckets.finish(), std::logic_error);
+}
+
+} // namespace
+} // namespace shardscope

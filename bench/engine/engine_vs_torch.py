@@ -33,7 +33,7 @@ def engine_run(engine, config, threads, steps):
         return times
 
 
-def torch_run(cfg, threads, steps):
+def torch_run(cfg, threads, steps, ddp=False):
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -48,7 +48,7 @@ def torch_run(cfg, threads, steps):
             self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
             self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
             self.fc, self.fc_proj = nn.Linear(C, m["ffn_hidden"]), nn.Linear(m["ffn_hidden"], C)
-            self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+            self.mask = torch.tril(torch.ones(T, T, dtype=torch.bool))  # not a buffer: gloo cannot broadcast bool
 
         def forward(self, x):
             B = x.shape[0]
@@ -75,6 +75,8 @@ def torch_run(cfg, threads, steps):
 
     torch.manual_seed(0)
     model = GPT()
+    if ddp:  # inside an initialised process group (dp_vs_ddp.py)
+        model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     B = p["micro_batch"]
     times = []

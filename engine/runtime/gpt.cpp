@@ -353,6 +353,20 @@ struct ScopedSpan {
 };
 } // namespace
 
+Buffer GptModel::uploadTokens(MemoryCategory category, const std::int32_t* inputs,
+                              const std::int32_t* targets) const {
+    const std::size_t N = std::size_t(rows());
+    Buffer tokens = memory_.allocate(category, 2 * N * sizeof(std::int32_t));
+    ops_.copyToDevice(tokens.as<std::int32_t>(), inputs, N * sizeof(std::int32_t));
+    ops_.copyToDevice(tokens.as<std::int32_t>() + N, targets, N * sizeof(std::int32_t));
+    return tokens;
+}
+
+void GptModel::embed(float* out, const Buffer& tokens) const {
+    ops_.embeddingForward(out, tokens.as<std::int32_t>(), tensor(params_.f(), wte_),
+                          tensor(params_.f(), wpe_), microBatch_, shape_.seqLen, shape_.channels);
+}
+
 double GptModel::forward(MicrobatchState& state, const std::int32_t* inputs,
                          const std::int32_t* targets, float lossGradScale, SpanSink* sink,
                          std::vector<float>* logits) {
@@ -364,14 +378,9 @@ double GptModel::forward(MicrobatchState& state, const std::int32_t* inputs,
     state.layers.resize(std::size_t(L));
     {
         ScopedSpan span(sink, "forward", "embedding", -1);
-        state.tokens = memory_.allocate(MemoryCategory::Activations,
-                                        2 * std::size_t(N) * sizeof(std::int32_t));
-        ops_.copyToDevice(state.tokens.as<std::int32_t>(), inputs, std::size_t(N) * 4);
-        ops_.copyToDevice(state.tokens.as<std::int32_t>() + N, targets, std::size_t(N) * 4);
+        state.tokens = uploadTokens(MemoryCategory::Activations, inputs, targets);
         state.layerInput[0] = memory_.floats(MemoryCategory::Activations, NC);
-        ops_.embeddingForward(state.layerInput[0].f(), state.tokens.as<std::int32_t>(),
-                              tensor(params_.f(), wte_), tensor(params_.f(), wpe_), microBatch_,
-                              shape_.seqLen, C);
+        embed(state.layerInput[0].f(), state.tokens);
     }
     for (int l = 0; l < L; ++l) {
         ScopedSpan span(sink, "forward", "layer", l);
@@ -395,13 +404,9 @@ double GptModel::forward(MicrobatchState& state, const std::int32_t* inputs,
 double GptModel::evaluate(const std::int32_t* inputs, const std::int32_t* targets) {
     const int N = rows(), C = shape_.channels;
     const std::size_t NC = std::size_t(N) * std::size_t(C);
-    Buffer tokens =
-        memory_.allocate(MemoryCategory::Workspace, 2 * std::size_t(N) * sizeof(std::int32_t));
-    ops_.copyToDevice(tokens.as<std::int32_t>(), inputs, std::size_t(N) * 4);
-    ops_.copyToDevice(tokens.as<std::int32_t>() + N, targets, std::size_t(N) * 4);
+    const Buffer tokens = uploadTokens(MemoryCategory::Workspace, inputs, targets);
     Buffer x = memory_.floats(MemoryCategory::Workspace, NC);
-    ops_.embeddingForward(x.f(), tokens.as<std::int32_t>(), tensor(params_.f(), wte_),
-                          tensor(params_.f(), wpe_), microBatch_, shape_.seqLen, C);
+    embed(x.f(), tokens);
     for (int l = 0; l < shape_.layers; ++l) {
         LayerActivations scratch = allocateLayer(MemoryCategory::Workspace);
         Buffer y = memory_.floats(MemoryCategory::Workspace, NC);

@@ -130,6 +130,10 @@ private:
                         MicrobatchState& state);
     int rows() const { return microBatch_ * shape_.seqLen; }
     void reportReady(std::size_t firstTensor, std::size_t lastTensor) const;
+    // Inputs then targets of one microbatch, copied to the device.
+    Buffer uploadTokens(MemoryCategory category, const std::int32_t* inputs,
+                        const std::int32_t* targets) const;
+    void embed(float* out, const Buffer& tokens) const; // token + position embeddings
 
     GptShape shape_;
     int microBatch_;

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -54,11 +55,16 @@ public:
     double now() const override { return writer_.now(); }
     void setMicrobatch(int mb) override { microbatch = mb; }
     void span(const char* kind, const char* block, int layer, double start, double end) override {
-        json e{{"type", "span"},   {"kind", kind}, {"block", block}, {"step", step},
-               {"mb", microbatch}, {"chunk", 0},   {"start", start}, {"end", end}};
+        json e = spanEvent(kind, start, end);
+        e["block"] = block;
         if (layer >= 0)
             e["layer"] = layer;
         write(std::move(e));
+    }
+    // A span of the step and microbatch running now; callers add what is particular to it.
+    json spanEvent(const char* kind, double start, double end) const {
+        return {{"type", "span"}, {"kind", kind},   {"step", step}, {"mb", microbatch},
+                {"chunk", 0},     {"start", start}, {"end", end}};
     }
     // Spans are written from destructors, so a failed write (a full disk) is kept here and
     // raised by the training loop after the step instead of terminating the process.
@@ -78,15 +84,7 @@ public:
             TelemetrySpans* self;
             const char* kind;
             double start;
-            ~Emit() {
-                self->write({{"type", "span"},
-                             {"kind", kind},
-                             {"step", self->step},
-                             {"mb", self->microbatch},
-                             {"chunk", 0},
-                             {"start", start},
-                             {"end", self->now()}});
-            }
+            ~Emit() { self->write(self->spanEvent(kind, start, self->now())); }
         } emit{this, kind, start};
         return work();
     }
@@ -94,6 +92,17 @@ public:
 private:
     TelemetryWriter& writer_;
 };
+
+// The settings the engine's executable gives OpenMP and OpenBLAS before they load (main.cpp),
+// recorded because they move a step's time by 30-50% on few cores.
+json threadPoolSettings() {
+    json j = json::object();
+    for (const char* name : {"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT"}) {
+        const char* v = std::getenv(name);
+        j[name] = v ? json(v) : json();
+    }
+    return j;
+}
 
 json memoryJson(const MemoryUsage& u) {
     json j;
@@ -256,10 +265,9 @@ std::optional<LoadedCheckpoint> Run::checkpointToResume() {
         throw InputError("the run in " + runDir_.string() + " already completed its " +
                          std::to_string(totalSteps_) + " steps (checkpoint " + dir.string() +
                          "); there is nothing to resume");
-    const int threads = c_.engine.threads > 0 ? c_.engine.threads : kernels::cpuCores();
-    if (ck.info.meta.value("threads", threads) != threads)
+    if (ck.info.meta.value("threads", threads_) != threads_)
         progress_ << "warning: the checkpoint was written with " << ck.info.meta.value("threads", 0)
-                  << " threads and this run uses " << threads
+                  << " threads and this run uses " << threads_
                   << "; reductions split by thread make the losses differ in the last bits from "
                      "an uninterrupted run\n";
     return ck;
@@ -314,17 +322,13 @@ StepRecord Run::trainStep(std::int64_t step) {
         r.exposedCommunication = buckets_->finish();
         for (const BucketTiming& b : buckets_->buckets())
             r.communication += b.completed - b.started;
-        for (const BucketTiming& b : buckets_->buckets())
-            spans_->write({{"type", "span"},
-                           {"kind", "communication"},
-                           {"collective", "all_reduce"},
-                           {"axis", "dp"},
-                           {"bytes", b.count * sizeof(float)},
-                           {"step", step + 1},
-                           {"mb", -1},
-                           {"chunk", 0},
-                           {"start", b.started},
-                           {"end", b.completed}});
+        for (const BucketTiming& b : buckets_->buckets()) {
+            json e = spans_->spanEvent("communication", b.started, b.completed);
+            e["collective"] = "all_reduce";
+            e["axis"] = "dp";
+            e["bytes"] = b.count * sizeof(float);
+            spans_->write(std::move(e));
+        }
         r.loss = sumOverReplicas(r.loss);
     }
     r.gradNorm = spans_->timed("grad_norm", [&] { return optimizer_->gradientNorm(); });
@@ -529,6 +533,7 @@ TrainResult Run::execute() {
                        {"config", toJson(c_)},
                        {"threads", threads},
                        {"backend", ops_->name()},
+                       {"thread_pools", threadPoolSettings()},
                        {"peak_flops", peak_.flops},
                        {"peak_flops_source", peak_.formula},
                        {"loss_floor", data_->lossFloor() ? json(*data_->lossFloor()) : json()},

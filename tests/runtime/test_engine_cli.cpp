@@ -254,6 +254,12 @@ TEST(EngineCli, SigintFinishesTheStepCheckpointsAndExitsCleanly) {
     const json summary = json::parse(s);
     EXPECT_EQ(summary["status"], "interrupted");
     EXPECT_FALSE(summary["last_checkpoint"].get<std::string>().empty());
+    // The executable settled its thread pools before OpenMP and OpenBLAS loaded.
+    std::ifstream events(dir / "run" / "telemetry" / "rank-0.jsonl");
+    std::string first;
+    std::getline(events, first);
+    const json start = json::parse(first);
+    EXPECT_EQ(start["thread_pools"]["OMP_WAIT_POLICY"], "passive") << first.substr(0, 200);
 }
 
 } // namespace

@@ -70,8 +70,9 @@ double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v, int
     case PipelineSchedule::GPipe:
         return m;
     case PipelineSchedule::OneFOneB:
-    case PipelineSchedule::ZeroBubble:
         return std::min(p - stage, m);
+    case PipelineSchedule::ZeroBubble: // later stages defer their W passes, holding up to p
+        return std::min(p, m);
     case PipelineSchedule::Interleaved:
         return std::min<double>(m, (p - stage) + (p - 1.0) / std::max(1, v));
     }

@@ -34,7 +34,8 @@ double pipelineBubbleFraction(PipelineSchedule s, int p, int m, int v = 1);
 double pipelineBubbleMicrobatches(PipelineSchedule s, int p, int m, int v = 1);
 // Microbatches whose activations pipeline rank `stage` holds at its peak (Korthikanti et al.
 // 2022: GPipe m, 1F1B p - stage, interleaved (p - stage) + (p-1)/v, i.e. p (1 + (p-1)/(p v)) on
-// the first stage), never more than the m microbatches of the step.
+// the first stage; ZB-H1 p on every stage, since deferred W passes keep their inputs: Qi et al.
+// 2023 keep the peak, stage 0's, equal to 1F1B's), never more than the m microbatches of the step.
 double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v = 1, int stage = 0);
 
 // --- Model state ----------------------------------------------------------------------------

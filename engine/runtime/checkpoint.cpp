@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdio>
 #include <fcntl.h>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <signal.h>
+#include <sstream>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <system_error>
@@ -58,6 +60,11 @@ std::string stepDirName(std::int64_t step) {
 
 std::string temporaryName(std::int64_t step) {
     return "." + stepDirName(step) + ".tmp-" + std::to_string(::getpid());
+}
+
+// Where the ranks of a sharded save write their files before the leader's manifest names them.
+std::string shardDirName(std::int64_t step) {
+    return "." + stepDirName(step) + ".shards";
 }
 
 std::uint32_t crcUpdate(std::uint32_t crc, const void* data, std::size_t bytes) {
@@ -399,6 +406,24 @@ bool verifies(const fs::path& dir) {
     }
 }
 
+// Makes sure the root exists and `step` is not saved there yet, and clears what crashed saves
+// left behind, before a save writes anything.
+void prepareRootFor(const fs::path& root, std::int64_t step) {
+    const fs::path finalDir = root / stepDirName(step);
+    const std::string context = "cannot save checkpoint " + finalDir.string() + ": ";
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    if (ec)
+        throw CheckpointError(context + "cannot create the checkpoint directory " + root.string() +
+                              ": " + ec.message());
+    struct stat st {};
+    if (::lstat(finalDir.c_str(), &st) == 0)
+        throw CheckpointError(alreadyExists(finalDir));
+    if (errno != ENOENT)
+        throw CheckpointError(context + sysFailure("cannot look at", finalDir, errno));
+    removeStaleTemporaries(root);
+}
+
 // Renamed out of the step-* namespace first, so list() never sees a half-deleted checkpoint; a
 // crash during remove_all leaves a temporary directory that a later save removes.
 void removeCheckpoint(const fs::path& root, const CheckpointInfo& c) {
@@ -444,17 +469,7 @@ CheckpointInfo CheckpointStore::save(std::int64_t step, const nlohmann::json& me
     const fs::path finalDir = root_ / stepDirName(step);
     const std::string context = "cannot save checkpoint " + finalDir.string() + ": ";
     std::error_code ec;
-    fs::create_directories(root_, ec);
-    if (ec)
-        throw CheckpointError(context + "cannot create the checkpoint directory " + root_.string() +
-                              ": " + ec.message());
-    struct stat st {};
-    if (::lstat(finalDir.c_str(), &st) == 0)
-        throw CheckpointError(alreadyExists(finalDir));
-    if (errno != ENOENT)
-        throw CheckpointError(context + sysFailure("cannot look at", finalDir, errno));
-
-    removeStaleTemporaries(root_);
+    prepareRootFor(root_, step);
     const fs::path tmp = root_ / temporaryName(step);
     // Only a failed clean-up in this process leaves one of its own names behind.
     fs::remove_all(tmp, ec);
@@ -477,20 +492,7 @@ CheckpointInfo CheckpointStore::save(std::int64_t step, const nlohmann::json& me
             f["crc32"] = writeDurably(tmp / b.name, b.data, b.bytes);
             files.push_back(std::move(f));
         }
-        json manifest = json::object();
-        manifest["format"] = kFormatName;
-        manifest["version"] = kCheckpointFormatVersion;
-        manifest["step"] = step;
-        manifest["meta"] = meta;
-        manifest["files"] = std::move(files);
-        manifest["created_unix"] = std::chrono::duration_cast<std::chrono::seconds>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count();
-        // Written last: a directory with a manifest has all its files.
-        const std::string text = manifest.dump(2) + "\n";
-        writeDurably(tmp / kManifestName, text.data(), text.size());
-        syncDirectory(tmp);
-        publish(tmp, finalDir);
+        publishWithManifest(tmp, step, meta, std::move(files));
     } catch (const IoError& e) {
         const std::string note = discard();
         throw CheckpointError(context + e.what() + note + kUntouched);
@@ -498,7 +500,30 @@ CheckpointInfo CheckpointStore::save(std::int64_t step, const nlohmann::json& me
         discard();
         throw;
     }
+    return afterPublish(step, meta);
+}
 
+void CheckpointStore::publishWithManifest(const fs::path& tmp, std::int64_t step,
+                                          const nlohmann::json& meta, nlohmann::json files) {
+    json manifest = json::object();
+    manifest["format"] = kFormatName;
+    manifest["version"] = kCheckpointFormatVersion;
+    manifest["step"] = step;
+    manifest["meta"] = meta;
+    manifest["files"] = std::move(files);
+    manifest["created_unix"] = std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count();
+    // Written last: a directory with a manifest has all its files.
+    const std::string text = manifest.dump(2) + "\n";
+    writeDurably(tmp / kManifestName, text.data(), text.size());
+    syncDirectory(tmp);
+    publish(tmp, root_ / stepDirName(step));
+}
+
+CheckpointInfo CheckpointStore::afterPublish(std::int64_t step, const nlohmann::json& meta) {
+    const fs::path finalDir = root_ / stepDirName(step);
+    const std::string context = "cannot save checkpoint " + finalDir.string() + ": ";
     try {
         syncDirectory(root_);
     } catch (const IoError& e) {
@@ -538,6 +563,85 @@ CheckpointInfo CheckpointStore::save(std::int64_t step, const nlohmann::json& me
     return CheckpointInfo{finalDir, step, meta};
 }
 
+void CheckpointStore::prepareShards(std::int64_t step) {
+    const std::string context =
+        "cannot save checkpoint " + (root_ / stepDirName(step)).string() + ": ";
+    std::error_code ec;
+    prepareRootFor(root_, step);
+    // A job has one save in progress at a time, so shard directories left here are from a job
+    // that died while saving.
+    for (fs::directory_iterator it(root_, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.starts_with(".step-") && name.ends_with(".shards")) {
+            std::error_code rmEc;
+            fs::remove_all(it->path(), rmEc);
+        }
+    }
+    const fs::path dir = root_ / shardDirName(step);
+    if (::mkdir(dir.c_str(), 0777) != 0)
+        throw CheckpointError(context + sysFailure("cannot create", dir, errno) + kUntouched);
+}
+
+void CheckpointStore::writeShard(std::int64_t step, const std::string& shard,
+                                 const std::vector<CheckpointBlob>& blobs) {
+    const fs::path dir = root_ / shardDirName(step);
+    const std::string context = "cannot save shard " + shard + " of checkpoint " +
+                                (root_ / stepDirName(step)).string() + ": ";
+    try {
+        json files = json::array();
+        for (const CheckpointBlob& b : blobs) {
+            const std::string name = shard + "." + b.name;
+            if (const std::string problem = nameProblem(name); !problem.empty())
+                throw std::invalid_argument("checkpoint file name \"" + name + "\" " + problem);
+            json f = json::object();
+            f["name"] = name;
+            f["bytes"] = b.bytes;
+            f["crc32"] = writeDurably(dir / name, b.data, b.bytes);
+            files.push_back(std::move(f));
+        }
+        const std::string text = json{{"files", std::move(files)}}.dump() + "\n";
+        writeDurably(dir / (shard + ".shard.json"), text.data(), text.size());
+    } catch (const IoError& e) {
+        throw CheckpointError(context + e.what() + kUntouched);
+    }
+}
+
+CheckpointInfo CheckpointStore::commitShards(std::int64_t step, const nlohmann::json& meta,
+                                             const std::vector<std::string>& shards) {
+    const fs::path dir = root_ / shardDirName(step);
+    const std::string context =
+        "cannot save checkpoint " + (root_ / stepDirName(step)).string() + ": ";
+    try {
+        json files = json::array();
+        for (const std::string& shard : shards) {
+            const fs::path list = dir / (shard + ".shard.json");
+            json listed;
+            try {
+                std::ifstream in(list);
+                std::stringstream text;
+                text << in.rdbuf();
+                listed = json::parse(text.str());
+                for (const json& f : listed.at("files"))
+                    files.push_back(f);
+            } catch (const json::exception& e) {
+                throw IoError("shard " + shard + " left no readable file list " + list.string() +
+                              " (" + e.what() + ")");
+            }
+            fs::remove(list);
+        }
+        publishWithManifest(dir, step, meta, std::move(files));
+    } catch (const IoError& e) {
+        abandonShards(step);
+        throw CheckpointError(context + e.what() + kUntouched);
+    }
+    return afterPublish(step, meta);
+}
+
+void CheckpointStore::abandonShards(std::int64_t step) {
+    std::error_code ec;
+    fs::remove_all(root_ / shardDirName(step), ec);
+}
+
 std::vector<CheckpointInfo> CheckpointStore::list() const {
     std::vector<CheckpointInfo> out;
     std::error_code ec;
@@ -572,11 +676,14 @@ std::optional<CheckpointInfo> CheckpointStore::latest() const {
     return std::move(all.back());
 }
 
-LoadedCheckpoint CheckpointStore::load(const std::filesystem::path& dir) {
+LoadedCheckpoint CheckpointStore::load(const std::filesystem::path& dir,
+                                       const std::function<bool(const std::string&)>& want) {
     Manifest m = readManifest(dir);
     LoadedCheckpoint out;
     out.info = CheckpointInfo{dir, m.step, std::move(m.meta)};
     for (const ManifestFile& f : m.files) {
+        if (want && !want(f.name))
+            continue;
         std::vector<std::byte> bytes;
         verifyFile(dir, f, &bytes);
         out.blobs.emplace(f.name, std::move(bytes));

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -59,11 +60,31 @@ public:
     // Reads a checkpoint directory (any path, not only under this root) and verifies every file's
     // size and CRC-32 against the manifest. Throws CheckpointError naming the file on mismatch,
     // truncation, a missing file or a manifest that does not parse or has a newer version.
-    static LoadedCheckpoint load(const std::filesystem::path& dir);
+    // want: which of the manifest's files to read (all when empty); the others are not touched.
+    static LoadedCheckpoint load(const std::filesystem::path& dir,
+                                 const std::function<bool(const std::string&)>& want = {});
+
+    // A checkpoint written by several processes, each its own shard, with one manifest:
+    //   the leader calls prepareShards(step);  (everyone waits for it)
+    //   each shard's writer calls writeShard(step, shard, blobs): files "<shard>.<blob name>";
+    //   (everyone waits; all must have succeeded, or the leader calls abandonShards)
+    //   the leader calls commitShards(step, meta, every shard), which writes the manifest
+    //   listing every shard's files last, renames the directory into place and prunes.
+    // Each step throws CheckpointError as save() does; nothing published is ever touched.
+    void prepareShards(std::int64_t step);
+    void writeShard(std::int64_t step, const std::string& shard,
+                    const std::vector<CheckpointBlob>& blobs);
+    CheckpointInfo commitShards(std::int64_t step, const nlohmann::json& meta,
+                                const std::vector<std::string>& shards);
+    void abandonShards(std::int64_t step);
 
     const std::filesystem::path& root() const { return root_; }
 
 private:
+    void publishWithManifest(const std::filesystem::path& tmp, std::int64_t step,
+                             const nlohmann::json& meta, nlohmann::json files);
+    CheckpointInfo afterPublish(std::int64_t step, const nlohmann::json& meta);
+
     std::filesystem::path root_;
     int keepLast_;
 };

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numbers>
 #include <stdexcept>
 #include <utility>
@@ -48,10 +49,60 @@ private:
     double spareValue_ = 0;
 };
 
+constexpr std::size_t npos = GptModel::npos;
+
+struct TensorTable {
+    std::vector<ParameterTensor> tensors;
+    std::size_t count = 0;
+    std::vector<std::size_t> layerTensor; // per model layer: its first tensor, or npos
+    std::size_t wte = npos, wpe = npos, lnfWeight = npos, lnfBias = npos, lmHead = npos;
+};
+
+// Chunk by chunk in model order: the embeddings, the layers, the final norm and the head. For
+// the whole model this is GPT-2's order, so checkpoints of one process keep their layout.
+TensorTable tensorTable(const GptShape& shape, const std::vector<ModelChunk>& chunks) {
+    TensorTable t;
+    const int C = shape.channels, F = shape.ffn;
+    auto add = [&](std::string name, std::vector<int> dims, bool decay) {
+        std::size_t count = 1;
+        for (int d : dims)
+            count *= std::size_t(d);
+        t.tensors.push_back({std::move(name), t.count, count, std::move(dims), decay});
+        t.count += count;
+        return t.tensors.size() - 1;
+    };
+    t.layerTensor.assign(std::size_t(shape.layers), npos);
+    for (const ModelChunk& chunk : chunks) {
+        if (chunk.embedding) {
+            t.wte = add("wte", {shape.vocab, C}, true);
+            t.wpe = add("wpe", {shape.maxPositions, C}, true);
+        }
+        for (int l = chunk.firstLayer; l < chunk.firstLayer + chunk.layers; ++l) {
+            const std::string p = "h." + std::to_string(l) + ".";
+            const std::vector<std::vector<int>> dims = {{C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C},
+                                                        {C}, {C}, {F, C},     {F},     {C, F}, {C}};
+            t.layerTensor[std::size_t(l)] = t.tensors.size();
+            for (int k = 0; k < kTensorsPerLayer; ++k)
+                add(p + kLayerTensorNames[k], dims[std::size_t(k)],
+                    dims[std::size_t(k)].size() == 2);
+        }
+        if (chunk.head) {
+            t.lnfWeight = add("ln_f.weight", {C}, false);
+            t.lnfBias = add("ln_f.bias", {C}, false);
+            // A tied head on a rank without the embedding keeps its own copy of it.
+            t.lmHead =
+                shape.tied && t.wte != npos ? t.wte : add("lm_head.weight", {shape.vocab, C}, true);
+        }
+    }
+    return t;
+}
+
 } // namespace
 
 void MicrobatchState::reset() {
     tokens.reset();
+    output.reset();
+    inputGrad.reset();
     for (Buffer& b : layerInput)
         b.reset();
     for (LayerActivations& a : layers)
@@ -119,14 +170,41 @@ GptShape GptShape::of(const ModelSpec& m) {
     return s;
 }
 
+std::vector<ModelChunk> pipelineChunks(const GptShape& shape, int pp, int vpp, int rank) {
+    const int stages = pp * vpp;
+    if (shape.layers < stages)
+        throw InputError("the model has " + std::to_string(shape.layers) +
+                         " layers and the layout " + std::to_string(pp) + " pipeline ranks x " +
+                         std::to_string(vpp) + " chunks makes " + std::to_string(stages) +
+                         " virtual stages: every stage needs a layer; lower pp or vpp");
+    const int base = shape.layers / stages, extra = shape.layers % stages;
+    auto layersOf = [&](int stage) { return base + (stage < extra ? 1 : 0); };
+    std::vector<ModelChunk> chunks;
+    for (int v = 0; v < vpp; ++v) {
+        const int stage = v * pp + rank;
+        ModelChunk c;
+        for (int s = 0; s < stage; ++s)
+            c.firstLayer += layersOf(s);
+        c.layers = layersOf(stage);
+        c.embedding = stage == 0;
+        c.head = stage == stages - 1;
+        chunks.push_back(c);
+    }
+    return chunks;
+}
+
 struct GptModel::LayerWeights {
     float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
 
 GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
-                   DeviceAllocator& memory, Recompute recompute, bool storeAttentionProbs)
+                   DeviceAllocator& memory, Recompute recompute, bool storeAttentionProbs,
+                   std::vector<ModelChunk> chunks)
     : shape_(GptShape::of(model)), microBatch_(microBatch), ops_(ops), memory_(memory),
-      recompute_(recompute), storeProbs_(storeAttentionProbs && recompute != Recompute::Selective) {
+      recompute_(recompute), storeProbs_(storeAttentionProbs && recompute != Recompute::Selective),
+      chunks_(std::move(chunks)) {
+    if (chunks_.empty())
+        chunks_ = pipelineChunks(shape_, 1, 1, 0);
     if (microBatch <= 0)
         throw InputError("micro batch must be at least 1");
     if (std::int64_t(microBatch) * shape_.seqLen > std::numeric_limits<int>::max() / 4)
@@ -144,48 +222,47 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
 GptModel::~GptModel() = default;
 
 void GptModel::buildTensorTable() {
-    const int C = shape_.channels, F = shape_.ffn;
-    auto add = [&](std::string name, std::vector<int> dims, bool decay) {
-        std::size_t count = 1;
-        for (int d : dims)
-            count *= std::size_t(d);
-        tensors_.push_back({std::move(name), parameterCount_, count, std::move(dims), decay});
-        parameterCount_ += count;
-        return tensors_.size() - 1;
-    };
-    wte_ = add("wte", {shape_.vocab, C}, true);
-    wpe_ = add("wpe", {shape_.maxPositions, C}, true);
-    firstLayerTensor_ = tensors_.size();
-    for (int l = 0; l < shape_.layers; ++l) {
-        const std::string p = "h." + std::to_string(l) + ".";
-        const std::vector<std::vector<int>> dims = {{C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C},
-                                                    {C}, {C}, {F, C},     {F},     {C, F}, {C}};
-        for (int k = 0; k < kTensorsPerLayer; ++k)
-            add(p + kLayerTensorNames[k], dims[std::size_t(k)], dims[std::size_t(k)].size() == 2);
-    }
-    lnfWeight_ = add("ln_f.weight", {C}, false);
-    lnfBias_ = add("ln_f.bias", {C}, false);
-    lmHead_ = shape_.tied ? wte_ : add("lm_head.weight", {shape_.vocab, C}, true);
+    TensorTable t = tensorTable(shape_, chunks_);
+    tensors_ = std::move(t.tensors);
+    parameterCount_ = t.count;
+    layerTensor_ = std::move(t.layerTensor);
+    wte_ = t.wte;
+    wpe_ = t.wpe;
+    lnfWeight_ = t.lnfWeight;
+    lnfBias_ = t.lnfBias;
+    lmHead_ = t.lmHead;
+    if (shape_.tied && (wte_ == npos) != (lmHead_ == npos))
+        shared_ = wte_ != npos ? wte_ : lmHead_;
+}
+
+const ModelChunk& GptModel::chunkAt(int chunk) const {
+    if (chunk < 0 || std::size_t(chunk) >= chunks_.size())
+        throw std::logic_error("chunk " + std::to_string(chunk) + " is not on this rank");
+    return chunks_[std::size_t(chunk)];
 }
 
 GptModel::LayerWeights GptModel::weightsOf(int layer, float* base) const {
-    const std::size_t i = firstLayerTensor_ + std::size_t(layer) * kTensorsPerLayer;
+    const std::size_t i = firstTensorOf(layer);
     auto t = [&](int k) { return tensor(base, i + std::size_t(k)); };
     return {t(Ln1W), t(Ln1B), t(QkvW), t(QkvB), t(ProjW),   t(ProjB),
             t(Ln2W), t(Ln2B), t(FcW),  t(FcB),  t(FcProjW), t(FcProjB)};
 }
 
 void GptModel::initialize(std::uint64_t seed) {
-    std::vector<float> host(parameterCount_, 0.0f);
+    // The whole model's values in its own order, whatever share this rank holds.
+    const TensorTable whole = tensorTable(shape_, pipelineChunks(shape_, 1, 1, 0));
+    std::vector<float> values(whole.count, 0.0f);
     NormalStream normal(seed);
     const double residualStd = 0.02 / std::sqrt(2.0 * shape_.layers);
-    for (const ParameterTensor& t : tensors_) {
+    std::map<std::string, const ParameterTensor*> byName;
+    for (const ParameterTensor& t : whole.tensors) {
+        byName[t.name] = &t;
         const bool norm = t.name.find(".ln_") != std::string::npos || t.name.starts_with("ln_");
         const bool bias = t.name.ends_with(".bias");
         const bool residualProjection =
             t.name.ends_with("attn.proj.weight") || t.name.ends_with("mlp.proj.weight");
         for (std::size_t i = 0; i < t.count; ++i) {
-            float& w = host[t.offset + i];
+            float& w = values[t.offset + i];
             if (bias)
                 w = 0.0f;
             else if (norm)
@@ -194,15 +271,30 @@ void GptModel::initialize(std::uint64_t seed) {
                 w = static_cast<float>(normal.next() * (residualProjection ? residualStd : 0.02));
         }
     }
-    ops_.copyToDevice(params_.f(), host.data(), parameterCount_ * sizeof(float));
+    for (const ParameterTensor& t : tensors_) {
+        const bool tiedCopy = shape_.tied && t.name == "lm_head.weight";
+        const ParameterTensor& from = *byName.at(tiedCopy ? "wte" : t.name);
+        ops_.copyToDevice(tensor(params_.f(), std::size_t(&t - tensors_.data())),
+                          values.data() + from.offset, t.count * sizeof(float));
+    }
 }
 
 void GptModel::reportReady(std::size_t firstTensor, std::size_t lastTensor) const {
     if (!listener_)
         return;
-    const std::size_t begin = tensors_[firstTensor].offset;
-    listener_->gradientsReady(begin,
-                              tensors_[lastTensor].offset + tensors_[lastTensor].count - begin);
+    auto report = [&](std::size_t first, std::size_t last) { // tensors first..last, inclusive
+        if (first > last || first == npos)
+            return;
+        const std::size_t begin = tensors_[first].offset;
+        listener_->gradientsReady(begin, tensors_[last].offset + tensors_[last].count - begin);
+    };
+    if (shared_ >= firstTensor && shared_ <= lastTensor) { // summed across stages first
+        report(shared_ + 1, lastTensor);
+        if (shared_ > firstTensor)
+            report(firstTensor, shared_ - 1);
+        return;
+    }
+    report(firstTensor, lastTensor);
 }
 
 void GptModel::zeroGradients() {
@@ -267,7 +359,7 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, B
     const std::size_t NC = std::size_t(N) * std::size_t(C), NF = std::size_t(N) * std::size_t(F);
     const LayerWeights w = weightsOf(layer, params_.f());
     const LayerWeights g = weightsOf(layer, grads_.f());
-    const std::size_t first = firstLayerTensor_ + std::size_t(layer) * kTensorsPerLayer;
+    const std::size_t first = firstTensorOf(layer);
     auto ws = [&](std::size_t n) { return memory_.floats(MemoryCategory::Workspace, n); };
 
     // MLP: y = residual + proj(gelu(fc(ln2(residual))))
@@ -367,65 +459,126 @@ void GptModel::embed(float* out, const Buffer& tokens) const {
                           tensor(params_.f(), wpe_), microBatch_, shape_.seqLen, shape_.channels);
 }
 
+Buffer GptModel::activationBuffer(MemoryCategory category) const {
+    return memory_.floats(category, std::size_t(rows()) * std::size_t(shape_.channels));
+}
+
 double GptModel::forward(MicrobatchState& state, const std::int32_t* inputs,
                          const std::int32_t* targets, float lossGradScale, SpanSink* sink,
                          std::vector<float>* logits) {
+    if (chunks_.size() != 1 || !chunks_[0].embedding || !chunks_[0].head)
+        throw std::logic_error("forward() runs a whole model; a pipeline rank runs forwardChunk()");
+    return forwardChunk(state, 0, inputs, targets, Buffer{}, lossGradScale, sink, logits);
+}
+
+void GptModel::backward(MicrobatchState& state, bool deferWeights, SpanSink* sink) {
+    backwardChunk(state, 0, Buffer{}, deferWeights, sink);
+}
+
+double GptModel::evaluate(const std::int32_t* inputs, const std::int32_t* targets) {
+    if (chunks_.size() != 1 || !chunks_[0].embedding || !chunks_[0].head)
+        throw std::logic_error("evaluate() runs a whole model; a pipeline rank runs "
+                               "evaluateChunk()");
+    double loss = 0;
+    evaluateChunk(0, inputs, targets, Buffer{}, &loss);
+    return loss;
+}
+
+double GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int32_t* inputs,
+                              const std::int32_t* targets, Buffer input, float lossGradScale,
+                              SpanSink* sink, std::vector<float>* logits) {
     if (state.forwardDone)
         throw std::logic_error("forward ran twice on one microbatch state");
-    const int N = rows(), C = shape_.channels, L = shape_.layers;
-    const std::size_t NC = std::size_t(N) * std::size_t(C);
+    const ModelChunk& c = chunkAt(chunk);
+    const int N = rows(), L = c.layers;
     state.layerInput.resize(std::size_t(L) + 1);
     state.layers.resize(std::size_t(L));
-    {
+    if (c.embedding) {
         ScopedSpan span(sink, "forward", "embedding", -1);
         state.tokens = uploadTokens(MemoryCategory::Activations, inputs, targets);
-        state.layerInput[0] = memory_.floats(MemoryCategory::Activations, NC);
+        state.layerInput[0] = activationBuffer(MemoryCategory::Activations);
         embed(state.layerInput[0].f(), state.tokens);
+    } else {
+        if (!input)
+            throw std::logic_error("chunk " + std::to_string(chunk) + " needs its stage's input");
+        state.layerInput[0] = std::move(input);
     }
-    for (int l = 0; l < L; ++l) {
+    for (int i = 0; i < L; ++i) {
+        const int l = c.firstLayer + i;
+        const auto k = std::size_t(i);
         ScopedSpan span(sink, "forward", "layer", l);
-        const auto i = std::size_t(l);
-        state.layerInput[i + 1] = memory_.floats(MemoryCategory::Activations, NC);
+        // The last layer of a chunk without the head writes what the next stage receives.
+        Buffer& out = i + 1 == L && !c.head ? state.output : state.layerInput[k + 1];
+        out = activationBuffer(i + 1 == L && !c.head ? MemoryCategory::Workspace
+                                                     : MemoryCategory::Activations);
         if (recompute_ == Recompute::Full) {
             LayerActivations scratch = allocateLayer(MemoryCategory::Workspace);
-            layerForward(l, scratch, state.layerInput[i].f(), state.layerInput[i + 1].f());
+            layerForward(l, scratch, state.layerInput[k].f(), out.f());
         } else {
-            state.layers[i] = allocateLayer(MemoryCategory::Activations);
-            layerForward(l, state.layers[i], state.layerInput[i].f(), state.layerInput[i + 1].f());
+            state.layers[k] = allocateLayer(MemoryCategory::Activations);
+            layerForward(l, state.layers[k], state.layerInput[k].f(), out.f());
         }
     }
-    ScopedSpan span(sink, "forward", "head", -1);
-    const double loss = headForward(&state, state.layerInput[std::size_t(L)].f(),
-                                    state.tokens.as<std::int32_t>() + N, lossGradScale, logits);
+    double loss = 0;
+    if (c.head) {
+        ScopedSpan span(sink, "forward", "head", -1);
+        Buffer uploaded;
+        const std::int32_t* deviceTargets = nullptr;
+        if (c.embedding) {
+            deviceTargets = state.tokens.as<std::int32_t>() + N;
+        } else {
+            uploaded =
+                memory_.allocate(MemoryCategory::Workspace, std::size_t(N) * sizeof(std::int32_t));
+            ops_.copyToDevice(uploaded.as<std::int32_t>(), targets,
+                              std::size_t(N) * sizeof(std::int32_t));
+            deviceTargets = uploaded.as<std::int32_t>();
+        }
+        loss = headForward(&state, state.layerInput[std::size_t(L)].f(), deviceTargets,
+                           lossGradScale, logits);
+    }
     state.forwardDone = true;
     return loss;
 }
 
-double GptModel::evaluate(const std::int32_t* inputs, const std::int32_t* targets) {
-    const int N = rows(), C = shape_.channels;
-    const std::size_t NC = std::size_t(N) * std::size_t(C);
-    const Buffer tokens = uploadTokens(MemoryCategory::Workspace, inputs, targets);
-    Buffer x = memory_.floats(MemoryCategory::Workspace, NC);
-    embed(x.f(), tokens);
-    for (int l = 0; l < shape_.layers; ++l) {
+Buffer GptModel::evaluateChunk(int chunk, const std::int32_t* inputs, const std::int32_t* targets,
+                               Buffer input, double* loss) {
+    const ModelChunk& c = chunkAt(chunk);
+    const int N = rows();
+    Buffer tokens, x;
+    if (c.embedding || c.head)
+        tokens = uploadTokens(MemoryCategory::Workspace, inputs, targets);
+    if (c.embedding) {
+        x = activationBuffer(MemoryCategory::Workspace);
+        embed(x.f(), tokens);
+    } else {
+        if (!input)
+            throw std::logic_error("chunk " + std::to_string(chunk) + " needs its stage's input");
+        x = std::move(input);
+    }
+    for (int l = c.firstLayer; l < c.firstLayer + c.layers; ++l) {
         LayerActivations scratch = allocateLayer(MemoryCategory::Workspace);
-        Buffer y = memory_.floats(MemoryCategory::Workspace, NC);
+        Buffer y = activationBuffer(MemoryCategory::Workspace);
         layerForward(l, scratch, x.f(), y.f());
         x = std::move(y);
     }
-    return headForward(nullptr, x.f(), tokens.as<std::int32_t>() + N, 0.0f, nullptr);
+    if (!c.head)
+        return x;
+    *loss += headForward(nullptr, x.f(), tokens.as<std::int32_t>() + N, 0.0f, nullptr);
+    return Buffer{};
 }
 
-void GptModel::backward(MicrobatchState& state, bool deferWeights, SpanSink* sink) {
+void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGrad,
+                             bool deferWeights, SpanSink* sink) {
     if (!state.forwardDone || state.backwardDone)
         throw std::logic_error("backward needs exactly one forward before it");
-    const int N = rows(), C = shape_.channels, L = shape_.layers;
+    const ModelChunk& c = chunkAt(chunk);
+    const int N = rows(), C = shape_.channels, L = c.layers;
     const std::size_t NC = std::size_t(N) * std::size_t(C);
     const char* kind = deferWeights ? "backward_input" : "backward";
     Buffer dout;
-    {
+    if (c.head) {
         ScopedSpan span(sink, kind, "head", -1);
-        dout = memory_.floats(MemoryCategory::Workspace, NC);
+        dout = activationBuffer(MemoryCategory::Workspace);
         ops_.zero(dout.f(), NC);
         ops_.layerNormBackwardAccumulate(
             dout.f(), tensor(grads_.f(), lnfWeight_), tensor(grads_.f(), lnfBias_),
@@ -436,29 +589,34 @@ void GptModel::backward(MicrobatchState& state, bool deferWeights, SpanSink* sin
         state.finalRstd.reset();
         state.layerInput[std::size_t(L)].reset();
         // The final norm and a separate head (its gradient came in the forward) are done.
-        reportReady(lnfWeight_, shape_.tied ? lnfBias_ : lmHead_);
+        reportReady(lnfWeight_, lmHead_ == wte_ ? lnfBias_ : lmHead_);
+    } else {
+        if (!outputGrad)
+            throw std::logic_error("chunk " + std::to_string(chunk) +
+                                   " needs the gradient at its output");
+        dout = std::move(outputGrad);
     }
-    for (int l = L - 1; l >= 0; --l) {
+    for (int i = L - 1; i >= 0; --i) {
+        const int l = c.firstLayer + i;
+        const auto k = std::size_t(i);
         ScopedSpan span(sink, kind, "layer", l);
-        const auto i = std::size_t(l);
         LayerActivations a;
         if (recompute_ == Recompute::Full) {
             a = allocateLayer(MemoryCategory::Workspace);
-            Buffer y = memory_.floats(MemoryCategory::Workspace, NC);
-            layerForward(l, a, state.layerInput[i].f(), y.f());
+            Buffer y = activationBuffer(MemoryCategory::Workspace);
+            layerForward(l, a, state.layerInput[k].f(), y.f());
         } else {
-            a = std::move(state.layers[i]);
+            a = std::move(state.layers[k]);
         }
-        dout = layerBackward(l, a, state.layerInput[i].f(), std::move(dout), deferWeights, state);
+        dout = layerBackward(l, a, state.layerInput[k].f(), std::move(dout), deferWeights, state);
         if (deferWeights)
             state.keptForWeights.push_back(std::move(a));
         else
-            reportReady(firstLayerTensor_ + i * kTensorsPerLayer,
-                        firstLayerTensor_ + i * kTensorsPerLayer + kTensorsPerLayer - 1);
-        if (l > 0)
-            state.layerInput[i].reset();
+            reportReady(firstTensorOf(l), firstTensorOf(l) + kTensorsPerLayer - 1);
+        if (i > 0 || !c.embedding)
+            state.layerInput[k].reset();
     }
-    {
+    if (c.embedding) {
         ScopedSpan span(sink, kind, "embedding", -1);
         ops_.embeddingBackwardAccumulate(tensor(grads_.f(), wte_), tensor(grads_.f(), wpe_),
                                          dout.f(), state.tokens.as<std::int32_t>(), microBatch_,
@@ -466,6 +624,8 @@ void GptModel::backward(MicrobatchState& state, bool deferWeights, SpanSink* sin
         state.layerInput[0].reset();
         state.tokens.reset();
         reportReady(wte_, wpe_);
+    } else {
+        state.inputGrad = std::move(dout);
     }
     state.backwardDone = true;
 }
@@ -484,7 +644,7 @@ void GptModel::backwardWeights(MicrobatchState& state, SpanSink* sink) {
                                                 d.N, d.C, d.OC);
             d.dout.reset();
         }
-        const std::size_t first = firstLayerTensor_ + std::size_t(layer) * kTensorsPerLayer;
+        const std::size_t first = firstTensorOf(layer);
         reportReady(first, first + kTensorsPerLayer - 1);
     }
     state.deferred.clear();

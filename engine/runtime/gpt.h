@@ -4,6 +4,10 @@
 // so every byte is counted. One microbatch at a time: forward() keeps what backward() needs in a
 // MicrobatchState; backward() can leave the weight gradients of the linear layers for
 // backwardWeights() (the B / W split of zero-bubble schedules).
+//
+// A GptModel holds one pipeline rank's share of the model: one or more chunks (virtual stages),
+// each a contiguous run of layers. The same code runs the whole model (one chunk with the
+// embedding and the head) and every pipeline layout; tensors keep the whole model's names.
 #pragma once
 
 #include "core/model_spec.h"
@@ -28,6 +32,19 @@ struct GptShape {
     static GptShape of(const ModelSpec& model);
 };
 
+// One virtual pipeline stage: a contiguous run of layers; the first stage of the model also embeds
+// the tokens, and the last has the final norm, the LM head and the loss.
+struct ModelChunk {
+    int firstLayer = 0, layers = 0;
+    bool embedding = false, head = false;
+};
+
+// The chunks pipeline rank `rank` of `pp` holds with `vpp` chunks each: virtual stage
+// chunk * pp + rank, engine/sched's numbering, with layers dealt as plan/layout's layersOnStage
+// deals them (the remainder to the first virtual stages). Throws InputError when a virtual
+// stage would get no layer.
+std::vector<ModelChunk> pipelineChunks(const GptShape& shape, int pp, int vpp, int rank);
+
 struct ParameterTensor {
     std::string name;       // "h.3.attn.qkv.weight"
     std::size_t offset = 0; // in floats, into the flat parameter buffer
@@ -41,7 +58,8 @@ class SpanSink {
 public:
     virtual ~SpanSink() = default;
     virtual double now() const = 0;
-    virtual void setMicrobatch(int /*microbatch*/) {} // the one the next spans belong to
+    // The microbatch and model chunk the next spans belong to.
+    virtual void setMicrobatch(int /*microbatch*/, int /*chunk*/ = 0) {}
     // kind: forward | backward | backward_input | backward_weight; block: embedding|layer|head
     virtual void span(const char* kind, const char* block, int layer, double start, double end) = 0;
 };
@@ -62,8 +80,10 @@ struct DeferredWeightGradient {
 
 // Everything one microbatch holds between its forward, backward and weight-gradient ops.
 struct MicrobatchState {
-    Buffer tokens;                  // inputs then targets, int32
-    std::vector<Buffer> layerInput; // [0] embedding output ... [L] final norm input
+    Buffer tokens;                  // inputs then targets, int32 (the embedding chunk)
+    std::vector<Buffer> layerInput; // [0] chunk input ... [L] final norm input (head chunk)
+    Buffer output;                  // a chunk without the head: what the next stage receives
+    Buffer inputGrad; // a chunk without the embedding: what the previous stage receives
     std::vector<LayerActivations> layers;
     Buffer finalMean, finalRstd, finalNormGrad; // head: the gradient at the final norm's output
     std::vector<DeferredWeightGradient> deferred;
@@ -80,19 +100,29 @@ public:
     // recompute: what is kept for the backward (None keeps all, Selective drops the attention
     // probabilities, Full keeps only each layer's input); storeAttentionProbs: whether None
     // keeps the B x heads x T x T probabilities (false = the fused-attention behaviour).
+    // chunks: this rank's share (pipelineChunks); empty means the whole model in one chunk.
     GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops, DeviceAllocator& memory,
-             Recompute recompute, bool storeAttentionProbs);
+             Recompute recompute, bool storeAttentionProbs, std::vector<ModelChunk> chunks = {});
     ~GptModel();
 
     const GptShape& shape() const { return shape_; }
+    const std::vector<ModelChunk>& chunks() const { return chunks_; }
     int microBatch() const { return microBatch_; }
     const std::vector<ParameterTensor>& tensors() const { return tensors_; }
     std::size_t parameterCount() const { return parameterCount_; }
     float* parameters() const { return params_.f(); }
     float* gradients() const { return grads_.f(); }
 
+    // With tied embeddings split over pipeline stages, the first stage's wte and the last
+    // stage's copy of it (lm_head.weight): their gradients must be summed across the two ranks
+    // before the update, and they are not reported to the gradient listener. npos otherwise.
+    static constexpr std::size_t npos = std::size_t(-1);
+    std::size_t sharedTensor() const { return shared_; }
+
     // GPT-2's initialisation, deterministic for a seed: N(0, 0.02) weights, residual output
-    // projections N(0, 0.02 / sqrt(2 L)), zero biases, unit norm weights.
+    // projections N(0, 0.02 / sqrt(2 L)), zero biases, unit norm weights. Every rank draws the
+    // whole model's values in the same order and keeps its own, so any layout starts from the
+    // weights of a single process.
     void initialize(std::uint64_t seed);
     void zeroGradients();
 
@@ -109,6 +139,24 @@ public:
     void backward(MicrobatchState& state, bool deferWeights, SpanSink* sink);
     void backwardWeights(MicrobatchState& state, SpanSink* sink);
 
+    // The same for one chunk of a pipeline rank. `input` is the previous stage's output (empty
+    // for the embedding chunk, which reads `inputs`); a chunk without the head leaves its output
+    // in state.output. Only the head chunk reads `targets` and returns a loss (0 otherwise).
+    double forwardChunk(MicrobatchState& state, int chunk, const std::int32_t* inputs,
+                        const std::int32_t* targets, Buffer input, float lossGradScale,
+                        SpanSink* sink, std::vector<float>* logits = nullptr);
+    // outputGrad: the next stage's gradient at this chunk's output (empty for the head chunk).
+    // A chunk without the embedding leaves the gradient at its input in state.inputGrad.
+    void backwardChunk(MicrobatchState& state, int chunk, Buffer outputGrad, bool deferWeights,
+                       SpanSink* sink);
+    // Validation through one chunk: returns the output, or for the head chunk adds the summed
+    // token losses to *loss and returns nothing.
+    Buffer evaluateChunk(int chunk, const std::int32_t* inputs, const std::int32_t* targets,
+                         Buffer input, double* loss);
+    // A buffer of one microbatch's activations ([microBatch x seqLen, channels]), what a stage
+    // receives: Activations when kept for the backward, Workspace when used and let go.
+    Buffer activationBuffer(MemoryCategory category) const;
+
     // While set, each backward (or W) op reports every range of the gradient buffer it has
     // finished to `listener`: set it for the ops that complete a step's gradients, so
     // data-parallel buckets can start while the rest of the backward runs.
@@ -116,7 +164,8 @@ public:
 
 private:
     struct LayerWeights;
-    LayerWeights weightsOf(int layer, float* base) const;
+    LayerWeights weightsOf(int layer, float* base) const; // layer: the model's numbering
+    std::size_t firstTensorOf(int layer) const { return layerTensor_[std::size_t(layer)]; }
     float* tensor(float* base, std::size_t index) const { return base + tensors_[index].offset; }
     void buildTensorTable();
     LayerActivations allocateLayer(MemoryCategory category) const;
@@ -133,6 +182,7 @@ private:
     // Inputs then targets of one microbatch, copied to the device.
     Buffer uploadTokens(MemoryCategory category, const std::int32_t* inputs,
                         const std::int32_t* targets) const;
+    const ModelChunk& chunkAt(int chunk) const;
     void embed(float* out, const Buffer& tokens) const; // token + position embeddings
 
     GptShape shape_;
@@ -141,13 +191,15 @@ private:
     DeviceAllocator& memory_;
     Recompute recompute_;
     bool storeProbs_;
+    std::vector<ModelChunk> chunks_;
     std::vector<ParameterTensor> tensors_;
+    std::vector<std::size_t> layerTensor_; // per model layer: its first tensor, or npos
     std::size_t parameterCount_ = 0;
     Buffer params_, grads_;
     GradientListener* listener_ = nullptr;
-    // Tensor indices: embeddings, the first of each layer's twelve, the final norm, the LM head.
-    std::size_t wte_ = 0, wpe_ = 0, firstLayerTensor_ = 0, lnfWeight_ = 0, lnfBias_ = 0,
-                lmHead_ = 0;
+    // Tensor indices of the embeddings, the final norm and the LM head (npos when not held).
+    std::size_t wte_ = npos, wpe_ = npos, lnfWeight_ = npos, lnfBias_ = npos, lmHead_ = npos,
+                shared_ = npos;
 };
 
 } // namespace shardscope

@@ -30,6 +30,15 @@ double AdamW::gradientNorm() const {
     return std::sqrt(ops_.sumOfSquares(model_.gradients(), model_.parameterCount()));
 }
 
+double AdamW::gradientSquares(std::size_t skip) const {
+    if (skip == GptModel::npos)
+        return ops_.sumOfSquares(model_.gradients(), model_.parameterCount());
+    const ParameterTensor& t = model_.tensors().at(skip);
+    const float* g = model_.gradients();
+    return ops_.sumOfSquares(g, t.offset) +
+           ops_.sumOfSquares(g + t.offset + t.count, model_.parameterCount() - t.offset - t.count);
+}
+
 double AdamW::clipScale(double norm) const {
     if (train_.gradClip <= 0 || norm <= train_.gradClip)
         return 1.0;

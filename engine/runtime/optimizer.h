@@ -19,6 +19,9 @@ public:
     AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train);
 
     double gradientNorm() const; // L2 norm of all gradients
+    // Sum of squares of all gradients but tensor `skip` (GptModel::npos: none), for a global
+    // norm summed over ranks.
+    double gradientSquares(std::size_t skip) const;
     // The scale clipping applies to a gradient of this norm (1 when within gradClip).
     double clipScale(double norm) const;
     // One update at learning rate lr, gradients multiplied by gradScale first.

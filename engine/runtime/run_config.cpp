@@ -4,6 +4,7 @@
 #include "core/json_io.h"
 #include "core/presets.h"
 #include "data.h"
+#include "sched/pipeline_program.h"
 
 #include <cmath>
 #include <ctime>
@@ -192,16 +193,22 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     for (const Violation& v : validate(c.model, c.parallel))
         out.push_back(v.message + (v.hint.empty() ? "" : " (" + v.hint + ")"));
     const ParallelConfig& p = c.parallel;
-    if (p.tp != 1 || p.pp != 1 || p.cp != 1)
-        out.push_back("the engine parallelises over data only so far: tp, pp and cp must be 1 "
-                      "(got " +
-                      layoutSummary(p) + "); use dp for several ranks");
+    if (p.tp != 1 || p.cp != 1)
+        out.push_back("the engine parallelises over data and pipeline stages so far: tp and cp "
+                      "must be 1 (got " +
+                      layoutSummary(p) + "); use dp and pp for several ranks");
     if (p.zero != 0 && p.dp > 1)
         out.push_back("ZeRO sharding is not in the engine yet: set \"zero\": 0 (plain data "
                       "parallelism, gradients all-reduced)");
-    if (p.vpp != 1)
-        out.push_back("vpp " + std::to_string(p.vpp) +
-                      ": virtual pipeline stages need more than one pipeline rank; set vpp to 1");
+    // What the layout rules above leave to the schedule itself (m divisible by pp when
+    // interleaving, ...), said once.
+    if (out.empty()) {
+        try {
+            buildPipelineProgram({p.schedule, p.pp, p.microbatches(), p.vpp});
+        } catch (const InputError& e) {
+            out.push_back(e.what());
+        }
+    }
     if (p.precision.compute != Precision::Fp32 || p.precision.grads != Precision::Fp32 ||
         p.precision.fp32Master)
         out.push_back("the CPU engine computes in fp32: set \"precision\": \"fp32\"");

@@ -43,7 +43,8 @@ TelemetryWriter::~TelemetryWriter() {
 }
 
 double TelemetryWriter::now() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count() +
+           offset_.load(std::memory_order_relaxed);
 }
 
 void TelemetryWriter::write(json event) {
@@ -52,6 +53,8 @@ void TelemetryWriter::write(json event) {
                                     event.type_name());
     event["v"] = kTelemetrySchemaVersion;
     event["rank"] = options_.rank;
+    if (!options_.coordinate.is_null())
+        event["coord"] = options_.coordinate;
     if (!event.contains("t"))
         event["t"] = now();
     // replace: a bad UTF-8 byte in a message or a path becomes U+FFFD instead of an exception

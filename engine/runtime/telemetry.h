@@ -22,6 +22,7 @@ struct TelemetryOptions {
     int rank = 0;
     bool append = false;              // keep earlier events (a resumed run)
     std::size_t queueCapacity = 8192; // events held for the collector before new ones are dropped
+    nlohmann::json coordinate = nullptr; // the rank's place in the mesh, added to every event
 };
 
 struct TelemetryStats {
@@ -43,8 +44,11 @@ public:
     TelemetryWriter(const TelemetryWriter&) = delete;
     TelemetryWriter& operator=(const TelemetryWriter&) = delete;
 
-    // Seconds since the writer was created, from the monotonic clock: every timestamp in events.
+    // Seconds since the writer was created, from the monotonic clock, plus the clock offset:
+    // every timestamp in events.
     double now() const;
+    // Shifts now() onto another clock (rank 0's, clock_sync.h); set before the first event.
+    void setClockOffset(double seconds) { offset_.store(seconds, std::memory_order_relaxed); }
     // Adds "v" (schema version), "rank" and, when absent, "t" (now()); appends one line to the
     // file and offers it to the stream. Never blocks on the network. The event must be a JSON
     // object (std::invalid_argument otherwise); a failed file write throws InputError.
@@ -57,6 +61,7 @@ private:
     std::chrono::steady_clock::time_point epoch_;
     std::FILE* file_ = nullptr;
     std::atomic<std::int64_t> written_{0}; // read by stats() from any thread
+    std::atomic<double> offset_{0.0};
     std::unique_ptr<TcpEventStream> stream_;
 };
 

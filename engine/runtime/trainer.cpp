@@ -1,6 +1,7 @@
 #include "trainer.h"
 
 #include "checkpoint.h"
+#include "clock_sync.h"
 #include "core/error.h"
 #include "core/json_io.h"
 #include "data.h"
@@ -46,14 +47,40 @@ std::string toString(RunStatus s) {
 
 namespace {
 
-// Spans of the model's operator groups, stamped with the step and microbatch running now.
-class TelemetrySpans final : public SpanSink {
+// Spans of the model's operator groups and of communication, stamped with the step,
+// microbatch and chunk running now.
+class TelemetrySpans final : public SpanSink, public CommunicationSink {
 public:
     explicit TelemetrySpans(TelemetryWriter& writer) : writer_(writer) {}
     std::int64_t step = 0;
-    int microbatch = -1;
+    int microbatch = -1, chunk = 0;
     double now() const override { return writer_.now(); }
-    void setMicrobatch(int mb) override { microbatch = mb; }
+    void setMicrobatch(int mb, int ch) override {
+        microbatch = mb;
+        chunk = ch;
+    }
+    // A transfer or collective from posting to completion, and the time blocked on it as a
+    // wait span: bubbles and exposed communication are measured, not inferred.
+    void communication(const CommunicationSpan& c) override {
+        json e = spanEvent("communication", c.start, c.end);
+        e["collective"] = c.collective;
+        e["axis"] = c.axis;
+        e["bytes"] = c.bytes;
+        if (c.peer >= 0)
+            e["peer"] = c.peer;
+        if (*c.tensor)
+            e["tensor"] = c.tensor;
+        if (c.microbatch >= 0) { // a send seen complete later still belongs to its own op
+            e["mb"] = c.microbatch;
+            e["chunk"] = c.chunk;
+        }
+        write(e);
+        if (c.waited) {
+            e["kind"] = "wait";
+            e["start"] = c.waitStart;
+            write(std::move(e));
+        }
+    }
     void span(const char* kind, const char* block, int layer, double start, double end) override {
         json e = spanEvent(kind, start, end);
         e["block"] = block;
@@ -64,7 +91,7 @@ public:
     // A span of the step and microbatch running now; callers add what is particular to it.
     json spanEvent(const char* kind, double start, double end) const {
         return {{"type", "span"}, {"kind", kind},   {"step", step}, {"mb", microbatch},
-                {"chunk", 0},     {"start", start}, {"end", end}};
+                {"chunk", chunk}, {"start", start}, {"end", end}};
     }
     // Spans are written from destructors, so a failed write (a full disk) is kept here and
     // raised by the training loop after the step instead of terminating the process.
@@ -112,6 +139,35 @@ json memoryJson(const MemoryUsage& u) {
     return j;
 }
 
+CommunicationSpan collectiveSpan(const char* axis, std::size_t floats, double start, double end) {
+    CommunicationSpan s;
+    s.collective = "all_reduce";
+    s.axis = axis;
+    s.bytes = floats * sizeof(float);
+    s.start = start;
+    s.end = end;
+    return s;
+}
+
+json predictedJson(const MemoryBreakdown& m, int stage) {
+    return {{"parameters", m.parameters},
+            {"gradients", m.gradients},
+            {"optimizer", m.optimizer},
+            {"activations", m.activations},
+            {"stage", stage},
+            {"source", "shardscope planner, memoryForStage for the same model, layout and stage"}};
+}
+
+json chunksJson(const std::vector<ModelChunk>& chunks) {
+    json j = json::array();
+    for (const ModelChunk& c : chunks)
+        j.push_back({{"first_layer", c.firstLayer},
+                     {"layers", c.layers},
+                     {"embedding", c.embedding},
+                     {"head", c.head}});
+    return j;
+}
+
 std::string mebibytes(double bytes) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
@@ -155,6 +211,10 @@ void checkResumable(const RunConfig& c, const std::string& data, const json& met
             "cannot resume from " + dir.string() + ": it was written for another run (";
         for (std::size_t i = 0; i < diffs.size(); ++i)
             text += (i ? "; " : "") + diffs[i];
+        if (meta.contains("parallel") && meta["parallel"] != json(c.parallel))
+            text += "; checkpoints are sharded by the layout that wrote them, so a run resumes "
+                    "only with that layout (" +
+                    layoutSummary(c.parallel) + " now)";
         throw InputError(text + "). Resume with the run's own config.json (the default when "
                                 "--config is not given), or start a new run directory.");
     }
@@ -183,15 +243,24 @@ private:
         if (world_)
             world_->barrier();
     }
-    double sumOverReplicas(double local) const;
+    double sumOver(Communicator* group, double local) const;
     bool agreeOnStop(bool mine) const;
+    bool everyoneSucceeded(bool mine) const;
+    void synchronizeSharedEmbedding();
+    std::string shardName(int pp, int dp) const;
+    std::vector<std::string> shardNames() const;
+    bool writesShard() const { return !mesh_ || mesh_->coordinate().dp == 0; }
 
     const RunConfig& c_;
     std::ostream& progress_;
     Communicator* world_;                  // null or a world of one: a single process
     std::unique_ptr<ProcessMesh> mesh_;    // with more than one rank
     Communicator* dataParallel_ = nullptr; // the dp group, when dp > 1
-    int rank_ = 0;
+    Communicator* pipeline_ = nullptr;     // the pp group, when pp > 1
+    // The first and last pipeline stage, summing the gradient of a tied embedding split between
+    // them; a group of one on the other ranks.
+    std::unique_ptr<Communicator> embeddingGroup_;
+    int rank_ = 0, ppRank_ = 0;
     bool leader_ = true; // rank 0 writes the config, checkpoints, summary and progress
     std::unique_ptr<kernels::Ops> ops_;
     DeviceAllocator memory_;
@@ -259,7 +328,10 @@ std::optional<LoadedCheckpoint> Run::checkpointToResume() {
                              " has no checkpoint to resume from");
         dir = latest->dir;
     }
-    LoadedCheckpoint ck = CheckpointStore::load(dir);
+    // Each rank reads and verifies only its own shard's files.
+    const std::string prefix = shardName(ppRank_, 0) + ".";
+    LoadedCheckpoint ck = CheckpointStore::load(
+        dir, [&](const std::string& name) { return name.starts_with(prefix); });
     checkResumable(c_, data_->describe(), ck.info.meta, dir);
     if (ck.info.step >= totalSteps_)
         throw InputError("the run in " + runDir_.string() + " already completed its " +
@@ -280,7 +352,10 @@ void Run::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck) {
     }
     const fs::path& dir = ck->info.dir;
     const std::size_t bytes = model_->parameterCount() * sizeof(float);
-    auto restore = [&](const char* name, float* dst) {
+    // Replicas without a shard of their own read their stage's replica 0.
+    const std::string shard = shardName(ppRank_, 0);
+    auto restore = [&](const std::string& blob, float* dst) {
+        const std::string name = shard + "." + blob;
         const auto it = ck->blobs.find(name);
         if (it == ck->blobs.end() || it->second.size() != bytes)
             throw CheckpointError("checkpoint " + dir.string() + ": " + name +
@@ -316,22 +391,36 @@ StepRecord Run::trainStep(std::int64_t step) {
                 data_->batch(Split::Train, step, firstMicrobatch + mb, B, inputs, targets);
             });
         },
-        spans_.get());
+        spans_.get(), spans_.get());
+    synchronizeSharedEmbedding();
     if (dataParallel_) {
         // Buckets were started during the backward; what remains is waited for here.
+        const double waitStart = spans_->now();
         r.exposedCommunication = buckets_->finish();
-        for (const BucketTiming& b : buckets_->buckets())
-            r.communication += b.completed - b.started;
         for (const BucketTiming& b : buckets_->buckets()) {
-            json e = spans_->spanEvent("communication", b.started, b.completed);
-            e["collective"] = "all_reduce";
-            e["axis"] = "dp";
-            e["bytes"] = b.count * sizeof(float);
-            spans_->write(std::move(e));
+            r.communication += b.completed - b.started;
+            CommunicationSpan span = collectiveSpan("dp", b.count, b.started, b.completed);
+            if (b.completed > waitStart) { // still in flight when the wait began
+                span.waited = true;
+                span.waitStart = std::max(waitStart, b.started);
+            }
+            spans_->communication(span);
         }
-        r.loss = sumOverReplicas(r.loss);
     }
-    r.gradNorm = spans_->timed("grad_norm", [&] { return optimizer_->gradientNorm(); });
+    // The loss lives on the last stage of each replica; every rank reports the step's.
+    if (world_ && world_->size() > 1)
+        r.loss = sumOver(world_, r.loss);
+    r.gradNorm = spans_->timed("grad_norm", [&] {
+        // Each stage's squares, the copy of a split tied embedding counted once; replicas hold
+        // the same gradients after the all-reduce.
+        const bool tiedCopy =
+            model_->sharedTensor() != GptModel::npos && !model_->chunks().front().embedding;
+        double squares =
+            optimizer_->gradientSquares(tiedCopy ? model_->sharedTensor() : GptModel::npos);
+        if (pipeline_)
+            squares = sumOver(pipeline_, squares);
+        return std::sqrt(squares);
+    });
     r.learningRate = learningRateAt(c_.train, step, totalSteps_);
     if (std::isfinite(r.loss) && std::isfinite(r.gradNorm)) {
         const double scale = optimizer_->clipScale(r.gradNorm);
@@ -351,66 +440,138 @@ bool Run::agreeOnStop(bool mine) const {
     return vote > 0.0f;
 }
 
-double Run::sumOverReplicas(double local) const {
+bool Run::everyoneSucceeded(bool mine) const {
+    return !agreeOnStop(!mine);
+}
+
+double Run::sumOver(Communicator* group, double local) const {
     float value = static_cast<float>(local);
-    dataParallel_->allReduceSum(&value, 1).wait();
+    group->allReduceSum(&value, 1).wait();
     return double(value);
+}
+
+// With tied embeddings on different stages, the first stage's wte and the last stage's copy
+// each hold part of the gradient; both take the sum, so both copies take the same update. The
+// data-parallel buckets get the range afterwards.
+void Run::synchronizeSharedEmbedding() {
+    const std::size_t shared = model_->sharedTensor();
+    if (shared == GptModel::npos)
+        return;
+    const ParameterTensor& t = model_->tensors()[shared];
+    const double start = spans_->now();
+    embeddingGroup_->allReduceSum(model_->gradients() + t.offset, t.count).wait();
+    CommunicationSpan span = collectiveSpan("embedding", t.count, start, spans_->now());
+    span.waited = true;
+    span.waitStart = start;
+    spans_->communication(span);
+    if (buckets_)
+        buckets_->gradientsReady(t.offset, t.count);
+}
+
+std::string Run::shardName(int pp, int dp) const {
+    return "pp" + std::to_string(pp) + "-tp0-dp" + std::to_string(dp);
+}
+
+// The shards a checkpoint of this layout has: one per pipeline stage (replicas hold copies).
+std::vector<std::string> Run::shardNames() const {
+    std::vector<std::string> names;
+    for (int pp = 0; pp < c_.parallel.pp; ++pp)
+        names.push_back(shardName(pp, 0));
+    return names;
 }
 
 double Run::validationLoss(std::int64_t step) {
     spans_->step = step + 1;
     const int B = c_.parallel.microBatch, N = B * c_.model.seqLen;
     return spans_->timed("eval", [&] {
-        double sum = 0;
-        for (int i = 0; i < c_.train.evalBatches; ++i) {
-            data_->batch(Split::Validation, 0, i, B, inputs_.data(), targets_.data());
-            sum += model_->evaluate(inputs_.data(), targets_.data());
-        }
+        double sum = executor_->evaluate(
+            c_.train.evalBatches, [&](int i, std::int32_t* inputs, std::int32_t* targets) {
+                data_->batch(Split::Validation, 0, i, B, inputs, targets);
+            });
+        if (pipeline_) // the last stage has it
+            sum = sumOver(pipeline_, sum);
         return sum / (double(N) * c_.train.evalBatches);
     });
 }
 
+// Every stage writes its own shard (replica 0 of it: the replicas hold copies) and the leader
+// writes the one manifest that lists them all. Every rank takes part in every phase, so a
+// failure anywhere is known everywhere and no rank is left waiting.
 void Run::saveCheckpoint(std::int64_t stepsDone) {
-    if (!leader_) // replicas hold the same state; rank 0 writes it
-        return;
     spans_->step = stepsDone;
     const double start = telemetry_->now();
     const std::size_t n = model_->parameterCount();
-    // Device buffers are copied to the host first so the file write never reads device memory.
-    std::vector<float> params(n), m1(n), m2(n);
-    ops_->copyToHost(params.data(), model_->parameters(), n * sizeof(float));
-    ops_->copyToHost(m1.data(), optimizer_->firstMoment(), n * sizeof(float));
-    ops_->copyToHost(m2.data(), optimizer_->secondMoment(), n * sizeof(float));
-    const json meta{{"model", modelForResume(c_.model)},
-                    {"parallel", json(c_.parallel)},
-                    {"train", trajectoryOf(c_.train)},
-                    {"data", data_->describe()},
-                    {"threads", threads_},
-                    {"total_steps", totalSteps_},
-                    {"optimizer_steps", optimizer_->steps()},
-                    {"parameters", n},
-                    {"loss", lastLoss_}};
-    try {
-        const CheckpointInfo info = spans_->timed("checkpoint", [&] {
-            return checkpoints_->save(stepsDone, meta,
-                                      {{"params.f32", params.data(), n * sizeof(float)},
-                                       {"adam_m.f32", m1.data(), n * sizeof(float)},
-                                       {"adam_v.f32", m2.data(), n * sizeof(float)}});
+    std::string problem;
+    auto attempt = [&](auto&& work) {
+        try {
+            work();
+        } catch (const CheckpointError& e) {
+            problem = e.what();
+        }
+        return everyoneSucceeded(problem.empty());
+    };
+    const fs::path dir = checkpoints_->root() / [&] {
+        char name[32];
+        std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(stepsDone));
+        return std::string(name);
+    }();
+    bool saved = attempt([&] {
+        if (leader_)
+            checkpoints_->prepareShards(stepsDone);
+    });
+    if (saved)
+        saved = attempt([&] {
+            if (!writesShard())
+                return;
+            // Device buffers are copied to the host first so the file write never reads device
+            // memory.
+            std::vector<float> params(n), m1(n), m2(n);
+            ops_->copyToHost(params.data(), model_->parameters(), n * sizeof(float));
+            ops_->copyToHost(m1.data(), optimizer_->firstMoment(), n * sizeof(float));
+            ops_->copyToHost(m2.data(), optimizer_->secondMoment(), n * sizeof(float));
+            spans_->timed("checkpoint", [&] {
+                checkpoints_->writeShard(stepsDone, shardName(ppRank_, 0),
+                                         {{"params.f32", params.data(), n * sizeof(float)},
+                                          {"adam_m.f32", m1.data(), n * sizeof(float)},
+                                          {"adam_v.f32", m2.data(), n * sizeof(float)}});
+            });
         });
-        lastCheckpoint_ = info.dir.string();
-        telemetry_->write({{"type", "event"},
-                           {"event", "checkpoint"},
-                           {"step", stepsDone},
-                           {"dir", lastCheckpoint_},
-                           {"bytes", 3 * n * sizeof(float)},
-                           {"seconds", telemetry_->now() - start}});
-        if (!c_.engine.quiet)
-            progress_ << "checkpoint " << lastCheckpoint_ << "\n";
-    } catch (const CheckpointError& e) {
+    if (saved)
+        saved = attempt([&] {
+            if (!leader_)
+                return;
+            const json meta{{"model", modelForResume(c_.model)},
+                            {"parallel", json(c_.parallel)},
+                            {"train", trajectoryOf(c_.train)},
+                            {"data", data_->describe()},
+                            {"threads", threads_},
+                            {"total_steps", totalSteps_},
+                            {"optimizer_steps", optimizer_->steps()},
+                            {"shards", shardNames()},
+                            {"loss", lastLoss_}};
+            checkpoints_->commitShards(stepsDone, meta, shardNames());
+        });
+    else if (leader_)
+        checkpoints_->abandonShards(stepsDone);
+    if (!saved) {
         // A failed save loses nothing already on disk; training goes on and says so.
-        telemetry_->write({{"type", "event"}, {"event", "error"}, {"message", e.what()}});
-        progress_ << "warning: " << e.what() << "\n";
+        const std::string message =
+            problem.empty() ? "checkpoint " + dir.string() + " was not saved: another rank failed"
+                            : problem;
+        telemetry_->write({{"type", "event"}, {"event", "error"}, {"message", message}});
+        if (leader_ || !problem.empty())
+            progress_ << "warning: " << message << "\n";
+        return;
     }
+    lastCheckpoint_ = dir.string();
+    telemetry_->write({{"type", "event"},
+                       {"event", "checkpoint"},
+                       {"step", stepsDone},
+                       {"dir", lastCheckpoint_},
+                       {"bytes", writesShard() ? 3 * n * sizeof(float) : 0},
+                       {"seconds", telemetry_->now() - start}});
+    if (leader_ && !c_.engine.quiet)
+        progress_ << "checkpoint " << lastCheckpoint_ << "\n";
 }
 
 void Run::reportStep(const StepRecord& s, double tokensPerSecond, double mfu) {
@@ -431,7 +592,7 @@ void Run::writeSummary(const TrainResult& r) {
     if (!leader_)
         return;
     PlanInputs plan{c_.model, ClusterSpec{}, c_.parallel, c_.train, Assumptions{}};
-    const MemoryBreakdown predicted = memoryForStage(plan, 0);
+    const MemoryBreakdown predicted = memoryForStage(plan, ppRank_);
     const MemoryUsage& peak = memory_.peak();
     const TelemetryStats ts = telemetry_->stats();
     json summary{
@@ -453,12 +614,7 @@ void Run::writeSummary(const TrainResult& r) {
         {"peak_flops_source", peak_.formula},
         {"memory_peak", memoryJson(peak)},
         {"memory_peak_total", memory_.peakTotal()},
-        {"memory_predicted",
-         {{"parameters", predicted.parameters},
-          {"gradients", predicted.gradients},
-          {"optimizer", predicted.optimizer},
-          {"activations", predicted.activations},
-          {"source", "shardscope planner, memoryForStage for the same model and layout"}}},
+        {"memory_predicted", predictedJson(predicted, ppRank_)},
         {"last_checkpoint", lastCheckpoint_},
         {"losses", json::array()},
         {"telemetry", {{"written", ts.written}, {"sent", ts.sent}, {"dropped", ts.dropped}}}};
@@ -483,6 +639,9 @@ TrainResult Run::execute() {
         leader_ = rank_ == 0;
         if (c_.parallel.dp > 1)
             dataParallel_ = &mesh_->group(Axis::DP);
+        if (c_.parallel.pp > 1)
+            pipeline_ = &mesh_->group(Axis::PP);
+        ppRank_ = mesh_->coordinate().pp;
     } else if (c_.parallel.worldSize() != 1) {
         throw InputError("the layout " + layoutSummary(c_.parallel) + " needs " +
                          std::to_string(c_.parallel.worldSize()) + " ranks: add --ranks " +
@@ -491,13 +650,22 @@ TrainResult Run::execute() {
     if (!c_.engine.telemetry.empty()) // a typo must not leave a half-made run directory behind
         parseCollectorAddress(c_.engine.telemetry);
     data_ = Dataset::open(dataSpecOf(c_));
-    const ScheduleSpec schedule{c_.parallel.schedule, 1, c_.parallel.microbatches(), 1};
-
-    model_ = std::make_unique<GptModel>(c_.model, c_.parallel.microBatch, *ops_, memory_,
-                                        c_.parallel.recompute, !c_.parallel.flashAttention);
+    const ParallelConfig& p = c_.parallel;
+    model_ = std::make_unique<GptModel>(
+        c_.model, p.microBatch, *ops_, memory_, p.recompute, !p.flashAttention,
+        pipelineChunks(GptShape::of(c_.model), p.pp, p.vpp, ppRank_));
+    if (mesh_) { // every rank joins the call that makes the groups
+        std::vector<int> members{rank_};
+        if (model_->sharedTensor() != GptModel::npos) {
+            const std::vector<int> stages = groupRanks(p, rank_, Axis::PP);
+            members = {stages.front(), stages.back()};
+        }
+        embeddingGroup_ = world_->subgroup(members, "embedding");
+    }
     optimizer_ = std::make_unique<AdamW>(*model_, *ops_, memory_, c_.train);
-    executor_ = std::make_unique<ScheduleExecutor>(*model_, buildPipelineProgram(schedule), 0,
-                                                   c_.parallel.dp);
+    executor_ = std::make_unique<ScheduleExecutor>(
+        *model_, buildPipelineProgram({p.schedule, p.pp, p.microbatches(), p.vpp}), ppRank_, p.dp,
+        pipeline_);
     if (dataParallel_) {
         buckets_ = std::make_unique<GradientBuckets>(
             *dataParallel_, model_->gradients(), model_->parameterCount(),
@@ -513,6 +681,10 @@ TrainResult Run::execute() {
     peak_ = c_.engine.peakFlops > 0
                 ? kernels::PeakFlops{c_.engine.peakFlops, "configured (engine.peak_tflops)"}
                 : kernels::estimateCpuPeakFlops(threads);
+    if (world_ && world_->size() > 1) { // MFU is the job's tokens against every rank's peak
+        peak_.flops *= world_->size();
+        peak_.formula = std::to_string(world_->size()) + " ranks x (" + peak_.formula + ")";
+    }
 
     prepareRunDirectory();
     barrier(); // the leader has made the directory before anyone opens a file in it
@@ -524,9 +696,24 @@ TrainResult Run::execute() {
     topts.path = (runDir_ / "telemetry" / ("rank-" + std::to_string(rank_) + ".jsonl")).string();
     topts.collector = c_.engine.telemetry;
     topts.rank = rank_;
+    const RankCoordinate coord = rankCoordinate(p, rank_, 1);
+    topts.coordinate = {{"dp", coord.dp}, {"tp", coord.tp}, {"pp", coord.pp}, {"cp", coord.cp}};
     topts.append = c_.engine.resume;
     telemetry_ = std::make_unique<TelemetryWriter>(topts);
     spans_ = std::make_unique<TelemetrySpans>(*telemetry_);
+    ClockOffset clock;
+    if (mesh_) { // before the first event, so every timestamp is on rank 0's clock
+        // Ranks on one host share a clock; tests skew them (seconds per rank) to check that
+        // the alignment really happens, as it must across hosts.
+        const char* skew = std::getenv("SHARDSCOPE_TEST_CLOCK_SKEW");
+        const double skewed = skew ? std::atof(skew) * rank_ : 0.0;
+        telemetry_->setClockOffset(skewed);
+        clock = measureClockOffset(*world_, [&] { return telemetry_->now(); });
+        clock.offset += skewed;
+        telemetry_->setClockOffset(clock.offset);
+    }
+    const MemoryBreakdown predicted =
+        memoryForStage({c_.model, ClusterSpec{}, p, c_.train, Assumptions{}}, ppRank_);
     const std::time_t wall = std::time(nullptr);
     telemetry_->write({{"type", "event"},
                        {"event", "start"},
@@ -539,6 +726,13 @@ TrainResult Run::execute() {
                        {"loss_floor", data_->lossFloor() ? json(*data_->lossFloor()) : json()},
                        {"data", data_->describe()},
                        {"parameters", model_->parameterCount()},
+                       {"chunks", chunksJson(model_->chunks())},
+                       {"memory_predicted", predictedJson(predicted, ppRank_)},
+                       {"clock",
+                        {{"offset", clock.offset},
+                         {"round_trip", clock.roundTrip},
+                         {"reference", "rank 0"},
+                         {"method", "least-delay round trip of 8 (Cristian)"}}},
                        {"wall_clock", double(wall)}});
     restoreOrInitialize(resumeFrom);
 
@@ -615,7 +809,7 @@ TrainResult Run::execute() {
                                {"event", "eval"},
                                {"step", step + 1},
                                {"val_loss", lastValLoss_}});
-            if (!c_.engine.quiet)
+            if (leader_ && !c_.engine.quiet)
                 progress_ << "validation loss " << lastValLoss_ << " at step " << step + 1 << "\n";
         }
         telemetry_->write(std::move(event));
@@ -649,6 +843,7 @@ TrainResult Run::execute() {
          {"event", "end"},
          {"status", toString(result.status)},
          {"steps", result.stepsCompleted},
+         {"memory_peak", memoryJson(memory_.peak())},
          {"final_loss", std::isfinite(lastLoss_) ? json(lastLoss_) : json()},
          {"telemetry", {{"written", ts.written + 1}, {"sent", ts.sent}, {"dropped", ts.dropped}}}});
     telemetry_->flush();

@@ -500,5 +500,55 @@ TEST_F(CheckpointTest, InvalidBlobsAreProgrammingErrors) {
     EXPECT_THROW((void)CheckpointStore(root_, 0), std::invalid_argument);
 }
 
+// Two writers, one manifest: every shard's files are listed with their CRCs, each reader can
+// read only its own, and a failed save leaves nothing half made.
+TEST_F(CheckpointTest, ShardsOfSeveralWritersShareOneManifest) {
+    CheckpointStore store(root_, 3);
+    store.prepareShards(7);
+    const std::vector<std::byte> a = bytesOf("stage zero"), b = bytesOf("stage one!");
+    store.writeShard(7, "pp0", {blobOf("params.f32", a)});
+    store.writeShard(7, "pp1", {blobOf("params.f32", b)});
+    const CheckpointInfo info = store.commitShards(7, json{{"loss", 2.5}}, {"pp0", "pp1"});
+    EXPECT_EQ(info.dir, root_ / "step-00000007");
+    const json m = manifestOf(info.dir);
+    ASSERT_EQ(m["files"].size(), 2u);
+    EXPECT_EQ(m["files"][0]["name"], "pp0.params.f32");
+    EXPECT_EQ(m["files"][1]["name"], "pp1.params.f32");
+    EXPECT_FALSE(fs::exists(info.dir / "pp0.shard.json")); // only what the manifest names
+    const LoadedCheckpoint mine = CheckpointStore::load(
+        info.dir, [](const std::string& name) { return name.starts_with("pp1."); });
+    ASSERT_EQ(mine.blobs.size(), 1u);
+    EXPECT_EQ(mine.blobs.at("pp1.params.f32"), b);
+    EXPECT_EQ(mine.info.meta["loss"], 2.5);
+    // A corrupt shard of another rank does not stop this rank's load, but fails a full one.
+    flipByte(info.dir / "pp0.params.f32", 0);
+    EXPECT_NO_THROW(CheckpointStore::load(
+        info.dir, [](const std::string& name) { return name.starts_with("pp1."); }));
+    EXPECT_THROW(CheckpointStore::load(info.dir), CheckpointError);
+    EXPECT_THROW(store.prepareShards(7), CheckpointError); // never overwritten
+}
+
+TEST_F(CheckpointTest, AShardThatNeverArrivedFailsTheCommitAndLeavesNothing) {
+    CheckpointStore store(root_, 3);
+    saveStep(store, 1);
+    store.prepareShards(2);
+    store.writeShard(2, "pp0", {blobOf("params.f32", bytesOf("x"))});
+    try {
+        store.commitShards(2, json::object(), {"pp0", "pp1"});
+        FAIL() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("pp1"), std::string::npos) << e.what();
+    }
+    ASSERT_EQ(store.list().size(), 1u);
+    EXPECT_EQ(store.latest()->step, 1);
+    for (const auto& entry : fs::directory_iterator(root_)) // no shard directory left behind
+        EXPECT_EQ(entry.path().filename().string().find(".shards"), std::string::npos);
+    // The same step can be saved again afterwards, and a stale shard directory is cleared.
+    store.prepareShards(2);
+    store.writeShard(2, "pp0", {blobOf("params.f32", bytesOf("y"))});
+    store.prepareShards(3); // a job that died mid-save left step 2's shards
+    EXPECT_FALSE(fs::exists(root_ / ".step-00000002.shards"));
+}
+
 } // namespace
 } // namespace shardscope

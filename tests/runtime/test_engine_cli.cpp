@@ -158,7 +158,8 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
     const std::vector<Case> cases = {
         {{"train", "--steps", "-3"}, "--steps"},
         {{"train", "--config", (dir / "missing.json").string()}, "missing.json"},
-        {{"train", "--config", writeConfig(dir, tp), "--out", (dir / "a").string()}, "data only"},
+        {{"train", "--config", writeConfig(dir, tp), "--out", (dir / "a").string()},
+         "data and pipeline"},
         {{"train", "--config", writeConfig(dir, typo)}, "stpes"},
         {{"train", "--config", writeConfig(dir, vocab), "--data", (dir / "bytes.txt").string(),
           "--out", (dir / "b").string()},

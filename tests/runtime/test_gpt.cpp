@@ -1,12 +1,14 @@
 #include "core/error.h"
 #include "engine_test_support.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "plan/layout.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
 
 #include <cmath>
 #include <cstring>
 #include <gtest/gtest.h>
+#include <tuple>
 #include <vector>
 
 namespace shardscope {
@@ -189,6 +191,80 @@ TEST(GptModel, InitialisationIsDeterministicAndGpt2Like) {
             EXPECT_NEAR(rms, 0.02 / std::sqrt(4.0), 0.003) << t.name;
         else
             EXPECT_NEAR(rms, 0.02, 0.003) << t.name;
+    }
+}
+
+// The engine deals layers to virtual stages exactly as the planner does (its memory prediction
+// counts them), in engine/sched's numbering: virtual stage chunk * pp + rank.
+TEST(GptModel, PipelineChunksDealLayersAsThePlannerDoes) {
+    for (const auto& [layers, pp, vpp] : std::vector<std::tuple<int, int, int>>{
+             {8, 2, 1}, {7, 2, 1}, {8, 4, 2}, {9, 4, 2}, {5, 1, 1}, {6, 3, 2}}) {
+        SCOPED_TRACE(std::to_string(layers) + " layers, pp " + std::to_string(pp) + " vpp " +
+                     std::to_string(vpp));
+        const ModelSpec m = tinyGpt(layers, 16, 2, 32, 8);
+        ParallelConfig p;
+        p.pp = pp;
+        p.vpp = vpp;
+        std::vector<int> owner(std::size_t(layers), -1);
+        for (int rank = 0; rank < pp; ++rank) {
+            const std::vector<ModelChunk> chunks = pipelineChunks(GptShape::of(m), pp, vpp, rank);
+            ASSERT_EQ(int(chunks.size()), vpp);
+            int held = 0;
+            for (int v = 0; v < vpp; ++v) {
+                const ModelChunk& c = chunks[std::size_t(v)];
+                EXPECT_EQ(c.embedding, v == 0 && rank == 0);
+                EXPECT_EQ(c.head, v == vpp - 1 && rank == pp - 1);
+                for (int l = c.firstLayer; l < c.firstLayer + c.layers; ++l) {
+                    EXPECT_EQ(owner[std::size_t(l)], -1) << "layer " << l << " dealt twice";
+                    owner[std::size_t(l)] = v * pp + rank;
+                }
+                held += c.layers;
+            }
+            EXPECT_EQ(held, layersOnStage(m, p, rank));
+        }
+        for (int l = 1; l < layers; ++l) // virtual stages hold the layers in model order
+            EXPECT_LE(owner[std::size_t(l - 1)], owner[std::size_t(l)]);
+    }
+    EXPECT_THROW(pipelineChunks(GptShape::of(tinyGpt(3, 16, 2, 32, 8)), 2, 2, 0), InputError);
+}
+
+// A pipeline rank starts from the single process's weights for its own tensors; the last stage's
+// copy of a tied embedding starts equal to the first stage's, and is the shared tensor.
+TEST(GptModel, PipelineRanksStartFromTheWholeModelsWeights) {
+    for (const bool tied : {true, false}) {
+        ModelSpec m = tinyGpt(4, 16, 2, 32, 8);
+        m.tiedEmbeddings = tied;
+        auto ops = kernels::makeCpuOps(1);
+        DeviceAllocator memory(*ops);
+        GptModel whole(m, 1, *ops, memory, Recompute::None, false);
+        whole.initialize(9);
+        auto valuesOf = [](const GptModel& g, const std::string& name) {
+            for (const ParameterTensor& t : g.tensors())
+                if (t.name == name)
+                    return std::vector<float>(g.parameters() + t.offset,
+                                              g.parameters() + t.offset + t.count);
+            return std::vector<float>{};
+        };
+        std::size_t total = 0;
+        for (int rank = 0; rank < 2; ++rank) {
+            GptModel part(m, 1, *ops, memory, Recompute::None, false,
+                          pipelineChunks(whole.shape(), 2, 2, rank));
+            part.initialize(9);
+            for (const ParameterTensor& t : part.tensors()) {
+                const bool copy = tied && t.name == "lm_head.weight";
+                EXPECT_EQ(valuesOf(part, t.name), valuesOf(whole, copy ? "wte" : t.name)) << t.name;
+                total += copy ? 0 : t.count;
+            }
+            const std::size_t shared = part.sharedTensor();
+            if (tied) {
+                ASSERT_NE(shared, GptModel::npos);
+                EXPECT_EQ(part.tensors()[shared].name, rank == 0 ? "wte" : "lm_head.weight");
+            } else {
+                EXPECT_EQ(shared, GptModel::npos);
+            }
+        }
+        EXPECT_EQ(total, whole.parameterCount()); // every tensor on exactly one rank
+        EXPECT_EQ(whole.sharedTensor(), GptModel::npos);
     }
 }
 

@@ -60,7 +60,7 @@ TEST(RunConfig, EngineProblemsSayWhatToChange) {
     std::string all;
     for (const auto& p : problems)
         all += p + "\n";
-    EXPECT_NE(all.find("data only"), std::string::npos) << all;
+    EXPECT_NE(all.find("data and pipeline"), std::string::npos) << all;
     EXPECT_NE(all.find("AdamW"), std::string::npos) << all;
     EXPECT_NE(all.find("min_learning_rate"), std::string::npos) << all;
 }

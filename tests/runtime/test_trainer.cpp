@@ -14,6 +14,9 @@
 namespace shardscope {
 namespace {
 
+// A single process writes one shard: pipeline stage 0, tensor rank 0, replica 0.
+constexpr const char* kShard = "pp0-tp0-dp0.";
+
 using nlohmann::json;
 using testing::TempDir;
 using testing::tinyRun;
@@ -140,8 +143,10 @@ TEST(Trainer, ResumingContinuesBitIdentically) {
         CheckpointStore::load(dir / "whole" / "checkpoints" / "step-00000008");
     const LoadedCheckpoint endPart =
         CheckpointStore::load(dir / "part" / "checkpoints" / "step-00000008");
-    for (const char* blob : {"params.f32", "adam_m.f32", "adam_v.f32"})
-        EXPECT_TRUE(endWhole.blobs.at(blob) == endPart.blobs.at(blob)) << blob;
+    for (const char* blob : {"params.f32", "adam_m.f32", "adam_v.f32"}) {
+        const std::string name = std::string(kShard) + blob;
+        EXPECT_TRUE(endWhole.blobs.at(name) == endPart.blobs.at(name)) << name;
+    }
     // One telemetry file holds both invocations.
     int starts = 0;
     for (const json& e : events(dir / "part"))
@@ -186,7 +191,7 @@ TEST(Trainer, ACorruptCheckpointIsReportedAndLeftAlone) {
     train(c, log);
     const auto ck = CheckpointStore(dir / "run" / "checkpoints", 3).latest();
     ASSERT_TRUE(ck);
-    const auto file = ck->dir / "params.f32";
+    const auto file = ck->dir / (std::string(kShard) + "params.f32");
     {
         std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
         f.seekp(100);
@@ -214,17 +219,17 @@ TEST(Trainer, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
     // Poison the weights through a checkpoint that verifies, as a diverged run would.
     CheckpointStore store(dir / "run" / "checkpoints", 3);
     LoadedCheckpoint good = CheckpointStore::load(store.latest()->dir);
-    std::vector<std::byte> params = good.blobs["params.f32"];
+    std::vector<std::byte> params = good.blobs.at(std::string(kShard) + "params.f32");
     const float nan = std::nanf("");
     std::memcpy(params.data(), &nan, sizeof nan);
-    const auto& m1 = good.blobs["adam_m.f32"];
-    const auto& m2 = good.blobs["adam_v.f32"];
+    const auto& m1 = good.blobs.at(std::string(kShard) + "adam_m.f32");
+    const auto& m2 = good.blobs.at(std::string(kShard) + "adam_v.f32");
     const std::filesystem::path poisoned = dir / "poisoned";
     CheckpointStore(poisoned, 1)
         .save(2, good.info.meta,
-              {{"params.f32", params.data(), params.size()},
-               {"adam_m.f32", m1.data(), m1.size()},
-               {"adam_v.f32", m2.data(), m2.size()}});
+              {{std::string(kShard) + "params.f32", params.data(), params.size()},
+               {std::string(kShard) + "adam_m.f32", m1.data(), m1.size()},
+               {std::string(kShard) + "adam_v.f32", m2.data(), m2.size()}});
     c.engine.stopAfter = 0;
     c.engine.resume = true;
     c.engine.resumeFrom = (poisoned / "step-00000002").string();
@@ -270,7 +275,7 @@ TEST(Trainer, ExplainsConfigsItCannotRun) {
     } catch (const InputError& e) {
         const std::string w = e.what();
         EXPECT_NE(w.find("fp32"), std::string::npos) << w;
-        EXPECT_NE(w.find("data only"), std::string::npos) << w;
+        EXPECT_NE(w.find("data and pipeline"), std::string::npos) << w;
     }
     RunConfig missing = tinyRun(dir / "other", 1);
     missing.train.dataPath = (dir / "nope.bin").string();

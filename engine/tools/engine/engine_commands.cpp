@@ -38,7 +38,7 @@ struct Overrides {
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
     std::optional<double> lr, peakTflops, bucketMb;
     std::optional<std::uint64_t> seed;
-    std::optional<int> microBatch, globalBatch, threads, logEvery, dp;
+    std::optional<int> microBatch, globalBatch, threads, logEvery, dp, pp, vpp;
     bool quiet = false;
 
     void addTo(CLI::App& app) {
@@ -57,6 +57,10 @@ struct Overrides {
         app.add_option("--global-batch", globalBatch, "sequences per optimizer step")
             ->check(CLI::PositiveNumber);
         app.add_option("--dp", dp, "data-parallel replicas (the job needs dp ranks: --ranks)")
+            ->check(CLI::PositiveNumber);
+        app.add_option("--pp", pp, "pipeline stages (the job needs dp x pp ranks: --ranks)")
+            ->check(CLI::PositiveNumber);
+        app.add_option("--vpp", vpp, "model chunks per pipeline rank (interleaved schedule)")
             ->check(CLI::PositiveNumber);
         app.add_option("--bucket-mb", bucketMb,
                        "data-parallel gradient bucket size in MiB (default 25, as PyTorch DDP)")
@@ -102,6 +106,10 @@ struct Overrides {
             c.parallel.globalBatch = *globalBatch;
         if (dp)
             c.parallel.dp = *dp;
+        if (pp)
+            c.parallel.pp = *pp;
+        if (vpp)
+            c.parallel.vpp = *vpp;
         if (bucketMb)
             c.engine.bucketMiB = *bucketMb;
         if (recompute)

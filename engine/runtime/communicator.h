@@ -50,6 +50,13 @@ public:
     virtual Request allGather(const float* in, float* out, std::size_t n) = 0;
     // out[n] = the sum over ranks of in[rank * n .. (rank + 1) * n): rank i keeps chunk i.
     virtual Request reduceScatterSum(const float* in, float* out, std::size_t n) = 0;
+    // The v forms, for parts of unequal size: rank i's part is counts[i] floats, the parts lying
+    // one after another in rank order (ZeRO's slices of a bucket). reduceScatterSumV: out[counts
+    // [rank]] = the sum over ranks of their in[] at this rank's part. allGatherVInPlace: every
+    // rank's part, taken from its own place in data[sum of counts], ends up in every rank's.
+    virtual Request reduceScatterSumV(const float* in, float* out,
+                                      const std::vector<std::size_t>& counts) = 0;
+    virtual Request allGatherVInPlace(float* data, const std::vector<std::size_t>& counts) = 0;
     virtual Request send(const float* data, std::size_t n, int peer, int tag) = 0;
     virtual Request receive(float* data, std::size_t n, int peer, int tag) = 0;
     virtual void barrier() = 0;

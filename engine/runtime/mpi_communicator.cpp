@@ -27,9 +27,22 @@ void check(int rc, const char* what) {
                              " failed: " + std::string(text, static_cast<std::size_t>(len)));
 }
 
+// A started MPI operation. A v collective reads its counts and displacements until it
+// completes, so the request keeps them.
 class MpiPending final : public Request::Pending {
 public:
-    explicit MpiPending(MPI_Request r) : request_(r) {}
+    MpiPending() = default;
+    explicit MpiPending(const std::vector<std::size_t>& counts) {
+        int at = 0;
+        for (std::size_t c : counts) {
+            counts_.push_back(count(c));
+            displacements_.push_back(at);
+            at += counts_.back();
+        }
+    }
+    MPI_Request* request() { return &request_; }
+    const int* counts() const { return counts_.data(); }
+    const int* displacements() const { return displacements_.data(); }
     void wait() override { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait"); }
     bool test() override {
         int flag = 0;
@@ -38,11 +51,14 @@ public:
     }
 
 private:
-    MPI_Request request_;
+    MPI_Request request_ = MPI_REQUEST_NULL;
+    std::vector<int> counts_, displacements_;
 };
 
 Request started(MPI_Request r) {
-    return Request(std::make_unique<MpiPending>(r));
+    auto p = std::make_unique<MpiPending>();
+    *p->request() = r;
+    return Request(std::move(p));
 }
 
 class MpiCommunicator final : public Communicator {
@@ -80,6 +96,20 @@ public:
         check(MPI_Ireduce_scatter_block(in, out, count(n), MPI_FLOAT, MPI_SUM, comm_, &r),
               "MPI_Ireduce_scatter_block");
         return started(r);
+    }
+    Request reduceScatterSumV(const float* in, float* out,
+                              const std::vector<std::size_t>& counts) override {
+        auto p = std::make_unique<MpiPending>(counts);
+        check(MPI_Ireduce_scatter(in, out, p->counts(), MPI_FLOAT, MPI_SUM, comm_, p->request()),
+              "MPI_Ireduce_scatter");
+        return Request(std::move(p));
+    }
+    Request allGatherVInPlace(float* data, const std::vector<std::size_t>& counts) override {
+        auto p = std::make_unique<MpiPending>(counts);
+        check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, p->counts(),
+                              p->displacements(), MPI_FLOAT, comm_, p->request()),
+              "MPI_Iallgatherv");
+        return Request(std::move(p));
     }
     Request send(const float* data, std::size_t n, int peer, int tag) override {
         MPI_Request r;

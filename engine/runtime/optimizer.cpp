@@ -18,25 +18,29 @@ double learningRateAt(const TrainConfig& t, std::int64_t step, std::int64_t tota
                                    (t.learningRate - t.minLearningRate);
 }
 
-AdamW::AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train)
-    : model_(model), ops_(ops), train_(train),
-      m_(memory.floats(MemoryCategory::Optimizer, model.parameterCount())),
-      v_(memory.floats(MemoryCategory::Optimizer, model.parameterCount())) {
-    ops_.zero(m_.f(), model.parameterCount());
-    ops_.zero(v_.f(), model.parameterCount());
+AdamW::AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train,
+             std::size_t begin, std::size_t end)
+    : model_(model), ops_(ops), train_(train), begin_(begin),
+      end_(std::min(end, model.parameterCount())),
+      m_(memory.floats(MemoryCategory::Optimizer, end_ - begin_)),
+      v_(memory.floats(MemoryCategory::Optimizer, end_ - begin_)) {
+    ops_.zero(m_.f(), size());
+    ops_.zero(v_.f(), size());
 }
 
 double AdamW::gradientNorm() const {
-    return std::sqrt(ops_.sumOfSquares(model_.gradients(), model_.parameterCount()));
+    return std::sqrt(gradientSquares(GptModel::npos));
 }
 
 double AdamW::gradientSquares(std::size_t skip) const {
-    if (skip == GptModel::npos)
-        return ops_.sumOfSquares(model_.gradients(), model_.parameterCount());
-    const ParameterTensor& t = model_.tensors().at(skip);
     const float* g = model_.gradients();
-    return ops_.sumOfSquares(g, t.offset) +
-           ops_.sumOfSquares(g + t.offset + t.count, model_.parameterCount() - t.offset - t.count);
+    if (skip == GptModel::npos)
+        return ops_.sumOfSquares(g + begin_, size());
+    const ParameterTensor& t = model_.tensors().at(skip);
+    const std::size_t gapBegin = std::clamp(t.offset, begin_, end_),
+                      gapEnd = std::clamp(t.offset + t.count, begin_, end_);
+    return ops_.sumOfSquares(g + begin_, gapBegin - begin_) +
+           ops_.sumOfSquares(g + gapEnd, end_ - gapEnd);
 }
 
 double AdamW::clipScale(double norm) const {
@@ -48,9 +52,12 @@ double AdamW::clipScale(double norm) const {
 void AdamW::step(double lr, double gradScale) {
     ++t_;
     for (const ParameterTensor& p : model_.tensors()) {
+        const std::size_t a = std::max(p.offset, begin_), b = std::min(p.offset + p.count, end_);
+        if (a >= b)
+            continue;
         const float decay = p.decay ? static_cast<float>(train_.weightDecay) : 0.0f;
-        ops_.adamwUpdate(model_.parameters() + p.offset, model_.gradients() + p.offset,
-                         m_.f() + p.offset, v_.f() + p.offset, p.count, static_cast<float>(lr),
+        ops_.adamwUpdate(model_.parameters() + a, model_.gradients() + a, m_.f() + (a - begin_),
+                         v_.f() + (a - begin_), b - a, static_cast<float>(lr),
                          static_cast<float>(train_.beta1), static_cast<float>(train_.beta2),
                          static_cast<float>(train_.epsilon), decay, static_cast<float>(gradScale),
                          static_cast<int>(t_));

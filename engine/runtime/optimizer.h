@@ -14,14 +14,19 @@ namespace shardscope {
 // learningRate, then cosine decay to minLearningRate at the last step.
 double learningRateAt(const TrainConfig& train, std::int64_t step, std::int64_t totalSteps);
 
+// Updates the parameters in [begin, end) of the model's flat buffer and keeps moments for those
+// only: the whole model, or the slice a ZeRO rank owns.
 class AdamW {
 public:
-    AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train);
+    AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train,
+          std::size_t begin = 0, std::size_t end = GptModel::npos);
 
     double gradientNorm() const; // L2 norm of all gradients
-    // Sum of squares of all gradients but tensor `skip` (GptModel::npos: none), for a global
-    // norm summed over ranks.
+    // Sum of squares of the owned gradients but those of tensor `skip` (GptModel::npos: none),
+    // for a global norm summed over ranks.
     double gradientSquares(std::size_t skip) const;
+    std::size_t begin() const { return begin_; }
+    std::size_t size() const { return end_ - begin_; } // floats of each moment
     // The scale clipping applies to a gradient of this norm (1 when within gradClip).
     double clipScale(double norm) const;
     // One update at learning rate lr, gradients multiplied by gradScale first.
@@ -36,6 +41,7 @@ private:
     GptModel& model_;
     kernels::Ops& ops_;
     TrainConfig train_;
+    std::size_t begin_, end_;
     Buffer m_, v_;
     std::int64_t t_ = 0;
 };

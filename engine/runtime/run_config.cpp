@@ -197,9 +197,10 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
         out.push_back("the engine parallelises over data and pipeline stages so far: tp and cp "
                       "must be 1 (got " +
                       layoutSummary(p) + "); use dp and pp for several ranks");
-    if (p.zero != 0 && p.dp > 1)
-        out.push_back("ZeRO sharding is not in the engine yet: set \"zero\": 0 (plain data "
-                      "parallelism, gradients all-reduced)");
+    if (p.zero >= 2 && p.dp > 1)
+        out.push_back("ZeRO-" + std::to_string(p.zero) +
+                      " is not in the engine yet: set \"zero\" to 1 (optimizer state sharded) or "
+                      "0 (plain data parallelism)");
     // What the layout rules above leave to the schedule itself (m divisible by pp when
     // interleaving, ...), said once.
     if (out.empty()) {

@@ -249,7 +249,12 @@ private:
     void synchronizeSharedEmbedding();
     std::string shardName(int pp, int dp) const;
     std::vector<std::string> shardNames() const;
-    bool writesShard() const { return !mesh_ || mesh_->coordinate().dp == 0; }
+    int dpRank() const { return mesh_ ? mesh_->coordinate().dp : 0; }
+    // Replica 0 of each stage writes the parameters; under ZeRO every replica writes the
+    // optimizer slice it owns.
+    bool writesShard() const { return dpRank() == 0 || zero_; }
+    std::string ownShard() const { return shardName(ppRank_, zero_ ? dpRank() : 0); }
+    void gatherParameters();
 
     const RunConfig& c_;
     std::ostream& progress_;
@@ -261,6 +266,10 @@ private:
     // them; a group of one on the other ranks.
     std::unique_ptr<Communicator> embeddingGroup_;
     int rank_ = 0, ppRank_ = 0;
+    // ZeRO-1: each dp rank owns a slice of the flat parameters, updates it with its own slice of
+    // the optimizer state, and the slices are all-gathered after the step.
+    bool zero_ = false;
+    FlatShards zeroShards_;
     bool leader_ = true; // rank 0 writes the config, checkpoints, summary and progress
     std::unique_ptr<kernels::Ops> ops_;
     DeviceAllocator memory_;
@@ -328,10 +337,11 @@ std::optional<LoadedCheckpoint> Run::checkpointToResume() {
                              " has no checkpoint to resume from");
         dir = latest->dir;
     }
-    // Each rank reads and verifies only its own shard's files.
-    const std::string prefix = shardName(ppRank_, 0) + ".";
-    LoadedCheckpoint ck = CheckpointStore::load(
-        dir, [&](const std::string& name) { return name.starts_with(prefix); });
+    // Each rank reads and verifies only its stage's parameters and its own optimizer shard.
+    const std::string params = shardName(ppRank_, 0) + ".", own = ownShard() + ".";
+    LoadedCheckpoint ck = CheckpointStore::load(dir, [&](const std::string& name) {
+        return name.starts_with(params) || name.starts_with(own);
+    });
     checkResumable(c_, data_->describe(), ck.info.meta, dir);
     if (ck.info.step >= totalSteps_)
         throw InputError("the run in " + runDir_.string() + " already completed its " +
@@ -351,20 +361,18 @@ void Run::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck) {
         return;
     }
     const fs::path& dir = ck->info.dir;
-    const std::size_t bytes = model_->parameterCount() * sizeof(float);
     // Replicas without a shard of their own read their stage's replica 0.
-    const std::string shard = shardName(ppRank_, 0);
-    auto restore = [&](const std::string& blob, float* dst) {
-        const std::string name = shard + "." + blob;
+    auto restore = [&](const std::string& name, float* dst, std::size_t floats) {
+        const std::size_t bytes = floats * sizeof(float);
         const auto it = ck->blobs.find(name);
         if (it == ck->blobs.end() || it->second.size() != bytes)
             throw CheckpointError("checkpoint " + dir.string() + ": " + name +
                                   " is missing or has the wrong size for this model");
         ops_->copyToDevice(dst, it->second.data(), bytes);
     };
-    restore("params.f32", model_->parameters());
-    restore("adam_m.f32", optimizer_->firstMoment());
-    restore("adam_v.f32", optimizer_->secondMoment());
+    restore(shardName(ppRank_, 0) + ".params.f32", model_->parameters(), model_->parameterCount());
+    restore(ownShard() + ".adam_m.f32", optimizer_->firstMoment(), optimizer_->size());
+    restore(ownShard() + ".adam_v.f32", optimizer_->secondMoment(), optimizer_->size());
     startStep_ = ck->info.step;
     optimizer_->setSteps(ck->info.meta.value("optimizer_steps", std::int64_t(0)));
     lastCheckpoint_ = dir.string();
@@ -400,6 +408,7 @@ StepRecord Run::trainStep(std::int64_t step) {
         for (const BucketTiming& b : buckets_->buckets()) {
             r.communication += b.completed - b.started;
             CommunicationSpan span = collectiveSpan("dp", b.count, b.started, b.completed);
+            span.collective = buckets_->collective();
             if (b.completed > waitStart) { // still in flight when the wait began
                 span.waited = true;
                 span.waitStart = std::max(waitStart, b.started);
@@ -417,6 +426,8 @@ StepRecord Run::trainStep(std::int64_t step) {
             model_->sharedTensor() != GptModel::npos && !model_->chunks().front().embedding;
         double squares =
             optimizer_->gradientSquares(tiedCopy ? model_->sharedTensor() : GptModel::npos);
+        if (zero_) // each replica holds the summed gradients of its own slice only
+            squares = sumOver(dataParallel_, squares);
         if (pipeline_)
             squares = sumOver(pipeline_, squares);
         return std::sqrt(squares);
@@ -425,6 +436,8 @@ StepRecord Run::trainStep(std::int64_t step) {
     if (std::isfinite(r.loss) && std::isfinite(r.gradNorm)) {
         const double scale = optimizer_->clipScale(r.gradNorm);
         spans_->timed("optimizer", [&] { optimizer_->step(r.learningRate, scale); });
+        if (zero_)
+            gatherParameters();
     }
     r.seconds = telemetry_->now() - start;
     return r;
@@ -472,12 +485,28 @@ std::string Run::shardName(int pp, int dp) const {
     return "pp" + std::to_string(pp) + "-tp0-dp" + std::to_string(dp);
 }
 
-// The shards a checkpoint of this layout has: one per pipeline stage (replicas hold copies).
+// The shards a checkpoint of this layout has: one per pipeline stage (replicas hold copies),
+// and under ZeRO one per replica of each stage.
 std::vector<std::string> Run::shardNames() const {
     std::vector<std::string> names;
     for (int pp = 0; pp < c_.parallel.pp; ++pp)
-        names.push_back(shardName(pp, 0));
+        for (int dp = 0; dp < (zero_ ? c_.parallel.dp : 1); ++dp)
+            names.push_back(shardName(pp, dp));
     return names;
+}
+
+// ZeRO: every replica updated only its slice; the slices go to everyone before the next step.
+void Run::gatherParameters() {
+    const double start = spans_->now();
+    std::vector<std::size_t> counts;
+    for (int d = 0; d < zeroShards_.parts; ++d)
+        counts.push_back(zeroShards_.size(d));
+    dataParallel_->allGatherVInPlace(model_->parameters(), counts).wait();
+    CommunicationSpan span = collectiveSpan("dp", model_->parameterCount(), start, spans_->now());
+    span.collective = "all_gather";
+    span.waited = true;
+    span.waitStart = start;
+    spans_->communication(span);
 }
 
 double Run::validationLoss(std::int64_t step) {
@@ -501,6 +530,7 @@ void Run::saveCheckpoint(std::int64_t stepsDone) {
     spans_->step = stepsDone;
     const double start = telemetry_->now();
     const std::size_t n = model_->parameterCount();
+    std::size_t written = 0;
     std::string problem;
     auto attempt = [&](auto&& work) {
         try {
@@ -525,16 +555,19 @@ void Run::saveCheckpoint(std::int64_t stepsDone) {
                 return;
             // Device buffers are copied to the host first so the file write never reads device
             // memory.
-            std::vector<float> params(n), m1(n), m2(n);
-            ops_->copyToHost(params.data(), model_->parameters(), n * sizeof(float));
-            ops_->copyToHost(m1.data(), optimizer_->firstMoment(), n * sizeof(float));
-            ops_->copyToHost(m2.data(), optimizer_->secondMoment(), n * sizeof(float));
-            spans_->timed("checkpoint", [&] {
-                checkpoints_->writeShard(stepsDone, shardName(ppRank_, 0),
-                                         {{"params.f32", params.data(), n * sizeof(float)},
-                                          {"adam_m.f32", m1.data(), n * sizeof(float)},
-                                          {"adam_v.f32", m2.data(), n * sizeof(float)}});
-            });
+            const std::size_t k = optimizer_->size();
+            std::vector<float> params(dpRank() == 0 ? n : 0), m1(k), m2(k);
+            ops_->copyToHost(params.data(), model_->parameters(), params.size() * sizeof(float));
+            ops_->copyToHost(m1.data(), optimizer_->firstMoment(), k * sizeof(float));
+            ops_->copyToHost(m2.data(), optimizer_->secondMoment(), k * sizeof(float));
+            std::vector<CheckpointBlob> blobs;
+            if (!params.empty())
+                blobs.push_back({"params.f32", params.data(), n * sizeof(float)});
+            blobs.push_back({"adam_m.f32", m1.data(), k * sizeof(float)});
+            blobs.push_back({"adam_v.f32", m2.data(), k * sizeof(float)});
+            written = (params.size() + 2 * k) * sizeof(float);
+            spans_->timed("checkpoint",
+                          [&] { checkpoints_->writeShard(stepsDone, ownShard(), blobs); });
         });
     if (saved)
         saved = attempt([&] {
@@ -568,7 +601,7 @@ void Run::saveCheckpoint(std::int64_t stepsDone) {
                        {"event", "checkpoint"},
                        {"step", stepsDone},
                        {"dir", lastCheckpoint_},
-                       {"bytes", writesShard() ? 3 * n * sizeof(float) : 0},
+                       {"bytes", written},
                        {"seconds", telemetry_->now() - start}});
     if (leader_ && !c_.engine.quiet)
         progress_ << "checkpoint " << lastCheckpoint_ << "\n";
@@ -662,7 +695,15 @@ TrainResult Run::execute() {
         }
         embeddingGroup_ = world_->subgroup(members, "embedding");
     }
-    optimizer_ = std::make_unique<AdamW>(*model_, *ops_, memory_, c_.train);
+    zero_ = p.zero >= 1 && dataParallel_;
+    if (zero_) {
+        zeroShards_ = {model_->parameterCount(), p.dp};
+        optimizer_ =
+            std::make_unique<AdamW>(*model_, *ops_, memory_, c_.train, zeroShards_.begin(dpRank()),
+                                    zeroShards_.end(dpRank()));
+    } else {
+        optimizer_ = std::make_unique<AdamW>(*model_, *ops_, memory_, c_.train);
+    }
     executor_ = std::make_unique<ScheduleExecutor>(
         *model_, buildPipelineProgram({p.schedule, p.pp, p.microbatches(), p.vpp}), ppRank_, p.dp,
         pipeline_);
@@ -671,6 +712,8 @@ TrainResult Run::execute() {
             *dataParallel_, model_->gradients(), model_->parameterCount(),
             static_cast<std::size_t>(c_.engine.bucketMiB * 1024 * 1024), this,
             [](const void* self) { return static_cast<const Run*>(self)->telemetry_->now(); });
+        if (zero_)
+            buckets_->shardOver(zeroShards_, memory_, *ops_);
         executor_->setGradientListener(buckets_.get());
     }
     inputs_.resize(std::size_t(c_.parallel.microBatch) * std::size_t(c_.model.seqLen));

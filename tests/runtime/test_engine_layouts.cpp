@@ -99,7 +99,7 @@ void expectMemoryAsPlanned(const std::filesystem::path& run, int ranks) {
     }
 }
 
-TEST(EngineLayouts, EveryPipelineScheduleGivesTheSingleRankLosses) {
+TEST(EngineLayouts, EveryLayoutGivesTheSingleRankLosses) {
     TempDir dir;
     for (const bool tied : {true, false}) {
         const std::string config = writeConfig(dir, tied ? "tied" : "untied", layoutConfig(tied));
@@ -125,6 +125,9 @@ TEST(EngineLayouts, EveryPipelineScheduleGivesTheSingleRankLosses) {
                 {"--pp 4 --schedule zero-bubble", 4},
                 {"--pp 2 --dp 2 --schedule 1f1b --bucket-mb 0.05", 4},
                 {"--pp 4 --dp 2 --schedule zero-bubble", 8},
+                {"--dp 2 --zero 1", 2},
+                {"--dp 4 --zero 1 --bucket-mb 0.05", 4},
+                {"--pp 2 --dp 2 --zero 1 --schedule interleaved --vpp 2", 4},
             };
         for (const Layout& l : layouts) {
             SCOPED_TRACE(l.flags + (tied ? " tied" : " untied"));
@@ -208,12 +211,12 @@ TEST(EngineLayouts, PipelineTelemetryMeasuresTransfersOnRankZerosClock) {
     }
 }
 
-TEST(EngineLayouts, AStoppedPipelineRunResumesBitIdenticallyFromItsShards) {
+TEST(EngineLayouts, AStoppedRunResumesBitIdenticallyFromItsShards) {
     TempDir dir;
     json c = layoutConfig();
     c["train"]["steps"] = 8;
     const std::string config = writeConfig(dir, "c", c);
-    const std::string layout = " --pp 2 --dp 2 --schedule zero-bubble --ranks 4";
+    const std::string layout = " --pp 2 --dp 2 --zero 1 --schedule zero-bubble --ranks 4";
     const auto whole = dir / "whole", part = dir / "part";
     ASSERT_EQ(runEngine("--config " + config + " --out " + whole.string() + layout, dir / "log"), 0)
         << readText(dir / "log");
@@ -222,7 +225,8 @@ TEST(EngineLayouts, AStoppedPipelineRunResumesBitIdenticallyFromItsShards) {
                   dir / "log"),
         0)
         << readText(dir / "log");
-    // One manifest lists both stages' shards; replicas write none of their own.
+    // One manifest lists every shard: each stage's parameters once (from replica 0) and each
+    // replica's own slice of the optimizer state (ZeRO-1).
     const json manifest =
         json::parse(readText(part / "checkpoints" / "step-00000003" / "manifest.json"));
     std::vector<std::string> files;
@@ -230,15 +234,18 @@ TEST(EngineLayouts, AStoppedPipelineRunResumesBitIdenticallyFromItsShards) {
         files.push_back(f["name"]);
     EXPECT_EQ(files,
               (std::vector<std::string>{"pp0-tp0-dp0.params.f32", "pp0-tp0-dp0.adam_m.f32",
-                                        "pp0-tp0-dp0.adam_v.f32", "pp1-tp0-dp0.params.f32",
-                                        "pp1-tp0-dp0.adam_m.f32", "pp1-tp0-dp0.adam_v.f32"}));
+                                        "pp0-tp0-dp0.adam_v.f32", "pp0-tp0-dp1.adam_m.f32",
+                                        "pp0-tp0-dp1.adam_v.f32", "pp1-tp0-dp0.params.f32",
+                                        "pp1-tp0-dp0.adam_m.f32", "pp1-tp0-dp0.adam_v.f32",
+                                        "pp1-tp0-dp1.adam_m.f32", "pp1-tp0-dp1.adam_v.f32"}));
     ASSERT_EQ(runEngine("--resume --out " + part.string() + " --ranks 4", dir / "log"), 0)
         << readText(dir / "log");
     EXPECT_EQ(lossesOf(part), lossesOf(whole));
 
-    // Another layout cannot read these shards, and says so before touching anything.
+    // Another layout (here: without ZeRO) cannot read these shards, and says so before touching
+    // anything.
     const int code = runEngine("--resume --out " + part.string() + " --config " + config +
-                                   " --pp 4 --dp 1 --ranks 4",
+                                   " --pp 2 --dp 2 --zero 0 --ranks 4",
                                dir / "log");
     EXPECT_EQ(WEXITSTATUS(code), 2);
     const std::string log = readText(dir / "log");

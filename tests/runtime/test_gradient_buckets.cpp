@@ -1,3 +1,4 @@
+#include "kernels/cpu/cpu_ops.h"
 #include "runtime/gradient_buckets.h"
 
 #include <gtest/gtest.h>
@@ -15,7 +16,7 @@ public:
     };
     std::vector<Call> calls;
 
-    int rank() const override { return 0; }
+    int rank() const override { return 1; }
     int size() const override { return 2; }
     std::string name() const override { return "dp"; }
     Request allReduceSum(float* data, std::size_t n) override {
@@ -35,6 +36,16 @@ public:
     }
     Request allGather(const float*, float*, std::size_t) override { return {}; }
     Request reduceScatterSum(const float*, float*, std::size_t) override { return {}; }
+    // As if the other replica held the same values: this rank's part, doubled.
+    std::vector<std::vector<std::size_t>> scatterCounts;
+    Request reduceScatterSumV(const float* in, float* out,
+                              const std::vector<std::size_t>& counts) override {
+        scatterCounts.push_back(counts);
+        for (std::size_t i = 0; i < counts[1]; ++i)
+            out[i] = 2 * in[counts[0] + i];
+        return {};
+    }
+    Request allGatherVInPlace(float*, const std::vector<std::size_t>&) override { return {}; }
     Request send(const float*, std::size_t, int, int) override { return {}; }
     Request receive(float*, std::size_t, int, int) override { return {}; }
     void barrier() override {}
@@ -66,6 +77,44 @@ TEST(GradientBuckets, CoalescesRangesFinishedBackToFrontUpToTheBucketSize) {
     for (float g : grads)
         EXPECT_EQ(g, 2.0f); // every gradient reduced exactly once
     EXPECT_EQ(buckets.buckets().size(), group.calls.size());
+}
+
+TEST(FlatShards, SplitIntoCeilingSlicesTheLastShorter) {
+    const FlatShards s{10, 4}; // 3, 3, 3, 1
+    EXPECT_EQ(s.begin(0), 0u);
+    EXPECT_EQ(s.end(0), 3u);
+    EXPECT_EQ(s.begin(3), 9u);
+    EXPECT_EQ(s.size(3), 1u);
+    EXPECT_EQ(s.countsOf(2, 6), (std::vector<std::size_t>{1, 3, 2, 0}));
+    EXPECT_EQ(s.countsOf(0, 10), (std::vector<std::size_t>{3, 3, 3, 1}));
+    const FlatShards tiny{2, 4}; // more ranks than floats: the last ones own nothing
+    EXPECT_EQ(tiny.countsOf(0, 2), (std::vector<std::size_t>{1, 1, 0, 0}));
+}
+
+// ZeRO: each bucket is reduce-scattered; this rank (1 of 2) ends with the sums of its own
+// slice, assembled from the parts of every bucket that fall in it.
+TEST(GradientBuckets, UnderZeroEachRankReceivesItsOwnSliceOfEveryBucket) {
+    TwoReplicas group;
+    std::vector<float> grads(100);
+    for (std::size_t i = 0; i < grads.size(); ++i)
+        grads[i] = float(i);
+    auto ops = kernels::makeCpuOps(1);
+    DeviceAllocator memory(*ops);
+    const FlatShards shards{100, 2};
+    GradientBuckets buckets(group, grads.data(), grads.size(), 30 * sizeof(float), nullptr,
+                            zeroClock);
+    buckets.shardOver(shards, memory, *ops);
+    buckets.startStep();
+    buckets.gradientsReady(60, 40);
+    buckets.gradientsReady(30, 30);
+    buckets.gradientsReady(0, 30);
+    buckets.finish();
+    EXPECT_EQ(group.scatterCounts,
+              (std::vector<std::vector<std::size_t>>{{0, 40}, {20, 10}, {30, 0}}));
+    for (std::size_t i = 50; i < 100; ++i)
+        EXPECT_EQ(grads[i], 2.0f * float(i)) << i;
+    EXPECT_STREQ(buckets.collective(), "reduce_scatter");
+    EXPECT_EQ(memory.live()[MemoryCategory::Workspace], 0); // the received parts are let go
 }
 
 TEST(GradientBuckets, RefusesToFinishWithGradientsLeftOut) {

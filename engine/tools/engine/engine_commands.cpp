@@ -38,7 +38,7 @@ struct Overrides {
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
     std::optional<double> lr, peakTflops, bucketMb;
     std::optional<std::uint64_t> seed;
-    std::optional<int> microBatch, globalBatch, threads, logEvery, dp, pp, vpp;
+    std::optional<int> microBatch, globalBatch, threads, logEvery, dp, pp, vpp, zero;
     bool quiet = false;
 
     void addTo(CLI::App& app) {
@@ -60,6 +60,9 @@ struct Overrides {
             ->check(CLI::PositiveNumber);
         app.add_option("--pp", pp, "pipeline stages (the job needs dp x pp ranks: --ranks)")
             ->check(CLI::PositiveNumber);
+        app.add_option("--zero", zero,
+                       "ZeRO stage over the dp replicas: 0, or 1 (optimizer state sharded)")
+            ->check(CLI::Range(0, 3));
         app.add_option("--vpp", vpp, "model chunks per pipeline rank (interleaved schedule)")
             ->check(CLI::PositiveNumber);
         app.add_option("--bucket-mb", bucketMb,
@@ -110,6 +113,8 @@ struct Overrides {
             c.parallel.pp = *pp;
         if (vpp)
             c.parallel.vpp = *vpp;
+        if (zero)
+            c.parallel.zero = *zero;
         if (bucketMb)
             c.engine.bucketMiB = *bucketMb;
         if (recompute)

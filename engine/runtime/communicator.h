@@ -60,6 +60,8 @@ public:
     virtual Request send(const float* data, std::size_t n, int peer, int tag) = 0;
     virtual Request receive(float* data, std::size_t n, int peer, int tag) = 0;
     virtual void barrier() = 0;
+    // Ends every rank of the job at once with `code` (a hang that cannot be recovered from).
+    virtual void abortJob(int code) = 0;
 
     // A communicator over `ranks` (ranks of this group, ascending, including this rank), for
     // the axis `name`. Every rank of this group calls it at the same point with its own list.

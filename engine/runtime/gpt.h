@@ -58,8 +58,8 @@ class SpanSink {
 public:
     virtual ~SpanSink() = default;
     virtual double now() const = 0;
-    // The microbatch and model chunk the next spans belong to.
-    virtual void setMicrobatch(int /*microbatch*/, int /*chunk*/ = 0) {}
+    // The microbatch, model chunk and op ("forward", "backward", ...) the next spans belong to.
+    virtual void setMicrobatch(int /*microbatch*/, int /*chunk*/ = 0, const char* /*op*/ = "") {}
     // kind: forward | backward | backward_input | backward_weight; block: embedding|layer|head
     virtual void span(const char* kind, const char* block, int layer, double start, double end) = 0;
 };

@@ -122,6 +122,7 @@ public:
         return started(r);
     }
     void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+    void abortJob(int code) override { MPI_Abort(comm_, code); }
 
     std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
                                            const std::string& name) override {

@@ -136,13 +136,14 @@ RunConfig runConfigFromJson(const json& j) {
             o.peakFlops = e.value("peak_tflops", o.peakFlops / 1e12) * 1e12;
             o.logEvery = e.value("log_every", o.logEvery);
             o.bucketMiB = e.value("bucket_mb", o.bucketMiB);
+            o.watchdogSeconds = e.value("watchdog_timeout_s", o.watchdogSeconds);
         } catch (const json::exception& ex) {
             throw InputError(std::string("run config engine: ") + ex.what());
         }
         if (c.engine.threads < 0 || c.engine.logEvery < 1 || c.engine.peakFlops < 0 ||
-            !(c.engine.bucketMiB > 0))
-            throw InputError("run config engine: threads >= 0, log_every >= 1, peak_tflops >= 0 "
-                             "and bucket_mb > 0 are required");
+            !(c.engine.bucketMiB > 0) || !(c.engine.watchdogSeconds > 0))
+            throw InputError("run config engine: threads >= 0, log_every >= 1, peak_tflops >= 0, "
+                             "bucket_mb > 0 and watchdog_timeout_s > 0 are required");
     }
     return c;
 }
@@ -159,7 +160,8 @@ json toJson(const RunConfig& c) {
                   {"telemetry", c.engine.telemetry},
                   {"peak_tflops", c.engine.peakFlops / 1e12},
                   {"log_every", c.engine.logEvery},
-                  {"bucket_mb", c.engine.bucketMiB}}}};
+                  {"bucket_mb", c.engine.bucketMiB},
+                  {"watchdog_timeout_s", c.engine.watchdogSeconds}}}};
 }
 
 std::filesystem::path defaultRunDirectory() {

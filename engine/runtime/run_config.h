@@ -17,16 +17,17 @@
 namespace shardscope {
 
 struct EngineOptions {
-    std::string runDir;         // "" : runs/<date>-<time> under the working directory
-    int threads = 0;            // OpenBLAS and OpenMP threads; 0: one per core
-    std::string telemetry;      // "" or tcp://HOST:PORT: stream events to a collector
-    double peakFlops = 0;       // FLOP/s that MFU is measured against; 0: estimated for the CPU
-    bool resume = false;        // continue from a checkpoint
-    std::string resumeFrom;     // a checkpoint directory; "" with resume: the run's latest
-    std::int64_t stopAfter = 0; // stop cleanly after this many steps of this invocation
-    int logEvery = 1;           // progress line every N steps
-    double bucketMiB = 25;      // data-parallel gradient bucket (PyTorch DDP's bucket_cap_mb)
-    bool quiet = false;         // no progress lines (events still go to telemetry)
+    std::string runDir;           // "" : runs/<date>-<time> under the working directory
+    int threads = 0;              // OpenBLAS and OpenMP threads; 0: one per core
+    std::string telemetry;        // "" or tcp://HOST:PORT: stream events to a collector
+    double peakFlops = 0;         // FLOP/s that MFU is measured against; 0: estimated for the CPU
+    bool resume = false;          // continue from a checkpoint
+    std::string resumeFrom;       // a checkpoint directory; "" with resume: the run's latest
+    std::int64_t stopAfter = 0;   // stop cleanly after this many steps of this invocation
+    int logEvery = 1;             // progress line every N steps
+    double bucketMiB = 25;        // data-parallel gradient bucket (PyTorch DDP's bucket_cap_mb)
+    double watchdogSeconds = 300; // a rank blocked this long in one collective ends the job
+    bool quiet = false;           // no progress lines (events still go to telemetry)
 };
 
 struct RunConfig {

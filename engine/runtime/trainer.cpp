@@ -17,6 +17,7 @@
 #include "stop_signal.h"
 #include "tcp_event_stream.h"
 #include "telemetry.h"
+#include "watchdog.h"
 
 #include <chrono>
 #include <cmath>
@@ -26,6 +27,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <unistd.h>
 #include <ostream>
 
 namespace shardscope {
@@ -51,13 +53,20 @@ namespace {
 // microbatch and chunk running now.
 class TelemetrySpans final : public SpanSink, public CommunicationSink {
 public:
-    explicit TelemetrySpans(TelemetryWriter& writer) : writer_(writer) {}
+    TelemetrySpans(TelemetryWriter& writer, Watchdog* watchdog)
+        : writer_(writer), watchdog_(watchdog) {}
     std::int64_t step = 0;
     int microbatch = -1, chunk = 0;
     double now() const override { return writer_.now(); }
-    void setMicrobatch(int mb, int ch) override {
+    void setMicrobatch(int mb, int ch, const char* op) override {
         microbatch = mb;
         chunk = ch;
+        at(op);
+    }
+    // Tells the watchdog where the rank is, so a hang report names it.
+    void at(const char* op) const {
+        if (watchdog_)
+            watchdog_->setPosition(step, microbatch, op);
     }
     // A transfer or collective from posting to completion, and the time blocked on it as a
     // wait span: bubbles and exposed communication are measured, not inferred.
@@ -118,6 +127,7 @@ public:
 
 private:
     TelemetryWriter& writer_;
+    Watchdog* watchdog_;
 };
 
 // The settings the engine's executable gives OpenMP and OpenBLAS before they load (main.cpp),
@@ -147,6 +157,11 @@ CommunicationSpan collectiveSpan(const char* axis, std::size_t floats, double st
     s.start = start;
     s.end = end;
     return s;
+}
+
+std::string hostName() {
+    char name[256] = {};
+    return ::gethostname(name, sizeof name - 1) == 0 ? std::string(name) : std::string();
 }
 
 json predictedJson(const MemoryBreakdown& m, int stage) {
@@ -258,7 +273,10 @@ private:
 
     const RunConfig& c_;
     std::ostream& progress_;
-    Communicator* world_;                  // null or a world of one: a single process
+    Communicator* world_; // null or a world of one: a single process
+    // With more than one rank every wait is watched (the watchdog outlives every group).
+    std::unique_ptr<Watchdog> watchdog_;
+    std::unique_ptr<WatchedCommunicator> watchedWorld_;
     std::unique_ptr<ProcessMesh> mesh_;    // with more than one rank
     Communicator* dataParallel_ = nullptr; // the dp group, when dp > 1
     Communicator* pipeline_ = nullptr;     // the pp group, when pp > 1
@@ -400,7 +418,9 @@ StepRecord Run::trainStep(std::int64_t step) {
             });
         },
         spans_.get(), spans_.get());
+    spans_->at("embedding gradient sum");
     synchronizeSharedEmbedding();
+    spans_->at("gradient reduction");
     if (dataParallel_) {
         // Buckets were started during the backward; what remains is waited for here.
         const double waitStart = spans_->now();
@@ -419,6 +439,7 @@ StepRecord Run::trainStep(std::int64_t step) {
     // The loss lives on the last stage of each replica; every rank reports the step's.
     if (world_ && world_->size() > 1)
         r.loss = sumOver(world_, r.loss);
+    spans_->at("gradient norm");
     r.gradNorm = spans_->timed("grad_norm", [&] {
         // Each stage's squares, the copy of a split tied embedding counted once; replicas hold
         // the same gradients after the all-reduce.
@@ -436,8 +457,10 @@ StepRecord Run::trainStep(std::int64_t step) {
     if (std::isfinite(r.loss) && std::isfinite(r.gradNorm)) {
         const double scale = optimizer_->clipScale(r.gradNorm);
         spans_->timed("optimizer", [&] { optimizer_->step(r.learningRate, scale); });
-        if (zero_)
+        if (zero_) {
+            spans_->at("parameter all-gather");
             gatherParameters();
+        }
     }
     r.seconds = telemetry_->now() - start;
     return r;
@@ -448,6 +471,7 @@ StepRecord Run::trainStep(std::int64_t step) {
 bool Run::agreeOnStop(bool mine) const {
     if (!world_ || world_->size() == 1)
         return mine;
+    spans_->at("agreeing on a stop or a checkpoint");
     float vote = mine ? 1.0f : 0.0f;
     world_->allReduceSum(&vote, 1).wait();
     return vote > 0.0f;
@@ -511,6 +535,7 @@ void Run::gatherParameters() {
 
 double Run::validationLoss(std::int64_t step) {
     spans_->step = step + 1;
+    spans_->at("validation");
     const int B = c_.parallel.microBatch, N = B * c_.model.seqLen;
     return spans_->timed("eval", [&] {
         double sum = executor_->evaluate(
@@ -528,6 +553,7 @@ double Run::validationLoss(std::int64_t step) {
 // failure anywhere is known everywhere and no rank is left waiting.
 void Run::saveCheckpoint(std::int64_t stepsDone) {
     spans_->step = stepsDone;
+    spans_->at("checkpoint");
     const double start = telemetry_->now();
     const std::size_t n = model_->parameterCount();
     std::size_t written = 0;
@@ -667,6 +693,12 @@ TrainResult Run::execute() {
     }
     totalSteps_ = c_.totalSteps();
     if (world_ && world_->size() > 1) {
+        Communicator* inner = world_;
+        watchdog_ =
+            std::make_unique<Watchdog>(c_.engine.watchdogSeconds, world_->rank(), world_->size(),
+                                       [inner](int code) { inner->abortJob(code); });
+        watchedWorld_ = std::make_unique<WatchedCommunicator>(*world_, *watchdog_);
+        world_ = watchedWorld_.get();
         mesh_ = std::make_unique<ProcessMesh>(c_.parallel, *world_);
         rank_ = world_->rank();
         leader_ = rank_ == 0;
@@ -743,7 +775,9 @@ TrainResult Run::execute() {
     topts.coordinate = {{"dp", coord.dp}, {"tp", coord.tp}, {"pp", coord.pp}, {"cp", coord.cp}};
     topts.append = c_.engine.resume;
     telemetry_ = std::make_unique<TelemetryWriter>(topts);
-    spans_ = std::make_unique<TelemetrySpans>(*telemetry_);
+    spans_ = std::make_unique<TelemetrySpans>(*telemetry_, watchdog_.get());
+    if (watchdog_)
+        watchdog_->setReportDirectory(runDir_ / "telemetry");
     ClockOffset clock;
     if (mesh_) { // before the first event, so every timestamp is on rank 0's clock
         // Ranks on one host share a clock; tests skew them (seconds per rank) to check that
@@ -776,6 +810,8 @@ TrainResult Run::execute() {
                          {"round_trip", clock.roundTrip},
                          {"reference", "rank 0"},
                          {"method", "least-delay round trip of 8 (Cristian)"}}},
+                       {"pid", ::getpid()},
+                       {"host", hostName()},
                        {"wall_clock", double(wall)}});
     restoreOrInitialize(resumeFrom);
 

@@ -36,7 +36,7 @@ struct Overrides {
     std::string config;
     std::optional<std::string> out, data, dataFormat, telemetry, recompute, schedule;
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
-    std::optional<double> lr, peakTflops, bucketMb;
+    std::optional<double> lr, peakTflops, bucketMb, watchdog;
     std::optional<std::uint64_t> seed;
     std::optional<int> microBatch, globalBatch, threads, logEvery, dp, pp, vpp, zero;
     bool quiet = false;
@@ -67,6 +67,10 @@ struct Overrides {
             ->check(CLI::PositiveNumber);
         app.add_option("--bucket-mb", bucketMb,
                        "data-parallel gradient bucket size in MiB (default 25, as PyTorch DDP)")
+            ->check(CLI::PositiveNumber);
+        app.add_option("--watchdog-timeout", watchdog,
+                       "seconds a rank may wait in one collective or receive before the job is "
+                       "ended as hung (default 300)")
             ->check(CLI::PositiveNumber);
         app.add_option("--recompute", recompute, "activation recompute: none, selective, full");
         app.add_option("--schedule", schedule,
@@ -117,6 +121,8 @@ struct Overrides {
             c.parallel.zero = *zero;
         if (bucketMb)
             c.engine.bucketMiB = *bucketMb;
+        if (watchdog)
+            c.engine.watchdogSeconds = *watchdog;
         if (recompute)
             c.parallel.recompute = recomputeFromString(*recompute);
         if (schedule)

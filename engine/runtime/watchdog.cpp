@@ -1,0 +1,221 @@
+#include "watchdog.h"
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+namespace shardscope {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+Watchdog::Watchdog(double timeoutSeconds, int rank, int worldSize, std::function<void(int)> abort)
+    : timeout_(timeoutSeconds), rank_(rank), worldSize_(worldSize), abort_(std::move(abort)),
+      thread_([this] { watch(); }) {}
+
+Watchdog::~Watchdog() {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+}
+
+void Watchdog::setReportDirectory(const fs::path& dir) {
+    std::lock_guard lock(mutex_);
+    reportDir_ = dir;
+}
+
+void Watchdog::setPosition(std::int64_t step, int microbatch, const char* op) {
+    std::lock_guard lock(mutex_);
+    step_ = step;
+    microbatch_ = microbatch;
+    op_ = op;
+}
+
+Watchdog::Wait::Wait(Watchdog& dog, const char* collective, const std::string& axis,
+                     std::uint64_t sequence)
+    : dog_(dog) {
+    std::lock_guard lock(dog_.mutex_);
+    dog_.waiting_ = true;
+    dog_.collective_ = collective;
+    dog_.axis_ = axis;
+    dog_.sequence_ = sequence;
+    dog_.since_ = Clock::now();
+}
+
+Watchdog::Wait::~Wait() {
+    std::lock_guard lock(dog_.mutex_);
+    dog_.waiting_ = false;
+}
+
+void Watchdog::watch() {
+    // Checks ten times per timeout (at most once a second), so a hang is caught within 10%.
+    const auto period = std::chrono::duration<double>(std::min(1.0, timeout_ / 10));
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+        wake_.wait_for(lock, period);
+        if (stopping_ || !waiting_)
+            continue;
+        const double waited = std::chrono::duration<double>(Clock::now() - since_).count();
+        if (waited >= timeout_) {
+            lock.unlock();
+            fire(waited);
+            return;
+        }
+    }
+}
+
+namespace {
+
+fs::path reportPath(const fs::path& dir, int rank) {
+    return dir / ("hang-rank-" + std::to_string(rank) + ".json");
+}
+
+} // namespace
+
+void Watchdog::fire(double waited) {
+    json mine;
+    fs::path dir;
+    {
+        std::lock_guard lock(mutex_);
+        mine = {{"rank", rank_},
+                {"step", step_},
+                {"microbatch", microbatch_},
+                {"op", op_},
+                {"collective", collective_},
+                {"axis", axis_},
+                {"sequence", sequence_},
+                {"waited_s", waited}};
+        dir = reportDir_;
+    }
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "shardscope-engine: rank %d: no progress for %.1f s (timeout %.1f s) in %s #%llu "
+                  "on %s, at step %lld, microbatch %d, op %s\n",
+                  rank_, waited, timeout_, mine["collective"].get<std::string>().c_str(),
+                  static_cast<unsigned long long>(sequence_), axis_.c_str(),
+                  static_cast<long long>(mine["step"].get<std::int64_t>()),
+                  mine["microbatch"].get<int>(), mine["op"].get<std::string>().c_str());
+    std::fputs(line, stderr);
+    std::fflush(stderr);
+
+    // The other ranks blocked in the same collective time out at about the same moment; the
+    // ones that never reach it write nothing.
+    std::vector<int> reported{rank_}, missing;
+    if (!dir.empty()) {
+        std::ofstream(reportPath(dir, rank_)) << mine.dump() << "\n";
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(timeout_, 10.0)));
+        reported.clear();
+        for (int r = 0; r < worldSize_; ++r) {
+            std::error_code ec;
+            (fs::exists(reportPath(dir, r), ec) ? reported : missing).push_back(r);
+        }
+    }
+    if (reported.front() == rank_) { // one rank sums up for the job
+        std::ostringstream text;
+        text << "shardscope-engine: the job hung and is being ended (exit 5): ";
+        if (dir.empty()) {
+            text << "rank " << rank_ << " waited in " << mine["collective"].get<std::string>()
+                 << " before the run directory existed";
+        } else if (missing.empty()) {
+            text << "every rank reported waiting (reports: " << dir.string()
+                 << "/hang-rank-*.json); the collectives they wait in do not match";
+        } else {
+            text << "rank" << (missing.size() > 1 ? "s " : " ");
+            for (std::size_t i = 0; i < missing.size(); ++i)
+                text << (i ? ", " : "") << missing[i];
+            text << " never arrived (no report: hung outside a collective, stopped or dead); "
+                    "the waiting ranks' reports are "
+                 << dir.string() << "/hang-rank-*.json";
+        }
+        std::fputs((text.str() + "\n").c_str(), stderr);
+        std::fflush(stderr);
+    } else {
+        std::this_thread::sleep_for(std::chrono::seconds(1)); // let that rank's summary out
+    }
+    abort_(5);
+}
+
+// The group's name as telemetry spells axes ("dp", "pp", "world").
+std::string WatchedCommunicator::axis() const {
+    std::string a = name();
+    for (char& ch : a)
+        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return a;
+}
+
+WatchedCommunicator::WatchedCommunicator(std::unique_ptr<Communicator> owned, Watchdog& dog)
+    : owned_(std::move(owned)), inner_(*owned_), dog_(dog) {}
+
+WatchedCommunicator::WatchedCommunicator(Communicator& inner, Watchdog& dog)
+    : inner_(inner), dog_(dog) {}
+
+namespace {
+
+class WatchedPending final : public Request::Pending {
+public:
+    WatchedPending(Request inner, Watchdog& dog, const char* collective, std::string axis,
+                   std::uint64_t sequence)
+        : inner_(std::move(inner)), dog_(dog), collective_(collective), axis_(std::move(axis)),
+          sequence_(sequence) {}
+    void wait() override {
+        const Watchdog::Wait guard(dog_, collective_, axis_, sequence_);
+        inner_.wait();
+    }
+    bool test() override { return inner_.done(); }
+
+private:
+    Request inner_;
+    Watchdog& dog_;
+    const char* collective_;
+    std::string axis_;
+    std::uint64_t sequence_;
+};
+
+} // namespace
+
+Request WatchedCommunicator::watched(Request inner, const char* collective) {
+    return Request(
+        std::make_unique<WatchedPending>(std::move(inner), dog_, collective, axis(), ++sequence_));
+}
+
+Request WatchedCommunicator::allReduceSum(float* data, std::size_t n) {
+    return watched(inner_.allReduceSum(data, n), "all_reduce");
+}
+Request WatchedCommunicator::allGather(const float* in, float* out, std::size_t n) {
+    return watched(inner_.allGather(in, out, n), "all_gather");
+}
+Request WatchedCommunicator::reduceScatterSum(const float* in, float* out, std::size_t n) {
+    return watched(inner_.reduceScatterSum(in, out, n), "reduce_scatter");
+}
+Request WatchedCommunicator::reduceScatterSumV(const float* in, float* out,
+                                               const std::vector<std::size_t>& counts) {
+    return watched(inner_.reduceScatterSumV(in, out, counts), "reduce_scatter");
+}
+Request WatchedCommunicator::allGatherVInPlace(float* data,
+                                               const std::vector<std::size_t>& counts) {
+    return watched(inner_.allGatherVInPlace(data, counts), "all_gather");
+}
+Request WatchedCommunicator::send(const float* data, std::size_t n, int peer, int tag) {
+    return watched(inner_.send(data, n, peer, tag), "send");
+}
+Request WatchedCommunicator::receive(float* data, std::size_t n, int peer, int tag) {
+    return watched(inner_.receive(data, n, peer, tag), "recv");
+}
+void WatchedCommunicator::barrier() {
+    const Watchdog::Wait guard(dog_, "barrier", axis(), ++sequence_);
+    inner_.barrier();
+}
+std::unique_ptr<Communicator> WatchedCommunicator::subgroup(const std::vector<int>& ranks,
+                                                            const std::string& name) {
+    return std::make_unique<WatchedCommunicator>(inner_.subgroup(ranks, name), dog_);
+}
+
+} // namespace shardscope

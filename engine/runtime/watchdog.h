@@ -1,0 +1,107 @@
+// Ends a job that hangs instead of letting it wait forever. Every blocking wait on a collective
+// or a receive goes through a WatchedCommunicator, which tells the rank's Watchdog what it is
+// waiting for (collective, axis, sequence number) while the training loop tells it where it is
+// (step, microbatch, op). When one wait outlasts the timeout, the watchdog thread writes this
+// rank's report to the run directory, gives the other ranks' watchdogs a moment to write theirs,
+// names the ranks that never reported (hung outside a collective, stopped or dead) and ends the
+// whole job through the communicator.
+#pragma once
+
+#include "communicator.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace shardscope {
+
+class Watchdog {
+public:
+    // abort: ends every rank of the job (Communicator::abortJob); called from the watchdog's
+    // thread with the message already printed.
+    Watchdog(double timeoutSeconds, int rank, int worldSize, std::function<void(int)> abort);
+    ~Watchdog();
+    Watchdog(const Watchdog&) = delete;
+    Watchdog& operator=(const Watchdog&) = delete;
+
+    // Where reports go (the run directory's telemetry folder); none are written before.
+    void setReportDirectory(const std::filesystem::path& dir);
+    // Where the training loop is; a wait's report names it.
+    void setPosition(std::int64_t step, int microbatch, const char* op);
+
+    // While a Wait lives, this rank is blocked on one operation.
+    class Wait {
+    public:
+        Wait(Watchdog& dog, const char* collective, const std::string& axis,
+             std::uint64_t sequence);
+        ~Wait();
+        Wait(const Wait&) = delete;
+        Wait& operator=(const Wait&) = delete;
+
+    private:
+        Watchdog& dog_;
+    };
+
+    double timeout() const { return timeout_; }
+
+private:
+    void watch();
+    void fire(double waited);
+
+    const double timeout_;
+    const int rank_, worldSize_;
+    std::function<void(int)> abort_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    bool stopping_ = false;
+    std::filesystem::path reportDir_;
+    // Guarded by mutex_: the position and the wait in progress.
+    std::int64_t step_ = 0;
+    int microbatch_ = -1;
+    std::string op_ = "start";
+    bool waiting_ = false;
+    const char* collective_ = "";
+    std::string axis_;
+    std::uint64_t sequence_ = 0;
+    std::chrono::steady_clock::time_point since_;
+    std::thread thread_;
+};
+
+// A Communicator whose every operation is numbered and whose every wait is watched.
+class WatchedCommunicator final : public Communicator {
+public:
+    WatchedCommunicator(std::unique_ptr<Communicator> owned, Watchdog& dog);
+    WatchedCommunicator(Communicator& inner, Watchdog& dog);
+
+    int rank() const override { return inner_.rank(); }
+    int size() const override { return inner_.size(); }
+    std::string name() const override { return inner_.name(); }
+    Request allReduceSum(float* data, std::size_t n) override;
+    Request allGather(const float* in, float* out, std::size_t n) override;
+    Request reduceScatterSum(const float* in, float* out, std::size_t n) override;
+    Request reduceScatterSumV(const float* in, float* out,
+                              const std::vector<std::size_t>& counts) override;
+    Request allGatherVInPlace(float* data, const std::vector<std::size_t>& counts) override;
+    Request send(const float* data, std::size_t n, int peer, int tag) override;
+    Request receive(float* data, std::size_t n, int peer, int tag) override;
+    void barrier() override;
+    void abortJob(int code) override { inner_.abortJob(code); }
+    std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
+                                           const std::string& name) override;
+
+private:
+    Request watched(Request inner, const char* collective);
+    std::string axis() const;
+
+    std::unique_ptr<Communicator> owned_;
+    Communicator& inner_;
+    Watchdog& dog_;
+    std::uint64_t sequence_ = 0;
+};
+
+} // namespace shardscope

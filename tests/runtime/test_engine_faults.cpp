@@ -1,0 +1,186 @@
+// Ranks that die or hang: the job ends with a message that names them, never waits forever, and
+// a resume from the sharded checkpoints continues bit-identically. Real faults, from outside:
+// the test sends SIGKILL or SIGSTOP to one rank's process (its pid is in its start event).
+#include "engine_test_support.h"
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace shardscope {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+json faultConfig(int steps) {
+    json c = json::parse(R"({
+      "model": {"name": "fault GPT", "family": "gpt2", "layers": 4, "hidden": 32, "heads": 2,
+                "kv_heads": 2, "ffn_hidden": 128, "vocab": 64, "seq_len": 16,
+                "max_positions": 16, "tied_embeddings": true, "activation": "gelu",
+                "norm": "layernorm", "positions": "learned", "attention_bias": true,
+                "output_bias": true, "mlp_bias": true, "dropout": false},
+      "parallel": {"micro_batch": 1, "global_batch": 4, "pp": 2, "dp": 2, "zero": 1,
+                   "schedule": "1f1b"},
+      "train": {"warmup_steps": 2, "checkpoint_every": 25, "keep_checkpoints": 2},
+      "engine": {"threads": 1}})");
+    c["train"]["steps"] = steps;
+    return c;
+}
+
+std::string readText(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::vector<json> eventsOf(const fs::path& run, int rank) {
+    std::ifstream in(run / "telemetry" / ("rank-" + std::to_string(rank) + ".jsonl"));
+    std::vector<json> out;
+    std::string line;
+    while (std::getline(in, line)) {
+        try {
+            out.push_back(json::parse(line));
+        } catch (const json::exception&) { // a line being written right now
+        }
+    }
+    return out;
+}
+
+// The loss of each step as rank 0 last reported it (a resumed run reports the steps after its
+// checkpoint again).
+std::map<int, double> lossByStep(const fs::path& run) {
+    std::map<int, double> out;
+    for (const json& e : eventsOf(run, 0))
+        if (e["type"] == "step")
+            out[e["step"].get<int>()] = e["loss"].get<double>();
+    return out;
+}
+
+// A job in the background: the engine through --ranks, its output in a log.
+class Job {
+public:
+    Job(const std::string& args, const fs::path& log) {
+        const std::string cmd = std::string("exec ") + SHARDSCOPE_ENGINE_EXE + " train -q " + args +
+                                " > " + log.string() + " 2>&1";
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+            ::_exit(127);
+        }
+    }
+    ~Job() {
+        if (pid_ > 0 && !finished_) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, nullptr, 0);
+        }
+    }
+    Job(const Job&) = delete;
+    Job& operator=(const Job&) = delete;
+
+    // The exit status, or nullopt if the job is still running after `seconds`.
+    std::optional<int> wait(double seconds) {
+        const auto deadline =
+            std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        while (std::chrono::steady_clock::now() < deadline) {
+            int status = 0;
+            if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+                finished_ = true;
+                return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return std::nullopt;
+    }
+
+private:
+    pid_t pid_ = -1;
+    bool finished_ = false;
+};
+
+// Waits until `rank` has reported `step` and returns its process id.
+pid_t pidOnceAt(const fs::path& run, int rank, int step) {
+    for (int i = 0; i < 3000; ++i) {
+        pid_t pid = 0;
+        int reached = 0;
+        for (const json& e : eventsOf(run, rank)) {
+            if (e["type"] == "event" && e["event"] == "start")
+                pid = e["pid"].get<pid_t>();
+            if (e["type"] == "step")
+                reached = e["step"].get<int>();
+        }
+        if (pid > 0 && reached >= step)
+            return pid;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return 0;
+}
+
+TEST(EngineFaults, AKilledRankEndsTheJobAndTheRunResumesBitIdentically) {
+    TempDir dir;
+    const fs::path config = dir / "c.json";
+    std::ofstream(config) << faultConfig(400).dump();
+    const std::string common = "--config " + config.string() + " --ranks 4 --out ";
+    const fs::path whole = dir / "whole", part = dir / "part";
+    {
+        Job job(common + whole.string(), dir / "whole.log");
+        ASSERT_EQ(job.wait(300), 0) << readText(dir / "whole.log");
+    }
+    {
+        Job job(common + part.string(), dir / "part.log");
+        const pid_t victim = pidOnceAt(part, 1, 60);
+        ASSERT_GT(victim, 0) << readText(dir / "part.log");
+        ASSERT_EQ(::kill(victim, SIGKILL), 0);
+        const std::optional<int> code = job.wait(60);
+        ASSERT_TRUE(code) << "the job still runs a minute after a rank was killed";
+        EXPECT_NE(*code, 0);
+        const std::string log = readText(dir / "part.log");
+        EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
+        EXPECT_NE(log.find("signal 9"), std::string::npos) << log;
+    }
+    EXPECT_LT(lossByStep(part).size(), 400u) << "the kill came after the run had finished";
+    {
+        Job job("--resume --ranks 4 --out " + part.string(), dir / "resume.log");
+        ASSERT_EQ(job.wait(300), 0) << readText(dir / "resume.log");
+    }
+    const std::map<int, double> a = lossByStep(whole), b = lossByStep(part);
+    ASSERT_EQ(a.size(), 400u);
+    EXPECT_EQ(a, b);
+}
+
+TEST(EngineFaults, AHungRankIsNamedAndTheJobEndsAfterTheWatchdogTimeout) {
+    TempDir dir;
+    const fs::path config = dir / "c.json";
+    std::ofstream(config) << faultConfig(100000).dump();
+    const fs::path run = dir / "run";
+    Job job("--config " + config.string() + " --ranks 4 --watchdog-timeout 2 --out " + run.string(),
+            dir / "log");
+    const pid_t victim = pidOnceAt(run, 1, 20);
+    ASSERT_GT(victim, 0) << readText(dir / "log");
+    ASSERT_EQ(::kill(victim, SIGSTOP), 0); // alive, holding its sockets, doing nothing
+    const std::optional<int> code = job.wait(60);
+    ::kill(victim, SIGKILL); // in case the launcher left it stopped
+    ASSERT_TRUE(code) << "the job still runs a minute after a rank stopped";
+    EXPECT_EQ(*code, 5);
+    const std::string log = readText(dir / "log");
+    EXPECT_NE(log.find("rank 1 never arrived"), std::string::npos) << log;
+    EXPECT_NE(log.find("no progress for"), std::string::npos) << log;
+    // Every rank that waited wrote where it was: step, microbatch, op, collective, sequence.
+    const json report = json::parse(readText(run / "telemetry" / "hang-rank-0.json"));
+    for (const char* field : {"step", "microbatch", "op", "collective", "axis", "sequence"})
+        EXPECT_TRUE(report.contains(field)) << field;
+    EXPECT_GE(report["waited_s"].get<double>(), 2.0);
+    EXPECT_GE(report["step"].get<int>(), 20);
+}
+
+} // namespace
+} // namespace shardscope

@@ -43,7 +43,8 @@ def engine_run(engine, config, ranks, global_batch, steps):
     kept = steps_seen[2:]
     return (statistics.median(e["tokens_per_s"] for e in kept),
             statistics.median(e.get("dp_exposed_communication", 0.0) for e in kept),
-            statistics.median(e["step_time"] for e in kept))
+            statistics.median(e["step_time"] for e in kept),
+            statistics.median(e.get("dp_hidden_fraction", 0.0) for e in kept))
 
 
 def ddp_worker(rank, world, cfg, global_batch, steps, port, queue):
@@ -90,13 +91,14 @@ def main():
     m = cfg["model"]
     print(f"model: {m['layers']} layers, {m['hidden']} hidden, seq {m['seq_len']}, global batch "
           f"{a.global_batch}, {os.cpu_count()} cores shared by the ranks, fp32, AdamW")
-    print(f"{'ranks':>5} {'engine tok/s':>13} {'exposed all-reduce':>19} {'DDP gloo tok/s':>15} "
-          f"{'engine / DDP':>13}")
+    print(f"{'ranks':>5} {'engine tok/s':>13} {'exposed all-reduce':>19} {'hidden':>7} "
+          f"{'DDP gloo tok/s':>15} {'engine / DDP':>13}")
     for ranks in (1, 2):
-        e, exposed, step = engine_run(a.engine, a.config, ranks, a.global_batch, a.steps)
+        e, exposed, step, hidden = engine_run(a.engine, a.config, ranks, a.global_batch, a.steps)
         d = ddp_run(cfg, ranks, a.global_batch, a.steps)
+        shown = f"{hidden * 100:.0f}%" if ranks > 1 else "-"
         print(f"{ranks:>5} {e:>13.0f} {exposed * 1e3:>13.1f} ms of {step * 1e3:.0f} "
-              f"{d:>10.0f} {e / d:>13.2f}x")
+              f"{shown:>7} {d:>10.0f} {e / d:>13.2f}x")
     return 0
 
 

@@ -19,16 +19,18 @@
 #include "telemetry.h"
 #include "watchdog.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <unistd.h>
 #include <ostream>
+#include <unistd.h>
 
 namespace shardscope {
 
@@ -270,6 +272,7 @@ private:
     bool writesShard() const { return dpRank() == 0 || zero_; }
     std::string ownShard() const { return shardName(ppRank_, zero_ ? dpRank() : 0); }
     void gatherParameters();
+    double measureStandaloneReduction();
 
     const RunConfig& c_;
     std::ostream& progress_;
@@ -288,7 +291,8 @@ private:
     // the optimizer state, and the slices are all-gathered after the step.
     bool zero_ = false;
     FlatShards zeroShards_;
-    bool leader_ = true; // rank 0 writes the config, checkpoints, summary and progress
+    double standaloneReduction_ = 0; // seconds the step's gradient reduction takes alone
+    bool leader_ = true;             // rank 0 writes the config, checkpoints, summary and progress
     std::unique_ptr<kernels::Ops> ops_;
     DeviceAllocator memory_;
     std::unique_ptr<GptModel> model_;
@@ -517,6 +521,31 @@ std::vector<std::string> Run::shardNames() const {
         for (int dp = 0; dp < (zero_ ? c_.parallel.dp : 1); ++dp)
             names.push_back(shardName(pp, dp));
     return names;
+}
+
+// The gradient reduction with nothing to hide it behind: the buffer reported in bucket-sized
+// ranges from its end (as a backward finishes it), all waited for; best of three. What a step's
+// exposed wait is measured against to say how much of the reduction the backward hid.
+double Run::measureStandaloneReduction() {
+    spans_->at("measuring the standalone gradient reduction");
+    const std::size_t n = model_->parameterCount();
+    const auto bucket = std::max<std::size_t>(
+        1, static_cast<std::size_t>(c_.engine.bucketMiB * 1024 * 1024) / sizeof(float));
+    double best = std::numeric_limits<double>::infinity();
+    for (int trial = 0; trial < 3; ++trial) {
+        world_->barrier();
+        buckets_->startStep();
+        const double start = spans_->now();
+        for (std::size_t end = n; end > 0;) {
+            const std::size_t begin = end > bucket ? end - bucket : 0;
+            buckets_->gradientsReady(begin, end - begin);
+            end = begin;
+        }
+        buckets_->finish();
+        best = std::min(best, spans_->now() - start);
+    }
+    buckets_->startStep();
+    return best;
 }
 
 // ZeRO: every replica updated only its slice; the slices go to everyone before the next step.
@@ -814,6 +843,14 @@ TrainResult Run::execute() {
                        {"host", hostName()},
                        {"wall_clock", double(wall)}});
     restoreOrInitialize(resumeFrom);
+    if (dataParallel_) {
+        standaloneReduction_ = measureStandaloneReduction();
+        telemetry_->write({{"type", "event"},
+                           {"event", "calibration"},
+                           {"dp_reduction_standalone", standaloneReduction_},
+                           {"method", "every bucket of the gradient buffer reduced with no compute "
+                                      "to hide behind, best of 3"}});
+    }
 
     if (leader_ && !c_.engine.quiet) {
         progress_ << "shardscope-engine: " << c_.model.name << ", " << model_->parameterCount()
@@ -876,6 +913,10 @@ TrainResult Run::execute() {
                    {"memory", memoryJson(memory_.live())},
                    {"dp_communication", s.communication},
                    {"dp_exposed_communication", s.exposedCommunication},
+                   {"dp_hidden_fraction",
+                    standaloneReduction_ > 0
+                        ? std::clamp(1.0 - s.exposedCommunication / standaloneReduction_, 0.0, 1.0)
+                        : 0.0},
                    {"memory_peak", memoryJson(memory_.peak())}};
         const bool last = step + 1 == totalSteps_;
         const bool stopping =

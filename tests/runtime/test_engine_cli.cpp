@@ -126,6 +126,22 @@ TEST(EngineCli, DataParallelRanksGiveTheSingleRankLosses) {
                                                 ("rank-" + std::to_string(r) + ".jsonl")));
         const std::vector<double> many = lossesOf(out);
         ASSERT_EQ(many.size(), one.size()) << "dp " << dp << extra;
+        // The reduction alone was timed once; each step says how much of it the backward hid.
+        std::ifstream events(out / "telemetry" / "rank-0.jsonl");
+        double standalone = 0;
+        int fractions = 0;
+        for (std::string line; std::getline(events, line);) {
+            const json e = json::parse(line);
+            if (e["type"] == "event" && e["event"] == "calibration")
+                standalone = e["dp_reduction_standalone"].get<double>();
+            if (e["type"] == "step") {
+                const double hidden = e["dp_hidden_fraction"].get<double>();
+                EXPECT_TRUE(hidden >= 0.0 && hidden <= 1.0) << hidden;
+                ++fractions;
+            }
+        }
+        EXPECT_GT(standalone, 0.0);
+        EXPECT_EQ(fractions, 20);
         for (std::size_t i = 0; i < one.size(); ++i)
             EXPECT_NEAR(many[i], one[i], 1e-5 * std::fabs(one[i]))
                 << "dp " << dp << " step " << i + 1;

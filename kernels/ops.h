@@ -31,6 +31,18 @@ public:
     virtual void embeddingBackwardAccumulate(float* dwte, float* dwpe, const float* dout,
                                              const std::int32_t* tokens, int B, int T, int C) = 0;
 
+    // ---- vocabulary-parallel embedding (Megatron-LM): this rank holds rows [vocabStart,
+    // vocabStart + vocabCount) of wte. out[N,C] = wte row of the token when this rank holds it,
+    // else 0, plus wpe[t] when wpe is given (one rank adds it); the tensor-parallel group sums.
+    virtual void embeddingShardForward(float* out, const std::int32_t* tokens, const float* wte,
+                                       int vocabStart, int vocabCount, const float* wpe, int B,
+                                       int T, int C) = 0;
+    // dwte (this rank's rows) += dout of the tokens it holds; dwpe += dout (every rank).
+    virtual void embeddingShardBackwardAccumulate(float* dwte, int vocabStart, int vocabCount,
+                                                  float* dwpe, const float* dout,
+                                                  const std::int32_t* tokens, int B, int T,
+                                                  int C) = 0;
+
     // ---- layer norm over C, eps 1e-5; mean and rstd [N] are kept for the backward
     virtual void layerNormForward(float* out, float* mean, float* rstd, const float* inp,
                                   const float* weight, const float* bias, int N, int C) = 0;
@@ -71,6 +83,20 @@ public:
     // returns the sum over rows of -log softmax(logits)[target].
     virtual double crossEntropyForwardBackward(float* logits, const std::int32_t* targets, int N,
                                                int V, float gradScale) = 0;
+
+    // ---- vocabulary-parallel cross-entropy over logits[N,V] of this rank's vocabulary rows
+    // [vocabStart, vocabStart + V): the group takes the maximum of rowMax, sums sumExp and
+    // targetLogit (0 where another rank holds the target), and the loss of a row is
+    // log(sumExp) + max - targetLogit.
+    virtual void rowMax(const float* x, int N, int V, float* out) = 0;
+    // sumExp[n] = sum_i exp(logits[n,i] - max[n]); targetLogit[n] = the target's logit or 0.
+    virtual void softmaxShardSums(const float* logits, const float* max,
+                                  const std::int32_t* targets, int N, int V, int vocabStart,
+                                  float* sumExp, float* targetLogit) = 0;
+    // logits become (softmax - onehot) * gradScale in place, from the group's max and sumExp.
+    virtual void crossEntropyShardBackward(float* logits, const float* max, const float* sumExp,
+                                           const std::int32_t* targets, int N, int V,
+                                           int vocabStart, float gradScale) = 0;
 
     // ---- optimizer
     virtual double sumOfSquares(const float* x, std::size_t n) = 0;

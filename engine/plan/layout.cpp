@@ -24,7 +24,11 @@ double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp) {
     double attention = c.attentionPerLayer;
     if (m.kvHeads > 0 && t > m.kvHeads) // each rank keeps a whole KV head: replicas add weights
         attention += 2.0 * m.hidden * double(m.kvDim()) * (t / m.kvHeads - 1.0);
-    return (attention + c.mlpPerLayer) / t + c.normsPerLayer;
+    // The biases of the row-parallel output projections are added after the sum, so every rank
+    // keeps them whole (Megatron-LM's RowParallelLinear).
+    const double replicatedBiases =
+        m.moe.enabled() ? 0.0 : double(m.hidden) * ((m.outputBias ? 1 : 0) + (m.mlpBias ? 1 : 0));
+    return (attention + c.mlpPerLayer - replicatedBiases) / t + replicatedBiases + c.normsPerLayer;
 }
 
 double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage) {
@@ -33,8 +37,10 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
         return c.total / (t * std::max(1, p.pp));
     double params = layersOnStage(m, p, stage) * layerParamsPerTpRank(m, c, p.tp);
     const bool first = stage == 0, last = stage == p.pp - 1;
-    if (first)
-        params += c.embeddings / t;
+    if (first) { // the vocabulary is split; learned positions are kept whole on every rank
+        const double positions = c.embeddings - double(m.vocab) * m.hidden;
+        params += (c.embeddings - positions) / t + positions;
+    }
     if (last) {
         // A tied LM head on a separate last stage keeps its own copy of the embedding matrix.
         const double head = c.lmHead > 0 ? c.lmHead : (p.pp > 1 ? double(m.vocab) * m.hidden : 0.0);

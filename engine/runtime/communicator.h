@@ -37,6 +37,26 @@ private:
 
 void waitAll(std::vector<Request>& requests);
 
+// A point-to-point transfer or a collective as telemetry sees it.
+struct CommunicationSpan {
+    const char* collective = ""; // "send", "recv", "all_reduce", ...
+    const char* axis = "";       // "pp", "dp", ...
+    std::size_t bytes = 0;
+    int peer = -1;             // the other rank in the axis's group, for send and recv
+    double start = 0, end = 0; // posted, seen complete
+    bool waited = false;       // this rank blocked on it, from waitStart to end
+    double waitStart = 0;
+    const char* tensor = "";         // "activation" or "gradient", for pipeline transfers
+    int microbatch = -1, chunk = -1; // the op it belongs to (-1: the step as a whole)
+};
+
+class CommunicationSink {
+public:
+    virtual ~CommunicationSink() = default;
+    virtual double now() const = 0; // seconds, the clock spans are stamped with
+    virtual void communication(const CommunicationSpan& span) = 0;
+};
+
 class Communicator {
 public:
     virtual ~Communicator() = default;
@@ -44,8 +64,9 @@ public:
     virtual int size() const = 0;
     virtual std::string name() const = 0; // "world", "dp", "tp", "pp", "cp"
 
-    // data[n] becomes the elementwise sum over the group, in place.
+    // data[n] becomes the elementwise sum (maximum) over the group, in place.
     virtual Request allReduceSum(float* data, std::size_t n) = 0;
+    virtual Request allReduceMax(float* data, std::size_t n) = 0;
     // out[size * n] = the n values of every rank, in rank order.
     virtual Request allGather(const float* in, float* out, std::size_t n) = 0;
     // out[n] = the sum over ranks of in[rank * n .. (rank + 1) * n): rank i keeps chunk i.

@@ -60,41 +60,81 @@ struct TensorTable {
 
 // Chunk by chunk in model order: the embeddings, the layers, the final norm and the head. For
 // the whole model this is GPT-2's order, so checkpoints of one process keep their layout.
-TensorTable tensorTable(const GptShape& shape, const std::vector<ModelChunk>& chunks) {
+TensorTable tensorTable(const GptShape& shape, const std::vector<ModelChunk>& chunks, int tp) {
     TensorTable t;
-    const int C = shape.channels, F = shape.ffn;
-    auto add = [&](std::string name, std::vector<int> dims, bool decay) {
+    const int C = shape.channels, F = shape.ffn / tp, Ca = shape.channels / tp,
+              V = shape.vocab / tp;
+    auto add = [&](std::string name, std::vector<int> dims, bool decay, TpSplit split) {
         std::size_t count = 1;
         for (int d : dims)
             count *= std::size_t(d);
-        t.tensors.push_back({std::move(name), t.count, count, std::move(dims), decay});
+        t.tensors.push_back({std::move(name), t.count, count, std::move(dims), decay, split});
         t.count += count;
         return t.tensors.size() - 1;
     };
+    using enum TpSplit;
     t.layerTensor.assign(std::size_t(shape.layers), npos);
     for (const ModelChunk& chunk : chunks) {
         if (chunk.embedding) {
-            t.wte = add("wte", {shape.vocab, C}, true);
-            t.wpe = add("wpe", {shape.maxPositions, C}, true);
+            t.wte = add("wte", {V, C}, true, Rows);
+            t.wpe = add("wpe", {shape.maxPositions, C}, true, None);
         }
         for (int l = chunk.firstLayer; l < chunk.firstLayer + chunk.layers; ++l) {
             const std::string p = "h." + std::to_string(l) + ".";
-            const std::vector<std::vector<int>> dims = {{C}, {C}, {3 * C, C}, {3 * C}, {C, C}, {C},
-                                                        {C}, {C}, {F, C},     {F},     {C, F}, {C}};
+            struct Shape {
+                std::vector<int> dims;
+                TpSplit split;
+            };
+            const Shape shapes[kTensorsPerLayer] = {
+                {{C}, None},         {{C}, None},        {{3 * Ca, C}, QkvRows},
+                {{3 * Ca}, QkvRows}, {{C, Ca}, Columns}, {{C}, None},
+                {{C}, None},         {{C}, None},        {{F, C}, Rows},
+                {{F}, Rows},         {{C, F}, Columns},  {{C}, None}};
             t.layerTensor[std::size_t(l)] = t.tensors.size();
-            for (int k = 0; k < kTensorsPerLayer; ++k)
-                add(p + kLayerTensorNames[k], dims[std::size_t(k)],
-                    dims[std::size_t(k)].size() == 2);
+            for (const Shape& sh : shapes)
+                add(p + kLayerTensorNames[&sh - shapes], sh.dims, sh.dims.size() == 2, sh.split);
         }
         if (chunk.head) {
-            t.lnfWeight = add("ln_f.weight", {C}, false);
-            t.lnfBias = add("ln_f.bias", {C}, false);
+            t.lnfWeight = add("ln_f.weight", {C}, false, None);
+            t.lnfBias = add("ln_f.bias", {C}, false, None);
             // A tied head on a rank without the embedding keeps its own copy of it.
             t.lmHead =
-                shape.tied && t.wte != npos ? t.wte : add("lm_head.weight", {shape.vocab, C}, true);
+                shape.tied && t.wte != npos ? t.wte : add("lm_head.weight", {V, C}, true, Rows);
         }
     }
     return t;
+}
+
+// Copies tensor-parallel rank r's share of a whole-model tensor (dims: the whole tensor's).
+void copyShare(float* dst, const float* src, const std::vector<int>& dims, TpSplit split, int t,
+               int r) {
+    const std::size_t rows = std::size_t(dims[0]);
+    const std::size_t cols = dims.size() > 1 ? std::size_t(dims[1]) : 1;
+    switch (split) {
+    case TpSplit::None:
+        std::copy(src, src + rows * cols, dst);
+        return;
+    case TpSplit::Rows: {
+        const std::size_t share = rows / std::size_t(t) * cols;
+        std::copy(src + std::size_t(r) * share, src + std::size_t(r + 1) * share, dst);
+        return;
+    }
+    case TpSplit::Columns: {
+        const std::size_t share = cols / std::size_t(t);
+        for (std::size_t i = 0; i < rows; ++i, dst += share)
+            std::copy(src + i * cols + std::size_t(r) * share,
+                      src + i * cols + std::size_t(r + 1) * share, dst);
+        return;
+    }
+    case TpSplit::QkvRows: { // q, k and v blocks, each rows / 3 long: this rank's heads of each
+        const std::size_t block = rows / 3, share = block / std::size_t(t) * cols;
+        for (std::size_t part = 0; part < 3; ++part, dst += share) {
+            const float* from = src + part * block * cols + std::size_t(r) * share;
+            std::copy(from, from + share, dst);
+        }
+        return;
+    }
+    }
 }
 
 } // namespace
@@ -199,12 +239,27 @@ struct GptModel::LayerWeights {
 
 GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
                    DeviceAllocator& memory, Recompute recompute, bool storeAttentionProbs,
-                   std::vector<ModelChunk> chunks)
-    : shape_(GptShape::of(model)), microBatch_(microBatch), ops_(ops), memory_(memory),
+                   std::vector<ModelChunk> chunks, TensorParallel tp)
+    : shape_(GptShape::of(model)), tp_(tp), microBatch_(microBatch), ops_(ops), memory_(memory),
       recompute_(recompute), storeProbs_(storeAttentionProbs && recompute != Recompute::Selective),
       chunks_(std::move(chunks)) {
     if (chunks_.empty())
         chunks_ = pipelineChunks(shape_, 1, 1, 0);
+    const int t = tp_.size;
+    if (t < 1 || tp_.rank < 0 || tp_.rank >= t || (t > 1 && !tp_.group))
+        throw std::logic_error("tensor parallelism needs its group and a rank within it");
+    if (shape_.heads % t || shape_.ffn % t || shape_.vocab % t)
+        throw InputError("tp " + std::to_string(t) + " must divide heads (" +
+                         std::to_string(shape_.heads) + "), ffn_hidden (" +
+                         std::to_string(shape_.ffn) + ") and vocab (" +
+                         std::to_string(shape_.vocab) +
+                         "): each rank holds an equal share of each; pad the vocabulary or "
+                         "choose another tp");
+    localHeads_ = shape_.heads / t;
+    localChannels_ = shape_.channels / t;
+    localFfn_ = shape_.ffn / t;
+    localVocab_ = shape_.vocab / t;
+    vocabStart_ = tp_.rank * localVocab_;
     if (microBatch <= 0)
         throw InputError("micro batch must be at least 1");
     if (std::int64_t(microBatch) * shape_.seqLen > std::numeric_limits<int>::max() / 4)
@@ -222,7 +277,7 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
 GptModel::~GptModel() = default;
 
 void GptModel::buildTensorTable() {
-    TensorTable t = tensorTable(shape_, chunks_);
+    TensorTable t = tensorTable(shape_, chunks_, tp_.size);
     tensors_ = std::move(t.tensors);
     parameterCount_ = t.count;
     layerTensor_ = std::move(t.layerTensor);
@@ -250,7 +305,7 @@ GptModel::LayerWeights GptModel::weightsOf(int layer, float* base) const {
 
 void GptModel::initialize(std::uint64_t seed) {
     // The whole model's values in its own order, whatever share this rank holds.
-    const TensorTable whole = tensorTable(shape_, pipelineChunks(shape_, 1, 1, 0));
+    const TensorTable whole = tensorTable(shape_, pipelineChunks(shape_, 1, 1, 0), 1);
     std::vector<float> values(whole.count, 0.0f);
     NormalStream normal(seed);
     const double residualStd = 0.02 / std::sqrt(2.0 * shape_.layers);
@@ -271,11 +326,15 @@ void GptModel::initialize(std::uint64_t seed) {
                 w = static_cast<float>(normal.next() * (residualProjection ? residualStd : 0.02));
         }
     }
+    std::vector<float> share;
     for (const ParameterTensor& t : tensors_) {
         const bool tiedCopy = shape_.tied && t.name == "lm_head.weight";
         const ParameterTensor& from = *byName.at(tiedCopy ? "wte" : t.name);
-        ops_.copyToDevice(tensor(params_.f(), std::size_t(&t - tensors_.data())),
-                          values.data() + from.offset, t.count * sizeof(float));
+        share.resize(t.count);
+        copyShare(share.data(), values.data() + from.offset, from.shape, t.split, tp_.size,
+                  tp_.rank);
+        ops_.copyToDevice(tensor(params_.f(), std::size_t(&t - tensors_.data())), share.data(),
+                          t.count * sizeof(float));
     }
 }
 
@@ -303,15 +362,16 @@ void GptModel::zeroGradients() {
 
 LayerActivations GptModel::allocateLayer(MemoryCategory c) const {
     const std::size_t N = std::size_t(rows()), C = std::size_t(shape_.channels),
-                      F = std::size_t(shape_.ffn), T = std::size_t(shape_.seqLen);
+                      Ca = std::size_t(localChannels_), F = std::size_t(localFfn_),
+                      T = std::size_t(shape_.seqLen);
     LayerActivations a;
     a.ln1 = memory_.floats(c, N * C);
     a.ln1Mean = memory_.floats(c, N);
     a.ln1Rstd = memory_.floats(c, N);
-    a.qkv = memory_.floats(c, N * 3 * C);
+    a.qkv = memory_.floats(c, N * 3 * Ca);
     if (storeProbs_)
-        a.probs = memory_.floats(c, std::size_t(microBatch_) * std::size_t(shape_.heads) * T * T);
-    a.attention = memory_.floats(c, N * C);
+        a.probs = memory_.floats(c, std::size_t(microBatch_) * std::size_t(localHeads_) * T * T);
+    a.attention = memory_.floats(c, N * Ca);
     a.residual = memory_.floats(c, N * C);
     a.ln2 = memory_.floats(c, N * C);
     a.ln2Mean = memory_.floats(c, N);
@@ -321,24 +381,48 @@ LayerActivations GptModel::allocateLayer(MemoryCategory c) const {
     return a;
 }
 
+void GptModel::sumOverTensorParallel(float* x, std::size_t n, const char* /*what*/) const {
+    if (tp_.size == 1)
+        return;
+    CommunicationSpan span;
+    span.collective = "all_reduce";
+    span.axis = "tp";
+    span.bytes = n * sizeof(float);
+    span.waited = true;
+    span.start = span.waitStart = comms_ ? comms_->now() : 0.0;
+    tp_.group->allReduceSum(x, n).wait();
+    if (comms_) {
+        span.end = comms_->now();
+        comms_->communication(span);
+    }
+}
+
+// Column-parallel QKV and MLP up-projection, row-parallel output projections: each block's
+// partial outputs are summed over the tensor-parallel group once. The row-parallel bias is
+// added by one rank, so the sum has it once.
 void GptModel::layerForward(int layer, LayerActivations& a, const float* x, float* y) {
-    const int N = rows(), C = shape_.channels, F = shape_.ffn;
+    const int N = rows(), C = shape_.channels, Ca = localChannels_, F = localFfn_;
     const LayerWeights w = weightsOf(layer, params_.f());
     Buffer projected = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(C));
     const std::size_t NC = std::size_t(N) * std::size_t(C);
+    const bool addsBias = tp_.rank == 0;
 
     ops_.layerNormForward(a.ln1.f(), a.ln1Mean.f(), a.ln1Rstd.f(), x, w.ln1w, w.ln1b, N, C);
-    ops_.matmulForward(a.qkv.f(), a.ln1.f(), w.qkvw, w.qkvb, N, C, 3 * C);
+    ops_.matmulForward(a.qkv.f(), a.ln1.f(), w.qkvw, w.qkvb, N, C, 3 * Ca);
     ops_.attentionForward(a.attention.f(), a.probs ? a.probs.f() : nullptr, a.qkv.f(), microBatch_,
-                          shape_.seqLen, C, shape_.heads);
-    ops_.matmulForward(projected.f(), a.attention.f(), w.projw, w.projb, N, C, C);
+                          shape_.seqLen, Ca, localHeads_);
+    ops_.matmulForward(projected.f(), a.attention.f(), w.projw, addsBias ? w.projb : nullptr, N, Ca,
+                       C);
+    sumOverTensorParallel(projected.f(), NC, "attention output");
     ops_.add(a.residual.f(), x, projected.f(), NC);
 
     ops_.layerNormForward(a.ln2.f(), a.ln2Mean.f(), a.ln2Rstd.f(), a.residual.f(), w.ln2w, w.ln2b,
                           N, C);
     ops_.matmulForward(a.fc.f(), a.ln2.f(), w.fcw, w.fcb, N, C, F);
     ops_.geluForward(a.gelu.f(), a.fc.f(), std::size_t(N) * std::size_t(F));
-    ops_.matmulForward(projected.f(), a.gelu.f(), w.fcprojw, w.fcprojb, N, F, C);
+    ops_.matmulForward(projected.f(), a.gelu.f(), w.fcprojw, addsBias ? w.fcprojb : nullptr, N, F,
+                       C);
+    sumOverTensorParallel(projected.f(), NC, "MLP output");
     ops_.add(y, a.residual.f(), projected.f(), NC);
 }
 
@@ -353,10 +437,13 @@ void GptModel::weightGradient(int layer, std::size_t weight, std::size_t bias, B
                                         dout.f(), input, N, C, OC);
 }
 
+// The output gradient is whole on every tensor-parallel rank; the input gradients of the
+// column-parallel projections are partial and summed over the group, once per block.
 Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, Buffer dout,
                                bool defer, MicrobatchState& state) {
-    const int N = rows(), C = shape_.channels, F = shape_.ffn;
-    const std::size_t NC = std::size_t(N) * std::size_t(C), NF = std::size_t(N) * std::size_t(F);
+    const int N = rows(), C = shape_.channels, Ca = localChannels_, F = localFfn_;
+    const std::size_t NC = std::size_t(N) * std::size_t(C), NF = std::size_t(N) * std::size_t(F),
+                      NCa = std::size_t(N) * std::size_t(Ca);
     const LayerWeights w = weightsOf(layer, params_.f());
     const LayerWeights g = weightsOf(layer, grads_.f());
     const std::size_t first = firstTensorOf(layer);
@@ -372,6 +459,7 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, B
     ops_.geluBackward(dfc.f(), a.fc.f(), dfc.f(), NF);
     Buffer dln = ws(NC);
     ops_.matmulBackwardInput(dln.f(), dfc.f(), w.fcw, N, C, F, false);
+    sumOverTensorParallel(dln.f(), NC, "MLP input gradient");
     weightGradient(layer, first + FcW, first + FcB, std::move(dfc), a.ln2.f(), N, C, F, defer,
                    state);
     ops_.layerNormBackwardAccumulate(dresidual.f(), g.ln2w, g.ln2b, dln.f(), a.residual.f(), w.ln2w,
@@ -380,28 +468,55 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, B
     // Attention: residual = x + proj(attention(qkv(ln1(x))))
     Buffer dx = ws(NC);
     ops_.copy(dx.f(), dresidual.f(), NC);
-    Buffer dattention = ws(NC);
-    ops_.matmulBackwardInput(dattention.f(), dresidual.f(), w.projw, N, C, C, false);
-    weightGradient(layer, first + ProjW, first + ProjB, std::move(dresidual), a.attention.f(), N, C,
-                   C, defer, state);
-    Buffer dqkv = ws(NC * 3);
+    Buffer dattention = ws(NCa);
+    ops_.matmulBackwardInput(dattention.f(), dresidual.f(), w.projw, N, Ca, C, false);
+    weightGradient(layer, first + ProjW, first + ProjB, std::move(dresidual), a.attention.f(), N,
+                   Ca, C, defer, state);
+    Buffer dqkv = ws(NCa * 3);
     ops_.attentionBackward(dqkv.f(), dattention.f(), a.qkv.f(), a.probs ? a.probs.f() : nullptr,
-                           microBatch_, shape_.seqLen, C, shape_.heads);
+                           microBatch_, shape_.seqLen, Ca, localHeads_);
     dattention.reset();
-    ops_.matmulBackwardInput(dln.f(), dqkv.f(), w.qkvw, N, C, 3 * C, false);
-    weightGradient(layer, first + QkvW, first + QkvB, std::move(dqkv), a.ln1.f(), N, C, 3 * C,
+    ops_.matmulBackwardInput(dln.f(), dqkv.f(), w.qkvw, N, C, 3 * Ca, false);
+    sumOverTensorParallel(dln.f(), NC, "attention input gradient");
+    weightGradient(layer, first + QkvW, first + QkvB, std::move(dqkv), a.ln1.f(), N, C, 3 * Ca,
                    defer, state);
     ops_.layerNormBackwardAccumulate(dx.f(), g.ln1w, g.ln1b, dln.f(), x, w.ln1w, a.ln1Mean.f(),
                                      a.ln1Rstd.f(), N, C);
     return dx;
 }
 
+double GptModel::crossEntropy(float* logits, const std::int32_t* targets,
+                              float lossGradScale) const {
+    const int N = rows(), V = localVocab_;
+    if (tp_.size == 1)
+        return ops_.crossEntropyForwardBackward(logits, targets, N, V, lossGradScale);
+    // Vocabulary-parallel (Megatron-LM): the row maximum, the sum of exponentials and the
+    // target's logit are the only things a rank cannot know alone.
+    const std::size_t n = std::size_t(N);
+    Buffer max = memory_.floats(MemoryCategory::Workspace, n);
+    Buffer sums = memory_.floats(MemoryCategory::Workspace, 2 * n); // sumExp, then targetLogit
+    ops_.rowMax(logits, N, V, max.f());
+    tp_.group->allReduceMax(max.f(), n).wait();
+    ops_.softmaxShardSums(logits, max.f(), targets, N, V, vocabStart_, sums.f(), sums.f() + n);
+    sumOverTensorParallel(sums.f(), 2 * n, "softmax sums");
+    std::vector<float> hostMax(n), hostSums(2 * n);
+    ops_.copyToHost(hostMax.data(), max.f(), n * sizeof(float));
+    ops_.copyToHost(hostSums.data(), sums.f(), 2 * n * sizeof(float));
+    double loss = 0;
+    for (std::size_t i = 0; i < n; ++i)
+        loss += std::log(double(hostSums[i])) + double(hostMax[i]) - double(hostSums[n + i]);
+    ops_.crossEntropyShardBackward(logits, max.f(), sums.f(), targets, N, V, vocabStart_,
+                                   lossGradScale);
+    return loss;
+}
+
 double GptModel::headForward(MicrobatchState* state, const float* input,
                              const std::int32_t* targets, float lossGradScale,
                              std::vector<float>* logits) {
-    const int N = rows(), C = shape_.channels, V = shape_.vocab;
+    const int N = rows(), C = shape_.channels, V = localVocab_;
+    const std::size_t NC = std::size_t(N) * std::size_t(C);
     const MemoryCategory kept = state ? MemoryCategory::Activations : MemoryCategory::Workspace;
-    Buffer normed = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(C));
+    Buffer normed = memory_.floats(MemoryCategory::Workspace, NC);
     Buffer mean = memory_.floats(kept, std::size_t(N)), rstd = memory_.floats(kept, std::size_t(N));
     ops_.layerNormForward(normed.f(), mean.f(), rstd.f(), input, tensor(params_.f(), lnfWeight_),
                           tensor(params_.f(), lnfBias_), N, C);
@@ -412,13 +527,13 @@ double GptModel::headForward(MicrobatchState* state, const float* input,
         logits->resize(std::size_t(N) * std::size_t(V));
         ops_.copyToHost(logits->data(), lg.f(), logits->size() * sizeof(float));
     }
-    const double loss = ops_.crossEntropyForwardBackward(lg.f(), targets, N, V, lossGradScale);
+    const double loss = crossEntropy(lg.f(), targets, lossGradScale);
     if (state) {
         // The logits' gradient is known now; folding it into the head here keeps one
         // [N, C] gradient per microbatch instead of [N, V] logits (llm.c does the same).
-        state->finalNormGrad =
-            memory_.floats(MemoryCategory::Activations, std::size_t(N) * std::size_t(C));
+        state->finalNormGrad = memory_.floats(MemoryCategory::Activations, NC);
         ops_.matmulBackwardInput(state->finalNormGrad.f(), lg.f(), head, N, C, V, false);
+        sumOverTensorParallel(state->finalNormGrad.f(), NC, "head input gradient");
         ops_.matmulBackwardWeightAccumulate(tensor(grads_.f(), lmHead_), nullptr, lg.f(),
                                             normed.f(), N, C, V);
         state->finalMean = std::move(mean);
@@ -455,8 +570,28 @@ Buffer GptModel::uploadTokens(MemoryCategory category, const std::int32_t* input
 }
 
 void GptModel::embed(float* out, const Buffer& tokens) const {
-    ops_.embeddingForward(out, tokens.as<std::int32_t>(), tensor(params_.f(), wte_),
-                          tensor(params_.f(), wpe_), microBatch_, shape_.seqLen, shape_.channels);
+    const int C = shape_.channels;
+    if (tp_.size == 1) {
+        ops_.embeddingForward(out, tokens.as<std::int32_t>(), tensor(params_.f(), wte_),
+                              tensor(params_.f(), wpe_), microBatch_, shape_.seqLen, C);
+        return;
+    }
+    // Vocabulary-parallel: each rank adds the rows it holds, one rank the positions.
+    ops_.embeddingShardForward(
+        out, tokens.as<std::int32_t>(), tensor(params_.f(), wte_), vocabStart_, localVocab_,
+        tp_.rank == 0 ? tensor(params_.f(), wpe_) : nullptr, microBatch_, shape_.seqLen, C);
+    sumOverTensorParallel(out, std::size_t(rows()) * std::size_t(C), "embedding");
+}
+
+void GptModel::embeddingBackward(const float* dout, const Buffer& tokens) const {
+    const int C = shape_.channels;
+    if (tp_.size == 1)
+        ops_.embeddingBackwardAccumulate(tensor(grads_.f(), wte_), tensor(grads_.f(), wpe_), dout,
+                                         tokens.as<std::int32_t>(), microBatch_, shape_.seqLen, C);
+    else
+        ops_.embeddingShardBackwardAccumulate(
+            tensor(grads_.f(), wte_), vocabStart_, localVocab_, tensor(grads_.f(), wpe_), dout,
+            tokens.as<std::int32_t>(), microBatch_, shape_.seqLen, C);
 }
 
 Buffer GptModel::activationBuffer(MemoryCategory category) const {
@@ -618,9 +753,7 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
     }
     if (c.embedding) {
         ScopedSpan span(sink, kind, "embedding", -1);
-        ops_.embeddingBackwardAccumulate(tensor(grads_.f(), wte_), tensor(grads_.f(), wpe_),
-                                         dout.f(), state.tokens.as<std::int32_t>(), microBatch_,
-                                         shape_.seqLen, C);
+        embeddingBackward(dout.f(), state.tokens);
         state.layerInput[0].reset();
         state.tokens.reset();
         reportReady(wte_, wpe_);

@@ -10,6 +10,7 @@
 // embedding and the head) and every pipeline layout; tensors keep the whole model's names.
 #pragma once
 
+#include "communicator.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "device_memory.h"
@@ -45,12 +46,30 @@ struct ModelChunk {
 // stage would get no layer.
 std::vector<ModelChunk> pipelineChunks(const GptShape& shape, int pp, int vpp, int rank);
 
+// Megatron-LM tensor parallelism: this rank's share of the heads, the MLP columns and the
+// vocabulary. Column-parallel layers (QKV, MLP up) hold rows of the weight, row-parallel ones
+// (attention and MLP output projections) columns; each block sums its partial outputs over the
+// group once forward and its input gradient once backward.
+struct TensorParallel {
+    int size = 1, rank = 0;
+    Communicator* group = nullptr; // the tp group, when size > 1
+};
+
+// How a tensor is cut across tensor-parallel ranks, from the whole model's tensor.
+enum class TpSplit {
+    None,    // replicated: norms, position embedding, row-parallel biases
+    Rows,    // rank r holds rows [r R/t, (r+1) R/t): column-parallel weights and biases, vocab
+    Columns, // rank r holds columns [r K/t, (r+1) K/t) of every row: row-parallel weights
+    QkvRows, // rows of each of the q, k and v blocks: the fused QKV projection
+};
+
 struct ParameterTensor {
     std::string name;       // "h.3.attn.qkv.weight"
     std::size_t offset = 0; // in floats, into the flat parameter buffer
     std::size_t count = 0;
     std::vector<int> shape;
     bool decay = false; // matrices and embeddings decay; norms and biases do not
+    TpSplit split = TpSplit::None;
 };
 
 // Receives a timed span for each operator group of a microbatch.
@@ -102,11 +121,15 @@ public:
     // keeps the B x heads x T x T probabilities (false = the fused-attention behaviour).
     // chunks: this rank's share (pipelineChunks); empty means the whole model in one chunk.
     GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops, DeviceAllocator& memory,
-             Recompute recompute, bool storeAttentionProbs, std::vector<ModelChunk> chunks = {});
+             Recompute recompute, bool storeAttentionProbs, std::vector<ModelChunk> chunks = {},
+             TensorParallel tp = {});
     ~GptModel();
 
     const GptShape& shape() const { return shape_; }
     const std::vector<ModelChunk>& chunks() const { return chunks_; }
+    const TensorParallel& tensorParallel() const { return tp_; }
+    // Receives a span for each tensor-parallel collective the layers run.
+    void setCommunicationSink(CommunicationSink* sink) { comms_ = sink; }
     int microBatch() const { return microBatch_; }
     const std::vector<ParameterTensor>& tensors() const { return tensors_; }
     std::size_t parameterCount() const { return parameterCount_; }
@@ -184,8 +207,18 @@ private:
                         const std::int32_t* targets) const;
     const ModelChunk& chunkAt(int chunk) const;
     void embed(float* out, const Buffer& tokens) const; // token + position embeddings
+    void embeddingBackward(const float* dout, const Buffer& tokens) const;
+    // Sums a partial result over the tensor-parallel group (nothing with one rank).
+    void sumOverTensorParallel(float* x, std::size_t n, const char* what) const;
+    // The loss of logits[N, vocab shard], which become its gradient (scaled); the vocabulary-
+    // parallel form sums over the group what one rank cannot know.
+    double crossEntropy(float* logits, const std::int32_t* targets, float lossGradScale) const;
 
     GptShape shape_;
+    TensorParallel tp_;
+    // This rank's share: attention channels (heads x head size), MLP columns, vocabulary rows.
+    int localChannels_ = 0, localHeads_ = 0, localFfn_ = 0, localVocab_ = 0, vocabStart_ = 0;
+    CommunicationSink* comms_ = nullptr;
     int microBatch_;
     kernels::Ops& ops_;
     DeviceAllocator& memory_;

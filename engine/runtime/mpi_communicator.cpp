@@ -85,6 +85,12 @@ public:
               "MPI_Iallreduce");
         return started(r);
     }
+    Request allReduceMax(float* data, std::size_t n) override {
+        MPI_Request r;
+        check(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_MAX, comm_, &r),
+              "MPI_Iallreduce");
+        return started(r);
+    }
     Request allGather(const float* in, float* out, std::size_t n) override {
         MPI_Request r;
         check(MPI_Iallgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_, &r),

@@ -29,18 +29,35 @@ AdamW::AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const 
 }
 
 double AdamW::gradientNorm() const {
-    return std::sqrt(gradientSquares(GptModel::npos));
+    return std::sqrt(gradientSquares({}));
 }
 
-double AdamW::gradientSquares(std::size_t skip) const {
+double AdamW::gradientSquares(const std::function<bool(const ParameterTensor&)>& counted) const {
     const float* g = model_.gradients();
-    if (skip == GptModel::npos)
+    if (!counted)
         return ops_.sumOfSquares(g + begin_, size());
-    const ParameterTensor& t = model_.tensors().at(skip);
-    const std::size_t gapBegin = std::clamp(t.offset, begin_, end_),
-                      gapEnd = std::clamp(t.offset + t.count, begin_, end_);
-    return ops_.sumOfSquares(g + begin_, gapBegin - begin_) +
-           ops_.sumOfSquares(g + gapEnd, end_ - gapEnd);
+    // Runs of adjacent counted tensors, each summed in one call.
+    double sum = 0;
+    std::size_t runBegin = 0, runEnd = 0;
+    auto flush = [&] {
+        const std::size_t a = std::max(runBegin, begin_), b = std::min(runEnd, end_);
+        if (a < b)
+            sum += ops_.sumOfSquares(g + a, b - a);
+        runBegin = runEnd = 0;
+    };
+    for (const ParameterTensor& t : model_.tensors()) {
+        if (!counted(t)) {
+            flush();
+            continue;
+        }
+        if (runEnd != t.offset)
+            flush();
+        if (runBegin == runEnd)
+            runBegin = t.offset;
+        runEnd = t.offset + t.count;
+    }
+    flush();
+    return sum;
 }
 
 double AdamW::clipScale(double norm) const {

@@ -7,6 +7,7 @@
 #include "gpt.h"
 
 #include <cstdint>
+#include <functional>
 
 namespace shardscope {
 
@@ -22,9 +23,9 @@ public:
           std::size_t begin = 0, std::size_t end = GptModel::npos);
 
     double gradientNorm() const; // L2 norm of all gradients
-    // Sum of squares of the owned gradients but those of tensor `skip` (GptModel::npos: none),
-    // for a global norm summed over ranks.
-    double gradientSquares(std::size_t skip) const;
+    // Sum of squares of the owned gradients of the tensors `counted` says yes to (all when it is
+    // empty), for a global norm summed over ranks that counts each shared tensor once.
+    double gradientSquares(const std::function<bool(const ParameterTensor&)>& counted) const;
     std::size_t begin() const { return begin_; }
     std::size_t size() const { return end_ - begin_; } // floats of each moment
     // The scale clipping applies to a gradient of this norm (1 when within gradClip).

@@ -195,10 +195,18 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     for (const Violation& v : validate(c.model, c.parallel))
         out.push_back(v.message + (v.hint.empty() ? "" : " (" + v.hint + ")"));
     const ParallelConfig& p = c.parallel;
-    if (p.tp != 1 || p.cp != 1)
-        out.push_back("the engine parallelises over data and pipeline stages so far: tp and cp "
-                      "must be 1 (got " +
-                      layoutSummary(p) + "); use dp and pp for several ranks");
+    if (p.cp != 1)
+        out.push_back("the engine has no context parallelism yet: cp must be 1 (got " +
+                      layoutSummary(p) + "); use dp, tp and pp for several ranks");
+    if (p.sequenceParallel)
+        out.push_back("sequence parallelism is not in the engine yet: set "
+                      "\"sequence_parallel\": false");
+    if (p.tp > 1 && (c.model.heads % p.tp || c.model.ffnHidden % p.tp || c.model.vocab % p.tp))
+        out.push_back("tp " + std::to_string(p.tp) + " must divide heads (" +
+                      std::to_string(c.model.heads) + "), ffn_hidden (" +
+                      std::to_string(c.model.ffnHidden) + ") and vocab (" +
+                      std::to_string(c.model.vocab) +
+                      "): each rank holds an equal share; pad the vocabulary or choose another tp");
     if (p.zero >= 2 && p.dp > 1)
         out.push_back("ZeRO-" + std::to_string(p.zero) +
                       " is not in the engine yet: set \"zero\" to 1 (optimizer state sharded) or "

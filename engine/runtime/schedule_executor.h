@@ -16,26 +16,6 @@
 
 namespace shardscope {
 
-// A point-to-point transfer or a collective as telemetry sees it.
-struct CommunicationSpan {
-    const char* collective = ""; // "send", "recv", "all_reduce", ...
-    const char* axis = "";       // "pp", "dp", ...
-    std::size_t bytes = 0;
-    int peer = -1;             // the other rank in the axis's group, for send and recv
-    double start = 0, end = 0; // posted, seen complete
-    bool waited = false;       // this rank blocked on it, from waitStart to end
-    double waitStart = 0;
-    const char* tensor = "";         // "activation" or "gradient", for pipeline transfers
-    int microbatch = -1, chunk = -1; // the op it belongs to (-1: the step as a whole)
-};
-
-class CommunicationSink {
-public:
-    virtual ~CommunicationSink() = default;
-    virtual double now() const = 0; // seconds, the clock spans are stamped with
-    virtual void communication(const CommunicationSpan& span) = 0;
-};
-
 class ScheduleExecutor {
 public:
     // Fills inputs and targets (microBatch x seqLen each) for a microbatch of the current step.

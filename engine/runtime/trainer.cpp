@@ -264,13 +264,13 @@ private:
     bool agreeOnStop(bool mine) const;
     bool everyoneSucceeded(bool mine) const;
     void synchronizeSharedEmbedding();
-    std::string shardName(int pp, int dp) const;
+    std::string shardName(int pp, int tp, int dp) const;
     std::vector<std::string> shardNames() const;
     int dpRank() const { return mesh_ ? mesh_->coordinate().dp : 0; }
     // Replica 0 of each stage writes the parameters; under ZeRO every replica writes the
     // optimizer slice it owns.
     bool writesShard() const { return dpRank() == 0 || zero_; }
-    std::string ownShard() const { return shardName(ppRank_, zero_ ? dpRank() : 0); }
+    std::string ownShard() const { return shardName(ppRank_, tpRank_, zero_ ? dpRank() : 0); }
     void gatherParameters();
     double measureStandaloneReduction();
 
@@ -280,13 +280,14 @@ private:
     // With more than one rank every wait is watched (the watchdog outlives every group).
     std::unique_ptr<Watchdog> watchdog_;
     std::unique_ptr<WatchedCommunicator> watchedWorld_;
-    std::unique_ptr<ProcessMesh> mesh_;    // with more than one rank
-    Communicator* dataParallel_ = nullptr; // the dp group, when dp > 1
-    Communicator* pipeline_ = nullptr;     // the pp group, when pp > 1
+    std::unique_ptr<ProcessMesh> mesh_;      // with more than one rank
+    Communicator* dataParallel_ = nullptr;   // the dp group, when dp > 1
+    Communicator* pipeline_ = nullptr;       // the pp group, when pp > 1
+    Communicator* tensorParallel_ = nullptr; // the tp group, when tp > 1
     // The first and last pipeline stage, summing the gradient of a tied embedding split between
     // them; a group of one on the other ranks.
     std::unique_ptr<Communicator> embeddingGroup_;
-    int rank_ = 0, ppRank_ = 0;
+    int rank_ = 0, ppRank_ = 0, tpRank_ = 0;
     // ZeRO-1: each dp rank owns a slice of the flat parameters, updates it with its own slice of
     // the optimizer state, and the slices are all-gathered after the step.
     bool zero_ = false;
@@ -360,7 +361,7 @@ std::optional<LoadedCheckpoint> Run::checkpointToResume() {
         dir = latest->dir;
     }
     // Each rank reads and verifies only its stage's parameters and its own optimizer shard.
-    const std::string params = shardName(ppRank_, 0) + ".", own = ownShard() + ".";
+    const std::string params = shardName(ppRank_, tpRank_, 0) + ".", own = ownShard() + ".";
     LoadedCheckpoint ck = CheckpointStore::load(dir, [&](const std::string& name) {
         return name.starts_with(params) || name.starts_with(own);
     });
@@ -392,7 +393,8 @@ void Run::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck) {
                                   " is missing or has the wrong size for this model");
         ops_->copyToDevice(dst, it->second.data(), bytes);
     };
-    restore(shardName(ppRank_, 0) + ".params.f32", model_->parameters(), model_->parameterCount());
+    restore(shardName(ppRank_, tpRank_, 0) + ".params.f32", model_->parameters(),
+            model_->parameterCount());
     restore(ownShard() + ".adam_m.f32", optimizer_->firstMoment(), optimizer_->size());
     restore(ownShard() + ".adam_v.f32", optimizer_->secondMoment(), optimizer_->size());
     startStep_ = ck->info.step;
@@ -440,17 +442,28 @@ StepRecord Run::trainStep(std::int64_t step) {
             spans_->communication(span);
         }
     }
-    // The loss lives on the last stage of each replica; every rank reports the step's.
+    // The loss lives on the last stage of each replica (every tensor-parallel rank of it has
+    // it; rank 0 counts it); every rank reports the step's.
     if (world_ && world_->size() > 1)
-        r.loss = sumOver(world_, r.loss);
+        r.loss = sumOver(world_, tpRank_ == 0 ? r.loss : 0.0);
     spans_->at("gradient norm");
     r.gradNorm = spans_->timed("grad_norm", [&] {
         // Each stage's squares, the copy of a split tied embedding counted once; replicas hold
         // the same gradients after the all-reduce.
         const bool tiedCopy =
             model_->sharedTensor() != GptModel::npos && !model_->chunks().front().embedding;
+        const ParameterTensor* copy =
+            tiedCopy ? &model_->tensors()[model_->sharedTensor()] : nullptr;
+        // Tensor-parallel ranks hold replicated tensors (norms, biases of row-parallel layers,
+        // positions) whole: rank 0 counts them.
+        const bool countReplicated = tpRank_ == 0;
         double squares =
-            optimizer_->gradientSquares(tiedCopy ? model_->sharedTensor() : GptModel::npos);
+            copy || !countReplicated ? optimizer_->gradientSquares([&](const ParameterTensor& t) {
+                return &t != copy && (countReplicated || t.split != TpSplit::None);
+            })
+                                     : optimizer_->gradientSquares({});
+        if (tensorParallel_)
+            squares = sumOver(tensorParallel_, squares);
         if (zero_) // each replica holds the summed gradients of its own slice only
             squares = sumOver(dataParallel_, squares);
         if (pipeline_)
@@ -509,8 +522,8 @@ void Run::synchronizeSharedEmbedding() {
         buckets_->gradientsReady(t.offset, t.count);
 }
 
-std::string Run::shardName(int pp, int dp) const {
-    return "pp" + std::to_string(pp) + "-tp0-dp" + std::to_string(dp);
+std::string Run::shardName(int pp, int tp, int dp) const {
+    return "pp" + std::to_string(pp) + "-tp" + std::to_string(tp) + "-dp" + std::to_string(dp);
 }
 
 // The shards a checkpoint of this layout has: one per pipeline stage (replicas hold copies),
@@ -518,8 +531,9 @@ std::string Run::shardName(int pp, int dp) const {
 std::vector<std::string> Run::shardNames() const {
     std::vector<std::string> names;
     for (int pp = 0; pp < c_.parallel.pp; ++pp)
-        for (int dp = 0; dp < (zero_ ? c_.parallel.dp : 1); ++dp)
-            names.push_back(shardName(pp, dp));
+        for (int tp = 0; tp < c_.parallel.tp; ++tp)
+            for (int dp = 0; dp < (zero_ ? c_.parallel.dp : 1); ++dp)
+                names.push_back(shardName(pp, tp, dp));
     return names;
 }
 
@@ -735,7 +749,10 @@ TrainResult Run::execute() {
             dataParallel_ = &mesh_->group(Axis::DP);
         if (c_.parallel.pp > 1)
             pipeline_ = &mesh_->group(Axis::PP);
+        if (c_.parallel.tp > 1)
+            tensorParallel_ = &mesh_->group(Axis::TP);
         ppRank_ = mesh_->coordinate().pp;
+        tpRank_ = mesh_->coordinate().tp;
     } else if (c_.parallel.worldSize() != 1) {
         throw InputError("the layout " + layoutSummary(c_.parallel) + " needs " +
                          std::to_string(c_.parallel.worldSize()) + " ranks: add --ranks " +
@@ -747,7 +764,8 @@ TrainResult Run::execute() {
     const ParallelConfig& p = c_.parallel;
     model_ = std::make_unique<GptModel>(
         c_.model, p.microBatch, *ops_, memory_, p.recompute, !p.flashAttention,
-        pipelineChunks(GptShape::of(c_.model), p.pp, p.vpp, ppRank_));
+        pipelineChunks(GptShape::of(c_.model), p.pp, p.vpp, ppRank_),
+        TensorParallel{p.tp, tpRank_, tensorParallel_});
     if (mesh_) { // every rank joins the call that makes the groups
         std::vector<int> members{rank_};
         if (model_->sharedTensor() != GptModel::npos) {
@@ -805,6 +823,7 @@ TrainResult Run::execute() {
     topts.append = c_.engine.resume;
     telemetry_ = std::make_unique<TelemetryWriter>(topts);
     spans_ = std::make_unique<TelemetrySpans>(*telemetry_, watchdog_.get());
+    model_->setCommunicationSink(spans_.get());
     if (watchdog_)
         watchdog_->setReportDirectory(runDir_ / "telemetry");
     ClockOffset clock;

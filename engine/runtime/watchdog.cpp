@@ -189,6 +189,9 @@ Request WatchedCommunicator::watched(Request inner, const char* collective) {
 Request WatchedCommunicator::allReduceSum(float* data, std::size_t n) {
     return watched(inner_.allReduceSum(data, n), "all_reduce");
 }
+Request WatchedCommunicator::allReduceMax(float* data, std::size_t n) {
+    return watched(inner_.allReduceMax(data, n), "all_reduce_max");
+}
 Request WatchedCommunicator::allGather(const float* in, float* out, std::size_t n) {
     return watched(inner_.allGather(in, out, n), "all_gather");
 }

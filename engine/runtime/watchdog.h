@@ -82,6 +82,7 @@ public:
     int size() const override { return inner_.size(); }
     std::string name() const override { return inner_.name(); }
     Request allReduceSum(float* data, std::size_t n) override;
+    Request allReduceMax(float* data, std::size_t n) override;
     Request allGather(const float* in, float* out, std::size_t n) override;
     Request reduceScatterSum(const float* in, float* out, std::size_t n) override;
     Request reduceScatterSumV(const float* in, float* out,

@@ -222,6 +222,43 @@ public:
         }
     }
 
+    void embeddingShardForward(float* out, const std::int32_t* tokens, const float* wte,
+                               int vocabStart, int vocabCount, const float* wpe, int B, int T,
+                               int C) override {
+#pragma omp parallel for
+        for (int bt = 0; bt < B * T; ++bt) {
+            const int row = tokens[bt] - vocabStart;
+            const bool held = row >= 0 && row < vocabCount;
+            const float* e = held ? wte + size_t(row) * size_t(C) : nullptr;
+            const float* p = wpe ? wpe + size_t(bt % T) * size_t(C) : nullptr;
+            float* o = out + size_t(bt) * size_t(C);
+            for (int i = 0; i < C; ++i)
+                o[i] = (e ? e[i] : 0.0f) + (p ? p[i] : 0.0f);
+        }
+    }
+
+    void embeddingShardBackwardAccumulate(float* dwte, int vocabStart, int vocabCount, float* dwpe,
+                                          const float* dout, const std::int32_t* tokens, int B,
+                                          int T, int C) override {
+#pragma omp parallel
+        {
+            const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+            const int lo = C * id / nt, hi = C * (id + 1) / nt;
+            for (int bt = 0; bt < B * T; ++bt) {
+                const float* d = dout + size_t(bt) * size_t(C);
+                const int row = tokens[bt] - vocabStart;
+                float* p = dwpe + size_t(bt % T) * size_t(C);
+                for (int i = lo; i < hi; ++i)
+                    p[i] += d[i];
+                if (row < 0 || row >= vocabCount)
+                    continue;
+                float* e = dwte + size_t(row) * size_t(C);
+                for (int i = lo; i < hi; ++i)
+                    e[i] += d[i];
+            }
+        }
+    }
+
     void layerNormForward(float* out, float* mean, float* rstd, const float* inp,
                           const float* weight, const float* bias, int N, int C) override {
 #pragma omp parallel for
@@ -433,6 +470,46 @@ public:
             row[target] -= gradScale;
         }
         return std::accumulate(rowLoss.begin(), rowLoss.begin() + N, 0.0);
+    }
+
+    void rowMax(const float* x, int N, int V, float* out) override {
+#pragma omp parallel for
+        for (int n = 0; n < N; ++n) {
+            const float* row = x + size_t(n) * size_t(V);
+            float m = row[0];
+            for (int i = 1; i < V; ++i)
+                m = std::max(m, row[i]);
+            out[n] = m;
+        }
+    }
+
+    void softmaxShardSums(const float* logits, const float* max, const std::int32_t* targets, int N,
+                          int V, int vocabStart, float* sumExp, float* targetLogit) override {
+#pragma omp parallel for
+        for (int n = 0; n < N; ++n) {
+            const float* row = logits + size_t(n) * size_t(V);
+            double sum = 0.0;
+            for (int i = 0; i < V; ++i)
+                sum += double(expApprox(row[i] - max[n]));
+            sumExp[n] = static_cast<float>(sum);
+            const int t = targets[n] - vocabStart;
+            targetLogit[n] = t >= 0 && t < V ? row[t] : 0.0f;
+        }
+    }
+
+    void crossEntropyShardBackward(float* logits, const float* max, const float* sumExp,
+                                   const std::int32_t* targets, int N, int V, int vocabStart,
+                                   float gradScale) override {
+#pragma omp parallel for
+        for (int n = 0; n < N; ++n) {
+            float* row = logits + size_t(n) * size_t(V);
+            const float scale = gradScale / sumExp[n];
+            for (int i = 0; i < V; ++i)
+                row[i] = expApprox(row[i] - max[n]) * scale;
+            const int t = targets[n] - vocabStart;
+            if (t >= 0 && t < V)
+                row[t] -= gradScale;
+        }
     }
 
     double sumOfSquares(const float* x, size_t n) override {

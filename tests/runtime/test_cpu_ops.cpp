@@ -109,6 +109,76 @@ TEST(CpuOps, EmbeddingBackwardSumsRepeatedTokens) {
     EXPECT_EQ(dwpe[2 * C + 3], 1.0f);
 }
 
+// Two vocabulary shards with the group's max and sums combined by hand give the fused
+// cross-entropy's loss and gradient.
+TEST(CpuOps, VocabularyShardsOfTheCrossEntropyEqualTheWholeOne) {
+    auto ops = makeCpuOps(2);
+    const int N = 5, V = 12, half = V / 2;
+    std::vector<float> whole = randomVector(std::size_t(N * V), 7);
+    for (float& x : whole)
+        x *= 4.0f;
+    const std::vector<std::int32_t> targets = {0, 5, 6, 11, 3};
+    std::vector<float> shard[2];
+    for (int r = 0; r < 2; ++r)
+        for (int n = 0; n < N; ++n)
+            shard[r].insert(shard[r].end(), whole.begin() + n * V + r * half,
+                            whole.begin() + n * V + (r + 1) * half);
+    const float scale = 0.25f;
+    std::vector<float> fused = whole;
+    const double want = ops->crossEntropyForwardBackward(fused.data(), targets.data(), N, V, scale);
+
+    std::vector<float> max(N), max1(N),
+        sums[2] = {std::vector<float>(2 * N), std::vector<float>(2 * N)};
+    ops->rowMax(shard[0].data(), N, half, max.data());
+    ops->rowMax(shard[1].data(), N, half, max1.data());
+    for (int n = 0; n < N; ++n)
+        max[std::size_t(n)] = std::max(max[std::size_t(n)], max1[std::size_t(n)]);
+    for (int r = 0; r < 2; ++r)
+        ops->softmaxShardSums(shard[r].data(), max.data(), targets.data(), N, half, r * half,
+                              sums[r].data(), sums[r].data() + N);
+    std::vector<float> total(2 * N);
+    for (std::size_t i = 0; i < total.size(); ++i)
+        total[i] = sums[0][i] + sums[1][i];
+    double loss = 0;
+    for (int n = 0; n < N; ++n)
+        loss += std::log(double(total[std::size_t(n)])) + max[std::size_t(n)] -
+                total[std::size_t(N + n)];
+    EXPECT_NEAR(loss, want, 1e-5 * std::fabs(want));
+    for (int r = 0; r < 2; ++r) {
+        ops->crossEntropyShardBackward(shard[r].data(), max.data(), total.data(), targets.data(), N,
+                                       half, r * half, scale);
+        for (int n = 0; n < N; ++n)
+            for (int i = 0; i < half; ++i)
+                EXPECT_NEAR(shard[r][std::size_t(n * half + i)],
+                            fused[std::size_t(n * V + r * half + i)], 1e-6)
+                    << "row " << n << " column " << r * half + i;
+    }
+}
+
+TEST(CpuOps, VocabularyShardsOfTheEmbeddingSumToTheWholeOne) {
+    auto ops = makeCpuOps(2);
+    const int B = 2, T = 3, C = 4, V = 6;
+    const std::vector<float> wte = randomVector(std::size_t(V * C), 8),
+                             wpe = randomVector(std::size_t(T * C), 9);
+    const std::vector<std::int32_t> tokens = {0, 5, 2, 3, 3, 1};
+    std::vector<float> whole(std::size_t(B * T * C)), a(whole.size()), b(whole.size());
+    ops->embeddingForward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    ops->embeddingShardForward(a.data(), tokens.data(), wte.data(), 0, 3, wpe.data(), B, T, C);
+    ops->embeddingShardForward(b.data(), tokens.data(), wte.data() + 3 * C, 3, 3, nullptr, B, T, C);
+    for (std::size_t i = 0; i < whole.size(); ++i)
+        EXPECT_FLOAT_EQ(a[i] + b[i], whole[i]) << i;
+    // Backward: each shard's rows get the gradients of its tokens; positions get all of them.
+    const std::vector<float> dout = randomVector(whole.size(), 10);
+    std::vector<float> dwte(std::size_t(V * C)), dwpe(std::size_t(T * C)),
+        dshard(std::size_t(3 * C)), dpos(std::size_t(T * C));
+    ops->embeddingBackwardAccumulate(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    ops->embeddingShardBackwardAccumulate(dshard.data(), 3, 3, dpos.data(), dout.data(),
+                                          tokens.data(), B, T, C);
+    for (int i = 0; i < 3 * C; ++i)
+        EXPECT_FLOAT_EQ(dshard[std::size_t(i)], dwte[std::size_t(3 * C + i)]) << i;
+    EXPECT_EQ(dpos, dwpe);
+}
+
 TEST(CpuOps, PeakEstimateStatesItsFormula) {
     const PeakFlops p = estimateCpuPeakFlops(2);
     if (p.flops == 0) { // a system that does not report its clock says how to give the peak

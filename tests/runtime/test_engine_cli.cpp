@@ -162,7 +162,7 @@ TEST(EngineCli, FlagsOverrideTheConfigFile) {
 TEST(EngineCli, BadInputExitsTwoWithTheReason) {
     TempDir dir;
     json tp = smallConfig();
-    tp["parallel"]["tp"] = 2;
+    tp["parallel"]["cp"] = 2;
     json typo = smallConfig();
     typo["train"]["stpes"] = 3;
     json vocab = smallConfig();
@@ -175,7 +175,7 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         {{"train", "--steps", "-3"}, "--steps"},
         {{"train", "--config", (dir / "missing.json").string()}, "missing.json"},
         {{"train", "--config", writeConfig(dir, tp), "--out", (dir / "a").string()},
-         "data and pipeline"},
+         "context parallelism"},
         {{"train", "--config", writeConfig(dir, typo)}, "stpes"},
         {{"train", "--config", writeConfig(dir, vocab), "--data", (dir / "bytes.txt").string(),
           "--out", (dir / "b").string()},

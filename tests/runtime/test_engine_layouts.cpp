@@ -23,8 +23,8 @@ using testing::TempDir;
 // Eight layers, so four pipeline ranks with two chunks each still get a layer per chunk.
 json layoutConfig(bool tied = true) {
     json c = json::parse(R"({
-      "model": {"name": "layout GPT", "family": "gpt2", "layers": 8, "hidden": 32, "heads": 2,
-                "kv_heads": 2, "ffn_hidden": 128, "vocab": 64, "seq_len": 16,
+      "model": {"name": "layout GPT", "family": "gpt2", "layers": 8, "hidden": 32, "heads": 4,
+                "kv_heads": 4, "ffn_hidden": 128, "vocab": 64, "seq_len": 16,
                 "max_positions": 16, "activation": "gelu", "norm": "layernorm",
                 "positions": "learned", "attention_bias": true, "output_bias": true,
                 "mlp_bias": true, "dropout": false},
@@ -111,6 +111,7 @@ TEST(EngineLayouts, EveryLayoutGivesTheSingleRankLosses) {
         std::vector<Layout> layouts = {
             {"--pp 2 --schedule 1f1b", 2},
             {"--pp 2 --dp 2 --schedule interleaved --vpp 2", 4},
+            {"--tp 2 --pp 2", 4},
         };
         if (tied) // the whole matrix once; the untied head on a few layouts
             layouts = {
@@ -128,6 +129,11 @@ TEST(EngineLayouts, EveryLayoutGivesTheSingleRankLosses) {
                 {"--dp 2 --zero 1", 2},
                 {"--dp 4 --zero 1 --bucket-mb 0.05", 4},
                 {"--pp 2 --dp 2 --zero 1 --schedule interleaved --vpp 2", 4},
+                {"--tp 2", 2},
+                {"--tp 4", 4},
+                {"--tp 2 --dp 2 --zero 1", 4},
+                {"--tp 2 --pp 2 --schedule zero-bubble", 4},
+                {"--dp 2 --tp 2 --pp 2 --schedule 1f1b", 8},
             };
         for (const Layout& l : layouts) {
             SCOPED_TRACE(l.flags + (tied ? " tied" : " untied"));

@@ -53,14 +53,14 @@ TEST(RunConfig, UnknownFieldsAreNamed) {
 
 TEST(RunConfig, EngineProblemsSayWhatToChange) {
     RunConfig c = defaultRunConfig();
-    c.parallel.tp = 2;
+    c.parallel.cp = 2;
     c.parallel.optimizer = Optimizer::SgdMomentum;
     c.train.minLearningRate = 1.0;
     const auto problems = engineProblems(c);
     std::string all;
     for (const auto& p : problems)
         all += p + "\n";
-    EXPECT_NE(all.find("data and pipeline"), std::string::npos) << all;
+    EXPECT_NE(all.find("context parallelism"), std::string::npos) << all;
     EXPECT_NE(all.find("AdamW"), std::string::npos) << all;
     EXPECT_NE(all.find("min_learning_rate"), std::string::npos) << all;
 }

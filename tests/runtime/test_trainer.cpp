@@ -267,7 +267,7 @@ TEST(Trainer, ExplainsConfigsItCannotRun) {
     TempDir dir;
     std::ostringstream log;
     RunConfig c = tinyRun(dir / "run", 1);
-    c.parallel.tp = 2;
+    c.parallel.cp = 2;
     c.parallel.precision = PrecisionPolicy::bf16Mixed();
     try {
         train(c, log);
@@ -275,7 +275,7 @@ TEST(Trainer, ExplainsConfigsItCannotRun) {
     } catch (const InputError& e) {
         const std::string w = e.what();
         EXPECT_NE(w.find("fp32"), std::string::npos) << w;
-        EXPECT_NE(w.find("data and pipeline"), std::string::npos) << w;
+        EXPECT_NE(w.find("context parallelism"), std::string::npos) << w;
     }
     RunConfig missing = tinyRun(dir / "other", 1);
     missing.train.dataPath = (dir / "nope.bin").string();

@@ -38,7 +38,7 @@ struct Overrides {
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
     std::optional<double> lr, peakTflops, bucketMb, watchdog;
     std::optional<std::uint64_t> seed;
-    std::optional<int> microBatch, globalBatch, threads, logEvery, dp, pp, vpp, zero;
+    std::optional<int> microBatch, globalBatch, threads, logEvery, dp, tp, pp, vpp, zero;
     bool quiet = false;
 
     void addTo(CLI::App& app) {
@@ -57,6 +57,10 @@ struct Overrides {
         app.add_option("--global-batch", globalBatch, "sequences per optimizer step")
             ->check(CLI::PositiveNumber);
         app.add_option("--dp", dp, "data-parallel replicas (the job needs dp ranks: --ranks)")
+            ->check(CLI::PositiveNumber);
+        app.add_option("--tp", tp,
+                       "tensor-parallel ranks (Megatron-LM: heads, MLP columns and "
+                       "vocabulary split)")
             ->check(CLI::PositiveNumber);
         app.add_option("--pp", pp, "pipeline stages (the job needs dp x pp ranks: --ranks)")
             ->check(CLI::PositiveNumber);
@@ -113,6 +117,8 @@ struct Overrides {
             c.parallel.globalBatch = *globalBatch;
         if (dp)
             c.parallel.dp = *dp;
+        if (tp)
+            c.parallel.tp = *tp;
         if (pp)
             c.parallel.pp = *pp;
         if (vpp)

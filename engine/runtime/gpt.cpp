@@ -260,6 +260,11 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
     localFfn_ = shape_.ffn / t;
     localVocab_ = shape_.vocab / t;
     vocabStart_ = tp_.rank * localVocab_;
+    sequenceParallel_ = tp_.sequenceParallel && t > 1;
+    if (sequenceParallel_ && rows() % t)
+        throw InputError("sequence parallelism splits the microbatch's " + std::to_string(rows()) +
+                         " token rows (micro_batch x seq_len) over tp " + std::to_string(t) +
+                         ": they must divide evenly");
     if (microBatch <= 0)
         throw InputError("micro batch must be at least 1");
     if (std::int64_t(microBatch) * shape_.seqLen > std::numeric_limits<int>::max() / 4)
@@ -363,67 +368,113 @@ void GptModel::zeroGradients() {
 LayerActivations GptModel::allocateLayer(MemoryCategory c) const {
     const std::size_t N = std::size_t(rows()), C = std::size_t(shape_.channels),
                       Ca = std::size_t(localChannels_), F = std::size_t(localFfn_),
-                      T = std::size_t(shape_.seqLen);
-    LayerActivations a;
-    a.ln1 = memory_.floats(c, N * C);
-    a.ln1Mean = memory_.floats(c, N);
-    a.ln1Rstd = memory_.floats(c, N);
+                      T = std::size_t(shape_.seqLen), Ns = std::size_t(tokenRows());
+    LayerActivations a; // the norms and the residual on this rank's token rows
+    a.ln1 = memory_.floats(c, Ns * C);
+    a.ln1Mean = memory_.floats(c, Ns);
+    a.ln1Rstd = memory_.floats(c, Ns);
     a.qkv = memory_.floats(c, N * 3 * Ca);
     if (storeProbs_)
         a.probs = memory_.floats(c, std::size_t(microBatch_) * std::size_t(localHeads_) * T * T);
     a.attention = memory_.floats(c, N * Ca);
-    a.residual = memory_.floats(c, N * C);
-    a.ln2 = memory_.floats(c, N * C);
-    a.ln2Mean = memory_.floats(c, N);
-    a.ln2Rstd = memory_.floats(c, N);
+    a.residual = memory_.floats(c, Ns * C);
+    a.ln2 = memory_.floats(c, Ns * C);
+    a.ln2Mean = memory_.floats(c, Ns);
+    a.ln2Rstd = memory_.floats(c, Ns);
     a.fc = memory_.floats(c, N * F);
     a.gelu = memory_.floats(c, N * F);
     return a;
 }
 
-void GptModel::sumOverTensorParallel(float* x, std::size_t n, const char* /*what*/) const {
-    if (tp_.size == 1)
-        return;
+// Runs one blocking tensor-parallel collective of `bytes` and reports it as a span.
+void GptModel::tensorParallelCollective(const char* collective, std::size_t bytes,
+                                        Request request) const {
     CommunicationSpan span;
-    span.collective = "all_reduce";
+    span.collective = collective;
     span.axis = "tp";
-    span.bytes = n * sizeof(float);
+    span.bytes = bytes;
     span.waited = true;
     span.start = span.waitStart = comms_ ? comms_->now() : 0.0;
-    tp_.group->allReduceSum(x, n).wait();
+    request.wait();
     if (comms_) {
         span.end = comms_->now();
         comms_->communication(span);
     }
 }
 
+void GptModel::sumOverTensorParallel(float* x, std::size_t n) const {
+    if (tp_.size > 1)
+        tensorParallelCollective("all_reduce", n * sizeof(float), tp_.group->allReduceSum(x, n));
+}
+
+Buffer GptModel::gatherTokens(const float* shard) const {
+    const std::size_t n = std::size_t(tokenRows()) * std::size_t(shape_.channels);
+    Buffer whole = memory_.floats(MemoryCategory::Workspace, n * std::size_t(tp_.size));
+    tensorParallelCollective("all_gather", n * sizeof(float),
+                             tp_.group->allGather(shard, whole.f(), n));
+    return whole;
+}
+
+const float* GptModel::finishRowParallel(Buffer& partial, Buffer& shard) const {
+    const std::size_t n = std::size_t(tokenRows()) * std::size_t(shape_.channels);
+    if (!sequenceParallel_) {
+        sumOverTensorParallel(partial.f(), n);
+        return partial.f();
+    }
+    if (!shard)
+        shard = memory_.floats(MemoryCategory::Workspace, n);
+    tensorParallelCollective("reduce_scatter", n * std::size_t(tp_.size) * sizeof(float),
+                             tp_.group->reduceScatterSum(partial.f(), shard.f(), n));
+    return shard.f();
+}
+
+void GptModel::layerNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* mean, const float* rstd) const {
+    const int N = tokenRows(), C = shape_.channels;
+    if (!sequenceParallel_) {
+        ops_.layerNormBackwardAccumulate(dinp, dweight, dweight + C, dout, inp, weight, mean, rstd,
+                                         N, C);
+        return;
+    }
+    Buffer partial = memory_.floats(MemoryCategory::Workspace, 2 * std::size_t(C));
+    ops_.zero(partial.f(), 2 * std::size_t(C));
+    ops_.layerNormBackwardAccumulate(dinp, partial.f(), partial.f() + C, dout, inp, weight, mean,
+                                     rstd, N, C);
+    sumOverTensorParallel(partial.f(), 2 * std::size_t(C));
+    ops_.addInPlace(dweight, partial.f(), 2 * std::size_t(C));
+}
+
 // Column-parallel QKV and MLP up-projection, row-parallel output projections: each block's
 // partial outputs are summed over the tensor-parallel group once. The row-parallel bias is
 // added by one rank, so the sum has it once.
 void GptModel::layerForward(int layer, LayerActivations& a, const float* x, float* y) {
-    const int N = rows(), C = shape_.channels, Ca = localChannels_, F = localFfn_;
+    const int N = rows(), Ns = tokenRows(), C = shape_.channels, Ca = localChannels_, F = localFfn_;
     const LayerWeights w = weightsOf(layer, params_.f());
     Buffer projected = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(C));
-    const std::size_t NC = std::size_t(N) * std::size_t(C);
+    Buffer projectedShard; // sequence parallelism: this rank's token rows of the block output
+    const std::size_t NsC = std::size_t(Ns) * std::size_t(C);
     const bool addsBias = tp_.rank == 0;
 
-    ops_.layerNormForward(a.ln1.f(), a.ln1Mean.f(), a.ln1Rstd.f(), x, w.ln1w, w.ln1b, N, C);
-    ops_.matmulForward(a.qkv.f(), a.ln1.f(), w.qkvw, w.qkvb, N, C, 3 * Ca);
+    ops_.layerNormForward(a.ln1.f(), a.ln1Mean.f(), a.ln1Rstd.f(), x, w.ln1w, w.ln1b, Ns, C);
+    Buffer ln1Whole = sequenceParallel_ ? gatherTokens(a.ln1.f()) : Buffer{};
+    ops_.matmulForward(a.qkv.f(), ln1Whole ? ln1Whole.f() : a.ln1.f(), w.qkvw, w.qkvb, N, C,
+                       3 * Ca);
+    ln1Whole.reset();
     ops_.attentionForward(a.attention.f(), a.probs ? a.probs.f() : nullptr, a.qkv.f(), microBatch_,
                           shape_.seqLen, Ca, localHeads_);
     ops_.matmulForward(projected.f(), a.attention.f(), w.projw, addsBias ? w.projb : nullptr, N, Ca,
                        C);
-    sumOverTensorParallel(projected.f(), NC, "attention output");
-    ops_.add(a.residual.f(), x, projected.f(), NC);
+    ops_.add(a.residual.f(), x, finishRowParallel(projected, projectedShard), NsC);
 
     ops_.layerNormForward(a.ln2.f(), a.ln2Mean.f(), a.ln2Rstd.f(), a.residual.f(), w.ln2w, w.ln2b,
-                          N, C);
-    ops_.matmulForward(a.fc.f(), a.ln2.f(), w.fcw, w.fcb, N, C, F);
+                          Ns, C);
+    Buffer ln2Whole = sequenceParallel_ ? gatherTokens(a.ln2.f()) : Buffer{};
+    ops_.matmulForward(a.fc.f(), ln2Whole ? ln2Whole.f() : a.ln2.f(), w.fcw, w.fcb, N, C, F);
+    ln2Whole.reset();
     ops_.geluForward(a.gelu.f(), a.fc.f(), std::size_t(N) * std::size_t(F));
     ops_.matmulForward(projected.f(), a.gelu.f(), w.fcprojw, addsBias ? w.fcprojb : nullptr, N, F,
                        C);
-    sumOverTensorParallel(projected.f(), NC, "MLP output");
-    ops_.add(y, a.residual.f(), projected.f(), NC);
+    ops_.add(y, a.residual.f(), finishRowParallel(projected, projectedShard), NsC);
 }
 
 void GptModel::weightGradient(int layer, std::size_t weight, std::size_t bias, Buffer dout,
@@ -437,21 +488,32 @@ void GptModel::weightGradient(int layer, std::size_t weight, std::size_t bias, B
                                         dout.f(), input, N, C, OC);
 }
 
-// The output gradient is whole on every tensor-parallel rank; the input gradients of the
-// column-parallel projections are partial and summed over the group, once per block.
+// The output gradient is whole on every tensor-parallel rank (gathered from the token shards
+// with sequence parallelism); the input gradients of the column-parallel projections are
+// partial and summed over the group (reduce-scattered to token shards), once per block.
 Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, Buffer dout,
                                bool defer, MicrobatchState& state) {
-    const int N = rows(), C = shape_.channels, Ca = localChannels_, F = localFfn_;
+    const int N = rows(), Ns = tokenRows(), C = shape_.channels, Ca = localChannels_, F = localFfn_;
     const std::size_t NC = std::size_t(N) * std::size_t(C), NF = std::size_t(N) * std::size_t(F),
-                      NCa = std::size_t(N) * std::size_t(Ca);
+                      NCa = std::size_t(N) * std::size_t(Ca),
+                      NsC = std::size_t(Ns) * std::size_t(C);
     const LayerWeights w = weightsOf(layer, params_.f());
     const LayerWeights g = weightsOf(layer, grads_.f());
     const std::size_t first = firstTensorOf(layer);
     auto ws = [&](std::size_t n) { return memory_.floats(MemoryCategory::Workspace, n); };
+    Buffer shard;            // sequence parallelism: reduce-scattered input gradients
+    if (sequenceParallel_) { // the weight gradients read the norms' outputs whole
+        a.ln1Gathered = gatherTokens(a.ln1.f());
+        a.ln2Gathered = gatherTokens(a.ln2.f());
+    }
+    const float* ln1 = sequenceParallel_ ? a.ln1Gathered.f() : a.ln1.f();
+    const float* ln2 = sequenceParallel_ ? a.ln2Gathered.f() : a.ln2.f();
 
     // MLP: y = residual + proj(gelu(fc(ln2(residual))))
-    Buffer dresidual = ws(NC);
-    ops_.copy(dresidual.f(), dout.f(), NC);
+    Buffer dresidual = ws(NsC);
+    ops_.copy(dresidual.f(), dout.f(), NsC);
+    if (sequenceParallel_)
+        dout = gatherTokens(dout.f());
     Buffer dfc = ws(NF);
     ops_.matmulBackwardInput(dfc.f(), dout.f(), w.fcprojw, N, F, C, false);
     weightGradient(layer, first + FcProjW, first + FcProjB, std::move(dout), a.gelu.f(), N, F, C,
@@ -459,15 +521,16 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, B
     ops_.geluBackward(dfc.f(), a.fc.f(), dfc.f(), NF);
     Buffer dln = ws(NC);
     ops_.matmulBackwardInput(dln.f(), dfc.f(), w.fcw, N, C, F, false);
-    sumOverTensorParallel(dln.f(), NC, "MLP input gradient");
-    weightGradient(layer, first + FcW, first + FcB, std::move(dfc), a.ln2.f(), N, C, F, defer,
-                   state);
-    ops_.layerNormBackwardAccumulate(dresidual.f(), g.ln2w, g.ln2b, dln.f(), a.residual.f(), w.ln2w,
-                                     a.ln2Mean.f(), a.ln2Rstd.f(), N, C);
+    const float* dln2 = finishRowParallel(dln, shard);
+    weightGradient(layer, first + FcW, first + FcB, std::move(dfc), ln2, N, C, F, defer, state);
+    layerNormBackward(dresidual.f(), g.ln2w, dln2, a.residual.f(), w.ln2w, a.ln2Mean.f(),
+                      a.ln2Rstd.f());
 
     // Attention: residual = x + proj(attention(qkv(ln1(x))))
-    Buffer dx = ws(NC);
-    ops_.copy(dx.f(), dresidual.f(), NC);
+    Buffer dx = ws(NsC);
+    ops_.copy(dx.f(), dresidual.f(), NsC);
+    if (sequenceParallel_)
+        dresidual = gatherTokens(dresidual.f());
     Buffer dattention = ws(NCa);
     ops_.matmulBackwardInput(dattention.f(), dresidual.f(), w.projw, N, Ca, C, false);
     weightGradient(layer, first + ProjW, first + ProjB, std::move(dresidual), a.attention.f(), N,
@@ -477,11 +540,10 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, B
                            microBatch_, shape_.seqLen, Ca, localHeads_);
     dattention.reset();
     ops_.matmulBackwardInput(dln.f(), dqkv.f(), w.qkvw, N, C, 3 * Ca, false);
-    sumOverTensorParallel(dln.f(), NC, "attention input gradient");
-    weightGradient(layer, first + QkvW, first + QkvB, std::move(dqkv), a.ln1.f(), N, C, 3 * Ca,
-                   defer, state);
-    ops_.layerNormBackwardAccumulate(dx.f(), g.ln1w, g.ln1b, dln.f(), x, w.ln1w, a.ln1Mean.f(),
-                                     a.ln1Rstd.f(), N, C);
+    const float* dln1 = finishRowParallel(dln, shard);
+    weightGradient(layer, first + QkvW, first + QkvB, std::move(dqkv), ln1, N, C, 3 * Ca, defer,
+                   state);
+    layerNormBackward(dx.f(), g.ln1w, dln1, x, w.ln1w, a.ln1Mean.f(), a.ln1Rstd.f());
     return dx;
 }
 
@@ -498,7 +560,7 @@ double GptModel::crossEntropy(float* logits, const std::int32_t* targets,
     ops_.rowMax(logits, N, V, max.f());
     tp_.group->allReduceMax(max.f(), n).wait();
     ops_.softmaxShardSums(logits, max.f(), targets, N, V, vocabStart_, sums.f(), sums.f() + n);
-    sumOverTensorParallel(sums.f(), 2 * n, "softmax sums");
+    sumOverTensorParallel(sums.f(), 2 * n);
     std::vector<float> hostMax(n), hostSums(2 * n);
     ops_.copyToHost(hostMax.data(), max.f(), n * sizeof(float));
     ops_.copyToHost(hostSums.data(), sums.f(), 2 * n * sizeof(float));
@@ -513,13 +575,16 @@ double GptModel::crossEntropy(float* logits, const std::int32_t* targets,
 double GptModel::headForward(MicrobatchState* state, const float* input,
                              const std::int32_t* targets, float lossGradScale,
                              std::vector<float>* logits) {
-    const int N = rows(), C = shape_.channels, V = localVocab_;
+    const int N = rows(), Ns = tokenRows(), C = shape_.channels, V = localVocab_;
     const std::size_t NC = std::size_t(N) * std::size_t(C);
     const MemoryCategory kept = state ? MemoryCategory::Activations : MemoryCategory::Workspace;
-    Buffer normed = memory_.floats(MemoryCategory::Workspace, NC);
-    Buffer mean = memory_.floats(kept, std::size_t(N)), rstd = memory_.floats(kept, std::size_t(N));
+    Buffer normed = memory_.floats(MemoryCategory::Workspace, std::size_t(Ns) * std::size_t(C));
+    Buffer mean = memory_.floats(kept, std::size_t(Ns)),
+           rstd = memory_.floats(kept, std::size_t(Ns));
     ops_.layerNormForward(normed.f(), mean.f(), rstd.f(), input, tensor(params_.f(), lnfWeight_),
-                          tensor(params_.f(), lnfBias_), N, C);
+                          tensor(params_.f(), lnfBias_), Ns, C);
+    if (sequenceParallel_) // the head reads every token
+        normed = gatherTokens(normed.f());
     Buffer lg = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(V));
     const float* head = tensor(params_.f(), lmHead_);
     ops_.matmulForward(lg.f(), normed.f(), head, nullptr, N, C, V);
@@ -531,9 +596,16 @@ double GptModel::headForward(MicrobatchState* state, const float* input,
     if (state) {
         // The logits' gradient is known now; folding it into the head here keeps one
         // [N, C] gradient per microbatch instead of [N, V] logits (llm.c does the same).
-        state->finalNormGrad = memory_.floats(MemoryCategory::Activations, NC);
-        ops_.matmulBackwardInput(state->finalNormGrad.f(), lg.f(), head, N, C, V, false);
-        sumOverTensorParallel(state->finalNormGrad.f(), NC, "head input gradient");
+        Buffer partial = memory_.floats(
+            sequenceParallel_ ? MemoryCategory::Workspace : MemoryCategory::Activations, NC);
+        ops_.matmulBackwardInput(partial.f(), lg.f(), head, N, C, V, false);
+        if (sequenceParallel_) {
+            state->finalNormGrad = activationBuffer(MemoryCategory::Activations);
+            finishRowParallel(partial, state->finalNormGrad);
+        } else {
+            sumOverTensorParallel(partial.f(), NC);
+            state->finalNormGrad = std::move(partial);
+        }
         ops_.matmulBackwardWeightAccumulate(tensor(grads_.f(), lmHead_), nullptr, lg.f(),
                                             normed.f(), N, C, V);
         state->finalMean = std::move(mean);
@@ -577,14 +649,26 @@ void GptModel::embed(float* out, const Buffer& tokens) const {
         return;
     }
     // Vocabulary-parallel: each rank adds the rows it holds, one rank the positions.
-    ops_.embeddingShardForward(
-        out, tokens.as<std::int32_t>(), tensor(params_.f(), wte_), vocabStart_, localVocab_,
-        tp_.rank == 0 ? tensor(params_.f(), wpe_) : nullptr, microBatch_, shape_.seqLen, C);
-    sumOverTensorParallel(out, std::size_t(rows()) * std::size_t(C), "embedding");
+    Buffer partial = sequenceParallel_ ? memory_.floats(MemoryCategory::Workspace,
+                                                        std::size_t(rows()) * std::size_t(C))
+                                       : Buffer{};
+    ops_.embeddingShardForward(partial ? partial.f() : out, tokens.as<std::int32_t>(),
+                               tensor(params_.f(), wte_), vocabStart_, localVocab_,
+                               tp_.rank == 0 ? tensor(params_.f(), wpe_) : nullptr, microBatch_,
+                               shape_.seqLen, C);
+    if (!sequenceParallel_) {
+        sumOverTensorParallel(out, std::size_t(rows()) * std::size_t(C));
+        return;
+    }
+    Buffer shard;
+    ops_.copy(out, finishRowParallel(partial, shard), std::size_t(tokenRows()) * std::size_t(C));
 }
 
 void GptModel::embeddingBackward(const float* dout, const Buffer& tokens) const {
     const int C = shape_.channels;
+    Buffer whole = sequenceParallel_ ? gatherTokens(dout) : Buffer{};
+    if (whole)
+        dout = whole.f();
     if (tp_.size == 1)
         ops_.embeddingBackwardAccumulate(tensor(grads_.f(), wte_), tensor(grads_.f(), wpe_), dout,
                                          tokens.as<std::int32_t>(), microBatch_, shape_.seqLen, C);
@@ -595,7 +679,7 @@ void GptModel::embeddingBackward(const float* dout, const Buffer& tokens) const 
 }
 
 Buffer GptModel::activationBuffer(MemoryCategory category) const {
-    return memory_.floats(category, std::size_t(rows()) * std::size_t(shape_.channels));
+    return memory_.floats(category, std::size_t(tokenRows()) * std::size_t(shape_.channels));
 }
 
 double GptModel::forward(MicrobatchState& state, const std::int32_t* inputs,
@@ -707,18 +791,17 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
     if (!state.forwardDone || state.backwardDone)
         throw std::logic_error("backward needs exactly one forward before it");
     const ModelChunk& c = chunkAt(chunk);
-    const int N = rows(), C = shape_.channels, L = c.layers;
-    const std::size_t NC = std::size_t(N) * std::size_t(C);
+    const int C = shape_.channels, L = c.layers;
+    const std::size_t NsC = std::size_t(tokenRows()) * std::size_t(C);
     const char* kind = deferWeights ? "backward_input" : "backward";
     Buffer dout;
     if (c.head) {
         ScopedSpan span(sink, kind, "head", -1);
         dout = activationBuffer(MemoryCategory::Workspace);
-        ops_.zero(dout.f(), NC);
-        ops_.layerNormBackwardAccumulate(
-            dout.f(), tensor(grads_.f(), lnfWeight_), tensor(grads_.f(), lnfBias_),
-            state.finalNormGrad.f(), state.layerInput[std::size_t(L)].f(),
-            tensor(params_.f(), lnfWeight_), state.finalMean.f(), state.finalRstd.f(), N, C);
+        ops_.zero(dout.f(), NsC);
+        layerNormBackward(dout.f(), tensor(grads_.f(), lnfWeight_), state.finalNormGrad.f(),
+                          state.layerInput[std::size_t(L)].f(), tensor(params_.f(), lnfWeight_),
+                          state.finalMean.f(), state.finalRstd.f());
         state.finalNormGrad.reset();
         state.finalMean.reset();
         state.finalRstd.reset();

@@ -50,9 +50,16 @@ std::vector<ModelChunk> pipelineChunks(const GptShape& shape, int pp, int vpp, i
 // vocabulary. Column-parallel layers (QKV, MLP up) hold rows of the weight, row-parallel ones
 // (attention and MLP output projections) columns; each block sums its partial outputs over the
 // group once forward and its input gradient once backward.
+//
+// With sequence parallelism the residual stream between blocks, the norms and their inputs are
+// sharded over the group by token (rank r holds rows [r N/t, (r+1) N/t) of the microbatch's N
+// token rows; Megatron-LM cuts [T, B] by sequence, and per-token operations do not care which
+// tokens a rank holds): each block all-gathers its normed input and reduce-scatters its output
+// instead of summing it.
 struct TensorParallel {
     int size = 1, rank = 0;
     Communicator* group = nullptr; // the tp group, when size > 1
+    bool sequenceParallel = false;
 };
 
 // How a tensor is cut across tensor-parallel ranks, from the whole model's tensor.
@@ -86,6 +93,8 @@ public:
 // What one layer keeps from its forward for its backward (all empty under full recompute).
 struct LayerActivations {
     Buffer ln1, ln1Mean, ln1Rstd, qkv, probs, attention, residual, ln2, ln2Mean, ln2Rstd, fc, gelu;
+    // Sequence parallelism: the norms' outputs gathered again for the weight gradients.
+    Buffer ln1Gathered, ln2Gathered;
 };
 
 // A linear layer's weight gradient waiting for its W op: dout and the layer input it needs.
@@ -176,8 +185,9 @@ public:
     // token losses to *loss and returns nothing.
     Buffer evaluateChunk(int chunk, const std::int32_t* inputs, const std::int32_t* targets,
                          Buffer input, double* loss);
-    // A buffer of one microbatch's activations ([microBatch x seqLen, channels]), what a stage
-    // receives: Activations when kept for the backward, Workspace when used and let go.
+    // A buffer of one microbatch's activations ([microBatch x seqLen, channels], or this rank's
+    // token rows of it with sequence parallelism), what a stage receives: Activations when kept
+    // for the backward, Workspace when used and let go.
     Buffer activationBuffer(MemoryCategory category) const;
 
     // While set, each backward (or W) op reports every range of the gradient buffer it has
@@ -201,6 +211,16 @@ private:
                         const float* input, int N, int C, int OC, bool defer,
                         MicrobatchState& state);
     int rows() const { return microBatch_ * shape_.seqLen; }
+    // The token rows of the residual stream this rank holds: all, or its sequence shard.
+    int tokenRows() const { return sequenceParallel_ ? rows() / tp_.size : rows(); }
+    // Sequence parallelism: the whole [rows, C] from every rank's token rows, and a partial
+    // [rows, C] summed over the group with this rank's token rows kept.
+    Buffer gatherTokens(const float* shard) const;
+    const float* finishRowParallel(Buffer& partial, Buffer& shard) const;
+    // A layer norm's backward; with sequence parallelism its weight and bias gradients come
+    // from this rank's tokens only, and are summed over the group before they accumulate.
+    void layerNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
+                           const float* weight, const float* mean, const float* rstd) const;
     void reportReady(std::size_t firstTensor, std::size_t lastTensor) const;
     // Inputs then targets of one microbatch, copied to the device.
     Buffer uploadTokens(MemoryCategory category, const std::int32_t* inputs,
@@ -209,7 +229,8 @@ private:
     void embed(float* out, const Buffer& tokens) const; // token + position embeddings
     void embeddingBackward(const float* dout, const Buffer& tokens) const;
     // Sums a partial result over the tensor-parallel group (nothing with one rank).
-    void sumOverTensorParallel(float* x, std::size_t n, const char* what) const;
+    void sumOverTensorParallel(float* x, std::size_t n) const;
+    void tensorParallelCollective(const char* collective, std::size_t bytes, Request request) const;
     // The loss of logits[N, vocab shard], which become its gradient (scaled); the vocabulary-
     // parallel form sums over the group what one rank cannot know.
     double crossEntropy(float* logits, const std::int32_t* targets, float lossGradScale) const;
@@ -218,6 +239,7 @@ private:
     TensorParallel tp_;
     // This rank's share: attention channels (heads x head size), MLP columns, vocabulary rows.
     int localChannels_ = 0, localHeads_ = 0, localFfn_ = 0, localVocab_ = 0, vocabStart_ = 0;
+    bool sequenceParallel_ = false;
     CommunicationSink* comms_ = nullptr;
     int microBatch_;
     kernels::Ops& ops_;

@@ -198,9 +198,10 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     if (p.cp != 1)
         out.push_back("the engine has no context parallelism yet: cp must be 1 (got " +
                       layoutSummary(p) + "); use dp, tp and pp for several ranks");
-    if (p.sequenceParallel)
-        out.push_back("sequence parallelism is not in the engine yet: set "
-                      "\"sequence_parallel\": false");
+    if (p.sequenceParallel && p.tp > 1 && (p.microBatch * c.model.seqLen) % p.tp)
+        out.push_back("sequence parallelism splits each microbatch's micro_batch x seq_len = " +
+                      std::to_string(p.microBatch * c.model.seqLen) + " token rows over tp " +
+                      std::to_string(p.tp) + ": they must divide evenly");
     if (p.tp > 1 && (c.model.heads % p.tp || c.model.ffnHidden % p.tp || c.model.vocab % p.tp))
         out.push_back("tp " + std::to_string(p.tp) + " must divide heads (" +
                       std::to_string(c.model.heads) + "), ffn_hidden (" +

@@ -765,7 +765,7 @@ TrainResult Run::execute() {
     model_ = std::make_unique<GptModel>(
         c_.model, p.microBatch, *ops_, memory_, p.recompute, !p.flashAttention,
         pipelineChunks(GptShape::of(c_.model), p.pp, p.vpp, ppRank_),
-        TensorParallel{p.tp, tpRank_, tensorParallel_});
+        TensorParallel{p.tp, tpRank_, tensorParallel_, p.sequenceParallel});
     if (mesh_) { // every rank joins the call that makes the groups
         std::vector<int> members{rank_};
         if (model_->sharedTensor() != GptModel::npos) {

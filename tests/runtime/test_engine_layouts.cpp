@@ -112,6 +112,7 @@ TEST(EngineLayouts, EveryLayoutGivesTheSingleRankLosses) {
             {"--pp 2 --schedule 1f1b", 2},
             {"--pp 2 --dp 2 --schedule interleaved --vpp 2", 4},
             {"--tp 2 --pp 2", 4},
+            {"--tp 2 --sp --pp 2 --schedule zero-bubble", 4},
         };
         if (tied) // the whole matrix once; the untied head on a few layouts
             layouts = {
@@ -134,6 +135,9 @@ TEST(EngineLayouts, EveryLayoutGivesTheSingleRankLosses) {
                 {"--tp 2 --dp 2 --zero 1", 4},
                 {"--tp 2 --pp 2 --schedule zero-bubble", 4},
                 {"--dp 2 --tp 2 --pp 2 --schedule 1f1b", 8},
+                {"--tp 2 --sp", 2},
+                {"--tp 4 --sp --schedule zero-bubble", 4},
+                {"--dp 2 --tp 2 --sp --pp 2 --zero 1 --schedule interleaved --vpp 2", 8},
             };
         for (const Layout& l : layouts) {
             SCOPED_TRACE(l.flags + (tied ? " tied" : " untied"));

@@ -40,6 +40,7 @@ struct Overrides {
     std::optional<std::uint64_t> seed;
     std::optional<int> microBatch, globalBatch, threads, logEvery, dp, tp, pp, vpp, zero;
     bool quiet = false;
+    std::optional<bool> sequenceParallel;
 
     void addTo(CLI::App& app) {
         app.add_option("--config,-c", config, "run config JSON: {model, parallel, train, engine}")
@@ -62,6 +63,9 @@ struct Overrides {
                        "tensor-parallel ranks (Megatron-LM: heads, MLP columns and "
                        "vocabulary split)")
             ->check(CLI::PositiveNumber);
+        app.add_flag("--sp,!--no-sp", sequenceParallel,
+                     "sequence parallelism over the tp group (norms and the residual stream on "
+                     "token shards)");
         app.add_option("--pp", pp, "pipeline stages (the job needs dp x pp ranks: --ranks)")
             ->check(CLI::PositiveNumber);
         app.add_option("--zero", zero,
@@ -119,6 +123,8 @@ struct Overrides {
             c.parallel.dp = *dp;
         if (tp)
             c.parallel.tp = *tp;
+        if (sequenceParallel)
+            c.parallel.sequenceParallel = *sequenceParallel;
         if (pp)
             c.parallel.pp = *pp;
         if (vpp)

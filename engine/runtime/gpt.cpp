@@ -141,6 +141,7 @@ void copyShare(float* dst, const float* src, const std::vector<int>& dims, TpSpl
 
 void MicrobatchState::reset() {
     tokens.reset();
+    deferredGradients.clear();
     output.reset();
     inputGrad.reset();
     for (Buffer& b : layerInput)
@@ -239,9 +240,10 @@ struct GptModel::LayerWeights {
 
 GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
                    DeviceAllocator& memory, Recompute recompute, bool storeAttentionProbs,
-                   std::vector<ModelChunk> chunks, TensorParallel tp)
-    : shape_(GptShape::of(model)), tp_(tp), microBatch_(microBatch), ops_(ops), memory_(memory),
-      recompute_(recompute), storeProbs_(storeAttentionProbs && recompute != Recompute::Selective),
+                   std::vector<ModelChunk> chunks, TensorParallel tp, ZeroSharding zero)
+    : shape_(GptShape::of(model)), tp_(tp), zero_(zero), microBatch_(microBatch), ops_(ops),
+      memory_(memory), recompute_(recompute),
+      storeProbs_(storeAttentionProbs && recompute != Recompute::Selective),
       chunks_(std::move(chunks)) {
     if (chunks_.empty())
         chunks_ = pipelineChunks(shape_, 1, 1, 0);
@@ -273,10 +275,101 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
             " tokens per microbatch is more than the engine handles (2^29); use a "
             "smaller micro_batch and more gradient accumulation");
     buildTensorTable();
-    params_ = memory_.floats(MemoryCategory::Parameters, parameterCount_);
-    grads_ = memory_.floats(MemoryCategory::Gradients, parameterCount_);
-    ops_.zero(params_.f(), parameterCount_);
-    ops_.zero(grads_.f(), parameterCount_);
+    if (zero_.stage >= 2 && (!zero_.group || zero_.group->size() == 1))
+        zero_.stage = 0; // one replica: nothing to shard
+    if (zero_.stage < 2)
+        zero_.stage = 0; // ZeRO-1 shards the optimizer outside the model
+    shards_ = {parameterCount_, zero_.stage ? zero_.group->size() : 1};
+    const int replica = zero_.stage ? zero_.group->rank() : 0;
+    ownedBegin_ = shards_.begin(replica);
+    ownedEnd_ = shards_.end(replica);
+    const std::size_t owned = ownedEnd_ - ownedBegin_;
+    const std::size_t paramFloats = shardsParameters() ? owned : parameterCount_;
+    const std::size_t gradFloats = shardsGradients() ? owned : parameterCount_;
+    // At least one float, so a replica owning nothing still has valid pointers.
+    params_ = memory_.floats(MemoryCategory::Parameters, std::max<std::size_t>(1, paramFloats));
+    grads_ = memory_.floats(MemoryCategory::Gradients, std::max<std::size_t>(1, gradFloats));
+    ops_.zero(params_.f(), paramFloats);
+    ops_.zero(grads_.f(), gradFloats);
+}
+
+float* GptModel::parameterAt(std::size_t offset) const {
+    return params_.f() + (shardsParameters() ? offset - ownedBegin_ : offset);
+}
+
+float* GptModel::gradientAt(std::size_t offset) const {
+    return grads_.f() + (shardsGradients() ? offset - ownedBegin_ : offset);
+}
+
+// The other replicas' parts of the range land around this one's, which sits in its slice.
+Request GptModel::startGather(std::size_t offset, std::size_t count, float* into) const {
+    const std::vector<std::size_t> counts = shards_.countsOf(offset, count);
+    const int me = zero_.group->rank();
+    std::size_t before = 0;
+    for (int d = 0; d < me; ++d)
+        before += counts[std::size_t(d)];
+    if (counts[std::size_t(me)] > 0)
+        ops_.copy(into + before, parameterAt(std::max(offset, ownedBegin_)),
+                  counts[std::size_t(me)]);
+    return zero_.group->allGatherVInPlace(into, counts);
+}
+
+void GptModel::prefetchParameters(std::size_t first, std::size_t last) const {
+    if (!shardsParameters())
+        return;
+    const auto [offset, count] = rangeOf(first, last);
+    prefetched_ = Prefetch{}; // an unused earlier one completes first
+    prefetched_.offset = offset;
+    prefetched_.count = count;
+    prefetched_.buffer = memory_.floats(MemoryCategory::Workspace, count);
+    prefetched_.request = startGather(offset, count, prefetched_.buffer.f());
+}
+
+float* GptModel::parametersOf(std::size_t first, std::size_t last, Buffer& holder) const {
+    const auto [offset, count] = rangeOf(first, last);
+    if (!shardsParameters())
+        return params_.f() + offset;
+    if (prefetched_.buffer && prefetched_.offset == offset && prefetched_.count == count) {
+        prefetched_.request.wait();
+        holder = std::move(prefetched_.buffer);
+        prefetched_ = Prefetch{};
+        return holder.f();
+    }
+    holder = memory_.floats(MemoryCategory::Workspace, count);
+    startGather(offset, count, holder.f()).wait();
+    return holder.f();
+}
+
+float* GptModel::gradientsFor(std::size_t first, std::size_t last, Buffer& holder) const {
+    const auto [offset, count] = rangeOf(first, last);
+    if (!shardsGradients())
+        return grads_.f() + offset;
+    holder = memory_.floats(MemoryCategory::Workspace, count);
+    ops_.zero(holder.f(), count);
+    return holder.f();
+}
+
+void GptModel::gradientsDone(std::size_t first, std::size_t last, Buffer& holder) const {
+    if (!shardsGradients())
+        return;
+    const auto [offset, count] = rangeOf(first, last);
+    const std::vector<std::size_t> counts = shards_.countsOf(offset, count);
+    const std::size_t mine = counts[std::size_t(zero_.group->rank())];
+    Buffer part = memory_.floats(MemoryCategory::Workspace, std::max<std::size_t>(1, mine));
+    CommunicationSpan span;
+    span.collective = "reduce_scatter";
+    span.axis = "dp";
+    span.bytes = count * sizeof(float);
+    span.waited = true;
+    span.start = span.waitStart = comms_ ? comms_->now() : 0.0;
+    zero_.group->reduceScatterSumV(holder.f(), part.f(), counts).wait();
+    if (comms_) {
+        span.end = comms_->now();
+        comms_->communication(span);
+    }
+    if (mine > 0)
+        ops_.addInPlace(gradientAt(std::max(offset, ownedBegin_)), part.f(), mine);
+    holder.reset();
 }
 
 GptModel::~GptModel() = default;
@@ -301,9 +394,9 @@ const ModelChunk& GptModel::chunkAt(int chunk) const {
     return chunks_[std::size_t(chunk)];
 }
 
-GptModel::LayerWeights GptModel::weightsOf(int layer, float* base) const {
+GptModel::LayerWeights GptModel::weightsOf(int layer, float* base, std::size_t origin) const {
     const std::size_t i = firstTensorOf(layer);
-    auto t = [&](int k) { return tensor(base, i + std::size_t(k)); };
+    auto t = [&](int k) { return tensorIn(base, origin, i + std::size_t(k)); };
     return {t(Ln1W), t(Ln1B), t(QkvW), t(QkvB), t(ProjW),   t(ProjB),
             t(Ln2W), t(Ln2B), t(FcW),  t(FcB),  t(FcProjW), t(FcProjB)};
 }
@@ -331,16 +424,16 @@ void GptModel::initialize(std::uint64_t seed) {
                 w = static_cast<float>(normal.next() * (residualProjection ? residualStd : 0.02));
         }
     }
-    std::vector<float> share;
+    std::vector<float> local(parameterCount_);
     for (const ParameterTensor& t : tensors_) {
         const bool tiedCopy = shape_.tied && t.name == "lm_head.weight";
         const ParameterTensor& from = *byName.at(tiedCopy ? "wte" : t.name);
-        share.resize(t.count);
-        copyShare(share.data(), values.data() + from.offset, from.shape, t.split, tp_.size,
-                  tp_.rank);
-        ops_.copyToDevice(tensor(params_.f(), std::size_t(&t - tensors_.data())), share.data(),
-                          t.count * sizeof(float));
+        copyShare(local.data() + t.offset, values.data() + from.offset, from.shape, t.split,
+                  tp_.size, tp_.rank);
     }
+    const std::size_t from = shardsParameters() ? ownedBegin_ : 0,
+                      to = shardsParameters() ? ownedEnd_ : parameterCount_;
+    ops_.copyToDevice(params_.f(), local.data() + from, (to - from) * sizeof(float));
 }
 
 void GptModel::reportReady(std::size_t firstTensor, std::size_t lastTensor) const {
@@ -362,7 +455,7 @@ void GptModel::reportReady(std::size_t firstTensor, std::size_t lastTensor) cons
 }
 
 void GptModel::zeroGradients() {
-    ops_.zero(grads_.f(), parameterCount_);
+    ops_.zero(grads_.f(), shardsGradients() ? ownedEnd_ - ownedBegin_ : parameterCount_);
 }
 
 LayerActivations GptModel::allocateLayer(MemoryCategory c) const {
@@ -447,9 +540,15 @@ void GptModel::layerNormBackward(float* dinp, float* dweight, const float* dout,
 // Column-parallel QKV and MLP up-projection, row-parallel output projections: each block's
 // partial outputs are summed over the tensor-parallel group once. The row-parallel bias is
 // added by one rank, so the sum has it once.
-void GptModel::layerForward(int layer, LayerActivations& a, const float* x, float* y) {
+void GptModel::layerForward(int layer, LayerActivations& a, const float* x, float* y,
+                            int prefetch) {
     const int N = rows(), Ns = tokenRows(), C = shape_.channels, Ca = localChannels_, F = localFfn_;
-    const LayerWeights w = weightsOf(layer, params_.f());
+    Buffer gathered; // ZeRO-3: this layer's parameters, whole while it runs
+    const std::size_t first = firstTensorOf(layer);
+    float* params = parametersOf(first, lastTensorOf(layer), gathered);
+    if (prefetch >= 0)
+        prefetchParameters(firstTensorOf(prefetch), lastTensorOf(prefetch));
+    const LayerWeights w = weightsOf(layer, params, offsetOf(first));
     Buffer projected = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(C));
     Buffer projectedShard; // sequence parallelism: this rank's token rows of the block output
     const std::size_t NsC = std::size_t(Ns) * std::size_t(C);
@@ -477,29 +576,35 @@ void GptModel::layerForward(int layer, LayerActivations& a, const float* x, floa
     ops_.add(y, a.residual.f(), finishRowParallel(projected, projectedShard), NsC);
 }
 
-void GptModel::weightGradient(int layer, std::size_t weight, std::size_t bias, Buffer dout,
-                              const float* input, int N, int C, int OC, bool defer,
-                              MicrobatchState& state) {
+void GptModel::weightGradient(int layer, float* grads, std::size_t origin, std::size_t weight,
+                              std::size_t bias, Buffer dout, const float* input, int N, int C,
+                              int OC, bool defer, MicrobatchState& state) {
     if (defer) {
         state.deferred.push_back({layer, weight, bias, std::move(dout), input, N, C, OC});
         return;
     }
-    ops_.matmulBackwardWeightAccumulate(tensor(grads_.f(), weight), tensor(grads_.f(), bias),
-                                        dout.f(), input, N, C, OC);
+    ops_.matmulBackwardWeightAccumulate(tensorIn(grads, origin, weight),
+                                        tensorIn(grads, origin, bias), dout.f(), input, N, C, OC);
 }
 
 // The output gradient is whole on every tensor-parallel rank (gathered from the token shards
 // with sequence parallelism); the input gradients of the column-parallel projections are
 // partial and summed over the group (reduce-scattered to token shards), once per block.
 Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, Buffer dout,
-                               bool defer, MicrobatchState& state) {
+                               bool defer, MicrobatchState& state, int prefetch) {
     const int N = rows(), Ns = tokenRows(), C = shape_.channels, Ca = localChannels_, F = localFfn_;
     const std::size_t NC = std::size_t(N) * std::size_t(C), NF = std::size_t(N) * std::size_t(F),
                       NCa = std::size_t(N) * std::size_t(Ca),
                       NsC = std::size_t(Ns) * std::size_t(C);
-    const LayerWeights w = weightsOf(layer, params_.f());
-    const LayerWeights g = weightsOf(layer, grads_.f());
-    const std::size_t first = firstTensorOf(layer);
+    const std::size_t first = firstTensorOf(layer), last = lastTensorOf(layer),
+                      origin = offsetOf(first);
+    Buffer gathered, gradients; // ZeRO-3's parameters, ZeRO-2/3's microbatch gradients
+    float* params = parametersOf(first, last, gathered);
+    if (prefetch >= 0)
+        prefetchParameters(firstTensorOf(prefetch), lastTensorOf(prefetch));
+    float* grads = gradientsFor(first, last, gradients);
+    const LayerWeights w = weightsOf(layer, params, origin);
+    const LayerWeights g = weightsOf(layer, grads, origin);
     auto ws = [&](std::size_t n) { return memory_.floats(MemoryCategory::Workspace, n); };
     Buffer shard;            // sequence parallelism: reduce-scattered input gradients
     if (sequenceParallel_) { // the weight gradients read the norms' outputs whole
@@ -516,13 +621,14 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, B
         dout = gatherTokens(dout.f());
     Buffer dfc = ws(NF);
     ops_.matmulBackwardInput(dfc.f(), dout.f(), w.fcprojw, N, F, C, false);
-    weightGradient(layer, first + FcProjW, first + FcProjB, std::move(dout), a.gelu.f(), N, F, C,
-                   defer, state);
+    weightGradient(layer, grads, origin, first + FcProjW, first + FcProjB, std::move(dout),
+                   a.gelu.f(), N, F, C, defer, state);
     ops_.geluBackward(dfc.f(), a.fc.f(), dfc.f(), NF);
     Buffer dln = ws(NC);
     ops_.matmulBackwardInput(dln.f(), dfc.f(), w.fcw, N, C, F, false);
     const float* dln2 = finishRowParallel(dln, shard);
-    weightGradient(layer, first + FcW, first + FcB, std::move(dfc), ln2, N, C, F, defer, state);
+    weightGradient(layer, grads, origin, first + FcW, first + FcB, std::move(dfc), ln2, N, C, F,
+                   defer, state);
     layerNormBackward(dresidual.f(), g.ln2w, dln2, a.residual.f(), w.ln2w, a.ln2Mean.f(),
                       a.ln2Rstd.f());
 
@@ -533,17 +639,21 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, B
         dresidual = gatherTokens(dresidual.f());
     Buffer dattention = ws(NCa);
     ops_.matmulBackwardInput(dattention.f(), dresidual.f(), w.projw, N, Ca, C, false);
-    weightGradient(layer, first + ProjW, first + ProjB, std::move(dresidual), a.attention.f(), N,
-                   Ca, C, defer, state);
+    weightGradient(layer, grads, origin, first + ProjW, first + ProjB, std::move(dresidual),
+                   a.attention.f(), N, Ca, C, defer, state);
     Buffer dqkv = ws(NCa * 3);
     ops_.attentionBackward(dqkv.f(), dattention.f(), a.qkv.f(), a.probs ? a.probs.f() : nullptr,
                            microBatch_, shape_.seqLen, Ca, localHeads_);
     dattention.reset();
     ops_.matmulBackwardInput(dln.f(), dqkv.f(), w.qkvw, N, C, 3 * Ca, false);
     const float* dln1 = finishRowParallel(dln, shard);
-    weightGradient(layer, first + QkvW, first + QkvB, std::move(dqkv), ln1, N, C, 3 * Ca, defer,
-                   state);
+    weightGradient(layer, grads, origin, first + QkvW, first + QkvB, std::move(dqkv), ln1, N, C,
+                   3 * Ca, defer, state);
     layerNormBackward(dx.f(), g.ln1w, dln1, x, w.ln1w, a.ln1Mean.f(), a.ln1Rstd.f());
+    if (!defer)
+        gradientsDone(first, last, gradients);
+    else if (gradients) // the W op finishes them
+        state.deferredGradients.emplace_back(layer, std::move(gradients));
     return dx;
 }
 
@@ -581,12 +691,13 @@ double GptModel::headForward(MicrobatchState* state, const float* input,
     Buffer normed = memory_.floats(MemoryCategory::Workspace, std::size_t(Ns) * std::size_t(C));
     Buffer mean = memory_.floats(kept, std::size_t(Ns)),
            rstd = memory_.floats(kept, std::size_t(Ns));
-    ops_.layerNormForward(normed.f(), mean.f(), rstd.f(), input, tensor(params_.f(), lnfWeight_),
-                          tensor(params_.f(), lnfBias_), Ns, C);
+    Buffer gatheredNorm, gatheredHead; // ZeRO-3
+    const float* lnf = parametersOf(lnfWeight_, lnfBias_, gatheredNorm);
+    ops_.layerNormForward(normed.f(), mean.f(), rstd.f(), input, lnf, lnf + C, Ns, C);
     if (sequenceParallel_) // the head reads every token
         normed = gatherTokens(normed.f());
     Buffer lg = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(V));
-    const float* head = tensor(params_.f(), lmHead_);
+    const float* head = parametersOf(lmHead_, lmHead_, gatheredHead);
     ops_.matmulForward(lg.f(), normed.f(), head, nullptr, N, C, V);
     if (logits) {
         logits->resize(std::size_t(N) * std::size_t(V));
@@ -606,8 +717,10 @@ double GptModel::headForward(MicrobatchState* state, const float* input,
             sumOverTensorParallel(partial.f(), NC);
             state->finalNormGrad = std::move(partial);
         }
-        ops_.matmulBackwardWeightAccumulate(tensor(grads_.f(), lmHead_), nullptr, lg.f(),
-                                            normed.f(), N, C, V);
+        Buffer gradients;
+        ops_.matmulBackwardWeightAccumulate(gradientsFor(lmHead_, lmHead_, gradients), nullptr,
+                                            lg.f(), normed.f(), N, C, V);
+        gradientsDone(lmHead_, lmHead_, gradients);
         state->finalMean = std::move(mean);
         state->finalRstd = std::move(rstd);
     }
@@ -643,18 +756,22 @@ Buffer GptModel::uploadTokens(MemoryCategory category, const std::int32_t* input
 
 void GptModel::embed(float* out, const Buffer& tokens) const {
     const int C = shape_.channels;
+    Buffer gathered; // ZeRO-3
+    float* table = parametersOf(wte_, wpe_, gathered);
+    const std::size_t origin = offsetOf(wte_);
+    const float* wte = tensorIn(table, origin, wte_);
+    const float* wpe = tensorIn(table, origin, wpe_);
     if (tp_.size == 1) {
-        ops_.embeddingForward(out, tokens.as<std::int32_t>(), tensor(params_.f(), wte_),
-                              tensor(params_.f(), wpe_), microBatch_, shape_.seqLen, C);
+        ops_.embeddingForward(out, tokens.as<std::int32_t>(), wte, wpe, microBatch_, shape_.seqLen,
+                              C);
         return;
     }
     // Vocabulary-parallel: each rank adds the rows it holds, one rank the positions.
     Buffer partial = sequenceParallel_ ? memory_.floats(MemoryCategory::Workspace,
                                                         std::size_t(rows()) * std::size_t(C))
                                        : Buffer{};
-    ops_.embeddingShardForward(partial ? partial.f() : out, tokens.as<std::int32_t>(),
-                               tensor(params_.f(), wte_), vocabStart_, localVocab_,
-                               tp_.rank == 0 ? tensor(params_.f(), wpe_) : nullptr, microBatch_,
+    ops_.embeddingShardForward(partial ? partial.f() : out, tokens.as<std::int32_t>(), wte,
+                               vocabStart_, localVocab_, tp_.rank == 0 ? wpe : nullptr, microBatch_,
                                shape_.seqLen, C);
     if (!sequenceParallel_) {
         sumOverTensorParallel(out, std::size_t(rows()) * std::size_t(C));
@@ -669,13 +786,19 @@ void GptModel::embeddingBackward(const float* dout, const Buffer& tokens) const 
     Buffer whole = sequenceParallel_ ? gatherTokens(dout) : Buffer{};
     if (whole)
         dout = whole.f();
+    Buffer gradients; // ZeRO-2/3
+    float* table = gradientsFor(wte_, wpe_, gradients);
+    const std::size_t origin = offsetOf(wte_);
+    float* dwte = tensorIn(table, origin, wte_);
+    float* dwpe = tensorIn(table, origin, wpe_);
     if (tp_.size == 1)
-        ops_.embeddingBackwardAccumulate(tensor(grads_.f(), wte_), tensor(grads_.f(), wpe_), dout,
-                                         tokens.as<std::int32_t>(), microBatch_, shape_.seqLen, C);
+        ops_.embeddingBackwardAccumulate(dwte, dwpe, dout, tokens.as<std::int32_t>(), microBatch_,
+                                         shape_.seqLen, C);
     else
-        ops_.embeddingShardBackwardAccumulate(
-            tensor(grads_.f(), wte_), vocabStart_, localVocab_, tensor(grads_.f(), wpe_), dout,
-            tokens.as<std::int32_t>(), microBatch_, shape_.seqLen, C);
+        ops_.embeddingShardBackwardAccumulate(dwte, vocabStart_, localVocab_, dwpe, dout,
+                                              tokens.as<std::int32_t>(), microBatch_, shape_.seqLen,
+                                              C);
+    gradientsDone(wte_, wpe_, gradients);
 }
 
 Buffer GptModel::activationBuffer(MemoryCategory category) const {
@@ -724,6 +847,7 @@ double GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int3
     }
     for (int i = 0; i < L; ++i) {
         const int l = c.firstLayer + i;
+        const int next = i + 1 < L ? l + 1 : -1; // ZeRO-3 gathers it while this layer runs
         const auto k = std::size_t(i);
         ScopedSpan span(sink, "forward", "layer", l);
         // The last layer of a chunk without the head writes what the next stage receives.
@@ -732,10 +856,10 @@ double GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int3
                                                      : MemoryCategory::Activations);
         if (recompute_ == Recompute::Full) {
             LayerActivations scratch = allocateLayer(MemoryCategory::Workspace);
-            layerForward(l, scratch, state.layerInput[k].f(), out.f());
+            layerForward(l, scratch, state.layerInput[k].f(), out.f(), next);
         } else {
             state.layers[k] = allocateLayer(MemoryCategory::Activations);
-            layerForward(l, state.layers[k], state.layerInput[k].f(), out.f());
+            layerForward(l, state.layers[k], state.layerInput[k].f(), out.f(), next);
         }
     }
     double loss = 0;
@@ -777,7 +901,7 @@ Buffer GptModel::evaluateChunk(int chunk, const std::int32_t* inputs, const std:
     for (int l = c.firstLayer; l < c.firstLayer + c.layers; ++l) {
         LayerActivations scratch = allocateLayer(MemoryCategory::Workspace);
         Buffer y = activationBuffer(MemoryCategory::Workspace);
-        layerForward(l, scratch, x.f(), y.f());
+        layerForward(l, scratch, x.f(), y.f(), l + 1 < c.firstLayer + c.layers ? l + 1 : -1);
         x = std::move(y);
     }
     if (!c.head)
@@ -799,9 +923,13 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
         ScopedSpan span(sink, kind, "head", -1);
         dout = activationBuffer(MemoryCategory::Workspace);
         ops_.zero(dout.f(), NsC);
-        layerNormBackward(dout.f(), tensor(grads_.f(), lnfWeight_), state.finalNormGrad.f(),
-                          state.layerInput[std::size_t(L)].f(), tensor(params_.f(), lnfWeight_),
-                          state.finalMean.f(), state.finalRstd.f());
+        Buffer gathered, gradients; // ZeRO-3, ZeRO-2/3
+        const float* lnf = parametersOf(lnfWeight_, lnfBias_, gathered);
+        float* dlnf = gradientsFor(lnfWeight_, lnfBias_, gradients);
+        layerNormBackward(dout.f(), dlnf, state.finalNormGrad.f(),
+                          state.layerInput[std::size_t(L)].f(), lnf, state.finalMean.f(),
+                          state.finalRstd.f());
+        gradientsDone(lnfWeight_, lnfBias_, gradients);
         state.finalNormGrad.reset();
         state.finalMean.reset();
         state.finalRstd.reset();
@@ -826,7 +954,8 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
         } else {
             a = std::move(state.layers[k]);
         }
-        dout = layerBackward(l, a, state.layerInput[k].f(), std::move(dout), deferWeights, state);
+        dout = layerBackward(l, a, state.layerInput[k].f(), std::move(dout), deferWeights, state,
+                             i > 0 ? l - 1 : -1);
         if (deferWeights)
             state.keptForWeights.push_back(std::move(a));
         else
@@ -853,17 +982,26 @@ void GptModel::backwardWeights(MicrobatchState& state, SpanSink* sink) {
     while (i < state.deferred.size()) {
         const int layer = state.deferred[i].layer;
         ScopedSpan span(sink, "backward_weight", "layer", layer);
+        // ZeRO-2/3: the layer's microbatch gradients wait in their own buffer.
+        Buffer* held = nullptr;
+        for (auto& [l, buffer] : state.deferredGradients)
+            if (l == layer)
+                held = &buffer;
+        float* grads = held ? held->f() : grads_.f();
+        const std::size_t first = firstTensorOf(layer), origin = held ? offsetOf(first) : 0;
         for (; i < state.deferred.size() && state.deferred[i].layer == layer; ++i) {
             DeferredWeightGradient& d = state.deferred[i];
-            ops_.matmulBackwardWeightAccumulate(tensor(grads_.f(), d.weight),
-                                                tensor(grads_.f(), d.bias), d.dout.f(), d.input,
-                                                d.N, d.C, d.OC);
+            ops_.matmulBackwardWeightAccumulate(tensorIn(grads, origin, d.weight),
+                                                tensorIn(grads, origin, d.bias), d.dout.f(),
+                                                d.input, d.N, d.C, d.OC);
             d.dout.reset();
         }
-        const std::size_t first = firstTensorOf(layer);
-        reportReady(first, first + kTensorsPerLayer - 1);
+        reportReady(first, lastTensorOf(layer));
+        if (held)
+            gradientsDone(first, lastTensorOf(layer), *held);
     }
     state.deferred.clear();
+    state.deferredGradients.clear();
     state.keptForWeights.clear();
     state.layers.clear();
 }

@@ -62,6 +62,18 @@ struct TensorParallel {
     bool sequenceParallel = false;
 };
 
+// ZeRO-2 and ZeRO-3 (Rajbhandari et al. 2020) inside the model: each data-parallel replica keeps
+// only its slice (FlatShards of this rank's flat buffer) of the gradients (stage 2) and of the
+// parameters too (stage 3). A gradient range is accumulated for one microbatch in a workspace
+// buffer and reduce-scattered into the slices as soon as it is complete, as DeepSpeed does; a
+// parameter range is all-gathered just before use, the next layer's gather started before the
+// current layer runs, and let go after. Stages 0 and 1 keep everything whole here (ZeRO-1 shards
+// only the optimizer, outside the model).
+struct ZeroSharding {
+    int stage = 0;
+    Communicator* group = nullptr; // the dp group, for stages 2 and 3
+};
+
 // How a tensor is cut across tensor-parallel ranks, from the whole model's tensor.
 enum class TpSplit {
     None,    // replicated: norms, position embedding, row-parallel biases
@@ -115,6 +127,8 @@ struct MicrobatchState {
     std::vector<LayerActivations> layers;
     Buffer finalMean, finalRstd, finalNormGrad; // head: the gradient at the final norm's output
     std::vector<DeferredWeightGradient> deferred;
+    // ZeRO-2/3: each deferred layer's gradient buffer, reduce-scattered once its W op is done.
+    std::vector<std::pair<int, Buffer>> deferredGradients;
     std::vector<LayerActivations> keptForWeights; // recomputed activations W still reads
     bool forwardDone = false, backwardDone = false;
 
@@ -131,7 +145,7 @@ public:
     // chunks: this rank's share (pipelineChunks); empty means the whole model in one chunk.
     GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops, DeviceAllocator& memory,
              Recompute recompute, bool storeAttentionProbs, std::vector<ModelChunk> chunks = {},
-             TensorParallel tp = {});
+             TensorParallel tp = {}, ZeroSharding zero = {});
     ~GptModel();
 
     const GptShape& shape() const { return shape_; }
@@ -142,8 +156,17 @@ public:
     int microBatch() const { return microBatch_; }
     const std::vector<ParameterTensor>& tensors() const { return tensors_; }
     std::size_t parameterCount() const { return parameterCount_; }
+    // The stored parameters and gradients: the whole flat buffers, or under ZeRO-3 (ZeRO-2 for
+    // gradients) this replica's slice [ownedBegin, ownedEnd) of them.
     float* parameters() const { return params_.f(); }
     float* gradients() const { return grads_.f(); }
+    std::size_t ownedBegin() const { return ownedBegin_; }
+    std::size_t ownedEnd() const { return ownedEnd_; }
+    bool shardsGradients() const { return zero_.stage >= 2; }
+    bool shardsParameters() const { return zero_.stage >= 3; }
+    // Where the stored value of flat offset `offset` is (an owned one, when sharded).
+    float* parameterAt(std::size_t offset) const;
+    float* gradientAt(std::size_t offset) const;
 
     // With tied embeddings split over pipeline stages, the first stage's wte and the last
     // stage's copy of it (lm_head.weight): their gradients must be summed across the two ranks
@@ -197,19 +220,41 @@ public:
 
 private:
     struct LayerWeights;
-    LayerWeights weightsOf(int layer, float* base) const; // layer: the model's numbering
+    // Tensor i in the storage `base` of the flat range that starts at `origin`.
+    float* tensorIn(float* base, std::size_t origin, std::size_t i) const {
+        return base + (tensors_[i].offset - origin);
+    }
+    // layer: the model's numbering; base holds the layer's range (see parametersOf).
+    LayerWeights weightsOf(int layer, float* base, std::size_t origin) const;
+    std::size_t offsetOf(std::size_t tensor) const { return tensors_[tensor].offset; }
+    // Parameters of tensors first..last: a pointer into the stored buffer, or under ZeRO-3 into
+    // `holder`, all-gathered now or by an earlier prefetch. The range's flat offset is origin.
+    float* parametersOf(std::size_t first, std::size_t last, Buffer& holder) const;
+    void prefetchParameters(std::size_t first, std::size_t last) const;
+    // Where one microbatch's gradient of tensors first..last accumulates: the stored buffer, or
+    // under ZeRO-2/3 a zeroed `holder`, which gradientsDone reduce-scatters into the slices.
+    float* gradientsFor(std::size_t first, std::size_t last, Buffer& holder) const;
+    void gradientsDone(std::size_t first, std::size_t last, Buffer& holder) const;
+    std::pair<std::size_t, std::size_t> rangeOf(std::size_t first, std::size_t last) const {
+        return {tensors_[first].offset,
+                tensors_[last].offset + tensors_[last].count - tensors_[first].offset};
+    }
+    std::size_t lastTensorOf(int layer) const { return firstTensorOf(layer) + 11; }
     std::size_t firstTensorOf(int layer) const { return layerTensor_[std::size_t(layer)]; }
     float* tensor(float* base, std::size_t index) const { return base + tensors_[index].offset; }
     void buildTensorTable();
     LayerActivations allocateLayer(MemoryCategory category) const;
-    void layerForward(int layer, LayerActivations& a, const float* input, float* output);
+    // prefetch: a layer whose ZeRO-3 parameters to start gathering (-1: none).
+    void layerForward(int layer, LayerActivations& a, const float* input, float* output,
+                      int prefetch = -1);
     Buffer layerBackward(int layer, LayerActivations& a, const float* input, Buffer dout,
-                         bool deferWeights, MicrobatchState& state);
+                         bool deferWeights, MicrobatchState& state, int prefetch);
     double headForward(MicrobatchState* state, const float* input, const std::int32_t* targets,
                        float lossGradScale, std::vector<float>* logits);
-    void weightGradient(int layer, std::size_t weight, std::size_t bias, Buffer dout,
-                        const float* input, int N, int C, int OC, bool defer,
-                        MicrobatchState& state);
+    // grads: the layer's gradient storage, holding flat offsets from origin.
+    void weightGradient(int layer, float* grads, std::size_t origin, std::size_t weight,
+                        std::size_t bias, Buffer dout, const float* input, int N, int C, int OC,
+                        bool defer, MicrobatchState& state);
     int rows() const { return microBatch_ * shape_.seqLen; }
     // The token rows of the residual stream this rank holds: all, or its sequence shard.
     int tokenRows() const { return sequenceParallel_ ? rows() / tp_.size : rows(); }
@@ -240,6 +285,16 @@ private:
     // This rank's share: attention channels (heads x head size), MLP columns, vocabulary rows.
     int localChannels_ = 0, localHeads_ = 0, localFfn_ = 0, localVocab_ = 0, vocabStart_ = 0;
     bool sequenceParallel_ = false;
+    ZeroSharding zero_;
+    FlatShards shards_;
+    std::size_t ownedBegin_ = 0, ownedEnd_ = 0;
+    struct Prefetch { // a ZeRO-3 gather started ahead of its use
+        std::size_t offset = 0, count = 0;
+        Buffer buffer;
+        Request request;
+    };
+    mutable Prefetch prefetched_;
+    Request startGather(std::size_t offset, std::size_t count, float* into) const;
     CommunicationSink* comms_ = nullptr;
     int microBatch_;
     kernels::Ops& ops_;

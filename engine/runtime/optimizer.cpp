@@ -33,16 +33,15 @@ double AdamW::gradientNorm() const {
 }
 
 double AdamW::gradientSquares(const std::function<bool(const ParameterTensor&)>& counted) const {
-    const float* g = model_.gradients();
     if (!counted)
-        return ops_.sumOfSquares(g + begin_, size());
+        return ops_.sumOfSquares(model_.gradientAt(begin_), size());
     // Runs of adjacent counted tensors, each summed in one call.
     double sum = 0;
     std::size_t runBegin = 0, runEnd = 0;
     auto flush = [&] {
         const std::size_t a = std::max(runBegin, begin_), b = std::min(runEnd, end_);
         if (a < b)
-            sum += ops_.sumOfSquares(g + a, b - a);
+            sum += ops_.sumOfSquares(model_.gradientAt(a), b - a);
         runBegin = runEnd = 0;
     };
     for (const ParameterTensor& t : model_.tensors()) {
@@ -73,7 +72,7 @@ void AdamW::step(double lr, double gradScale) {
         if (a >= b)
             continue;
         const float decay = p.decay ? static_cast<float>(train_.weightDecay) : 0.0f;
-        ops_.adamwUpdate(model_.parameters() + a, model_.gradients() + a, m_.f() + (a - begin_),
+        ops_.adamwUpdate(model_.parameterAt(a), model_.gradientAt(a), m_.f() + (a - begin_),
                          v_.f() + (a - begin_), b - a, static_cast<float>(lr),
                          static_cast<float>(train_.beta1), static_cast<float>(train_.beta2),
                          static_cast<float>(train_.epsilon), decay, static_cast<float>(gradScale),

@@ -208,10 +208,11 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
                       std::to_string(c.model.ffnHidden) + ") and vocab (" +
                       std::to_string(c.model.vocab) +
                       "): each rank holds an equal share; pad the vocabulary or choose another tp");
-    if (p.zero >= 2 && p.dp > 1)
+    if (p.zero >= 2 && p.dp > 1 && p.pp > 1 && c.model.tiedEmbeddings)
         out.push_back("ZeRO-" + std::to_string(p.zero) +
-                      " is not in the engine yet: set \"zero\" to 1 (optimizer state sharded) or "
-                      "0 (plain data parallelism)");
+                      " with a tied embedding split between the first and last pipeline stage is "
+                      "not in the engine yet: set \"tied_embeddings\": false, use \"zero\": 1, "
+                      "or pp 1");
     // What the layout rules above leave to the schedule itself (m divisible by pp when
     // interleaving, ...), said once.
     if (out.empty()) {

@@ -393,8 +393,11 @@ void Run::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck) {
                                   " is missing or has the wrong size for this model");
         ops_->copyToDevice(dst, it->second.data(), bytes);
     };
-    restore(shardName(ppRank_, tpRank_, 0) + ".params.f32", model_->parameters(),
-            model_->parameterCount());
+    if (model_->shardsParameters())
+        restore(ownShard() + ".params.f32", model_->parameters(), optimizer_->size());
+    else
+        restore(shardName(ppRank_, tpRank_, 0) + ".params.f32", model_->parameters(),
+                model_->parameterCount());
     restore(ownShard() + ".adam_m.f32", optimizer_->firstMoment(), optimizer_->size());
     restore(ownShard() + ".adam_v.f32", optimizer_->secondMoment(), optimizer_->size());
     startStep_ = ck->info.step;
@@ -427,7 +430,7 @@ StepRecord Run::trainStep(std::int64_t step) {
     spans_->at("embedding gradient sum");
     synchronizeSharedEmbedding();
     spans_->at("gradient reduction");
-    if (dataParallel_) {
+    if (buckets_) {
         // Buckets were started during the backward; what remains is waited for here.
         const double waitStart = spans_->now();
         r.exposedCommunication = buckets_->finish();
@@ -474,7 +477,7 @@ StepRecord Run::trainStep(std::int64_t step) {
     if (std::isfinite(r.loss) && std::isfinite(r.gradNorm)) {
         const double scale = optimizer_->clipScale(r.gradNorm);
         spans_->timed("optimizer", [&] { optimizer_->step(r.learningRate, scale); });
-        if (zero_) {
+        if (zero_ && !model_->shardsParameters()) { // ZeRO-3 gathers them layer by layer
             spans_->at("parameter all-gather");
             gatherParameters();
         }
@@ -624,14 +627,16 @@ void Run::saveCheckpoint(std::int64_t stepsDone) {
                 return;
             // Device buffers are copied to the host first so the file write never reads device
             // memory.
+            // Parameters: replica 0's whole copy, or under ZeRO-3 every replica's slice.
             const std::size_t k = optimizer_->size();
-            std::vector<float> params(dpRank() == 0 ? n : 0), m1(k), m2(k);
+            const std::size_t p = model_->shardsParameters() ? k : dpRank() == 0 ? n : 0;
+            std::vector<float> params(p), m1(k), m2(k);
             ops_->copyToHost(params.data(), model_->parameters(), params.size() * sizeof(float));
             ops_->copyToHost(m1.data(), optimizer_->firstMoment(), k * sizeof(float));
             ops_->copyToHost(m2.data(), optimizer_->secondMoment(), k * sizeof(float));
             std::vector<CheckpointBlob> blobs;
             if (!params.empty())
-                blobs.push_back({"params.f32", params.data(), n * sizeof(float)});
+                blobs.push_back({"params.f32", params.data(), p * sizeof(float)});
             blobs.push_back({"adam_m.f32", m1.data(), k * sizeof(float)});
             blobs.push_back({"adam_v.f32", m2.data(), k * sizeof(float)});
             written = (params.size() + 2 * k) * sizeof(float);
@@ -765,7 +770,8 @@ TrainResult Run::execute() {
     model_ = std::make_unique<GptModel>(
         c_.model, p.microBatch, *ops_, memory_, p.recompute, !p.flashAttention,
         pipelineChunks(GptShape::of(c_.model), p.pp, p.vpp, ppRank_),
-        TensorParallel{p.tp, tpRank_, tensorParallel_, p.sequenceParallel});
+        TensorParallel{p.tp, tpRank_, tensorParallel_, p.sequenceParallel},
+        ZeroSharding{dataParallel_ ? p.zero : 0, dataParallel_});
     if (mesh_) { // every rank joins the call that makes the groups
         std::vector<int> members{rank_};
         if (model_->sharedTensor() != GptModel::npos) {
@@ -786,7 +792,7 @@ TrainResult Run::execute() {
     executor_ = std::make_unique<ScheduleExecutor>(
         *model_, buildPipelineProgram({p.schedule, p.pp, p.microbatches(), p.vpp}), ppRank_, p.dp,
         pipeline_);
-    if (dataParallel_) {
+    if (dataParallel_ && p.zero < 2) { // ZeRO-2/3 reduce inside the model, per microbatch
         buckets_ = std::make_unique<GradientBuckets>(
             *dataParallel_, model_->gradients(), model_->parameterCount(),
             static_cast<std::size_t>(c_.engine.bucketMiB * 1024 * 1024), this,
@@ -862,7 +868,7 @@ TrainResult Run::execute() {
                        {"host", hostName()},
                        {"wall_clock", double(wall)}});
     restoreOrInitialize(resumeFrom);
-    if (dataParallel_) {
+    if (buckets_) {
         standaloneReduction_ = measureStandaloneReduction();
         telemetry_->write({{"type", "event"},
                            {"event", "calibration"},

@@ -113,6 +113,7 @@ TEST(EngineLayouts, EveryLayoutGivesTheSingleRankLosses) {
             {"--pp 2 --dp 2 --schedule interleaved --vpp 2", 4},
             {"--tp 2 --pp 2", 4},
             {"--tp 2 --sp --pp 2 --schedule zero-bubble", 4},
+            {"--dp 2 --pp 2 --zero 3 --schedule 1f1b", 4},
         };
         if (tied) // the whole matrix once; the untied head on a few layouts
             layouts = {
@@ -138,6 +139,11 @@ TEST(EngineLayouts, EveryLayoutGivesTheSingleRankLosses) {
                 {"--tp 2 --sp", 2},
                 {"--tp 4 --sp --schedule zero-bubble", 4},
                 {"--dp 2 --tp 2 --sp --pp 2 --zero 1 --schedule interleaved --vpp 2", 8},
+                {"--dp 2 --zero 2", 2},
+                {"--dp 4 --zero 2 --schedule zero-bubble", 4},
+                {"--dp 2 --zero 3", 2},
+                {"--dp 4 --zero 3 --schedule zero-bubble --recompute full", 4},
+                {"--dp 2 --tp 2 --sp --zero 3", 4},
             };
         for (const Layout& l : layouts) {
             SCOPED_TRACE(l.flags + (tied ? " tied" : " untied"));
@@ -221,41 +227,55 @@ TEST(EngineLayouts, PipelineTelemetryMeasuresTransfersOnRankZerosClock) {
     }
 }
 
-TEST(EngineLayouts, AStoppedRunResumesBitIdenticallyFromItsShards) {
-    TempDir dir;
-    json c = layoutConfig();
-    c["train"]["steps"] = 8;
-    const std::string config = writeConfig(dir, "c", c);
-    const std::string layout = " --pp 2 --dp 2 --zero 1 --schedule zero-bubble --ranks 4";
-    const auto whole = dir / "whole", part = dir / "part";
-    ASSERT_EQ(runEngine("--config " + config + " --out " + whole.string() + layout, dir / "log"), 0)
+// Stops after 3 of 8 steps, resumes, and returns the manifest's file names of step 3.
+std::vector<std::string> stopAndResume(const TempDir& dir, const std::string& config,
+                                       const std::string& layout, const std::string& name) {
+    const auto whole = dir / (name + "-whole"), part = dir / (name + "-part");
+    EXPECT_EQ(runEngine("--config " + config + " --out " + whole.string() + layout, dir / "log"), 0)
         << readText(dir / "log");
-    ASSERT_EQ(
+    EXPECT_EQ(
         runEngine("--config " + config + " --out " + part.string() + layout + " --stop-after 3",
                   dir / "log"),
         0)
         << readText(dir / "log");
-    // One manifest lists every shard: each stage's parameters once (from replica 0) and each
-    // replica's own slice of the optimizer state (ZeRO-1).
+    EXPECT_EQ(runEngine("--resume --out " + part.string() + " --ranks 4", dir / "log"), 0)
+        << readText(dir / "log");
+    EXPECT_EQ(lossesOf(part), lossesOf(whole)) << layout;
+    EXPECT_EQ(lossesOf(part).size(), 8u);
     const json manifest =
         json::parse(readText(part / "checkpoints" / "step-00000003" / "manifest.json"));
     std::vector<std::string> files;
     for (const json& f : manifest["files"])
         files.push_back(f["name"]);
-    EXPECT_EQ(files,
+    return files;
+}
+
+TEST(EngineLayouts, AStoppedRunResumesBitIdenticallyFromItsShards) {
+    TempDir dir;
+    json c = layoutConfig();
+    c["train"]["steps"] = 8;
+    const std::string config = writeConfig(dir, "c", c);
+    // One manifest lists every shard: each stage's parameters once (from replica 0) and each
+    // replica's own slice of the optimizer state (ZeRO-1).
+    EXPECT_EQ(stopAndResume(dir, config, " --pp 2 --dp 2 --zero 1 --schedule zero-bubble --ranks 4",
+                            "zero1"),
               (std::vector<std::string>{"pp0-tp0-dp0.params.f32", "pp0-tp0-dp0.adam_m.f32",
                                         "pp0-tp0-dp0.adam_v.f32", "pp0-tp0-dp1.adam_m.f32",
                                         "pp0-tp0-dp1.adam_v.f32", "pp1-tp0-dp0.params.f32",
                                         "pp1-tp0-dp0.adam_m.f32", "pp1-tp0-dp0.adam_v.f32",
                                         "pp1-tp0-dp1.adam_m.f32", "pp1-tp0-dp1.adam_v.f32"}));
-    ASSERT_EQ(runEngine("--resume --out " + part.string() + " --ranks 4", dir / "log"), 0)
-        << readText(dir / "log");
-    EXPECT_EQ(lossesOf(part), lossesOf(whole));
+    // ZeRO-3: every replica of every tensor-parallel rank holds its slice of the parameters.
+    EXPECT_EQ(stopAndResume(dir, config, " --dp 2 --tp 2 --zero 3 --ranks 4", "zero3"),
+              (std::vector<std::string>{
+                  "pp0-tp0-dp0.params.f32", "pp0-tp0-dp0.adam_m.f32", "pp0-tp0-dp0.adam_v.f32",
+                  "pp0-tp0-dp1.params.f32", "pp0-tp0-dp1.adam_m.f32", "pp0-tp0-dp1.adam_v.f32",
+                  "pp0-tp1-dp0.params.f32", "pp0-tp1-dp0.adam_m.f32", "pp0-tp1-dp0.adam_v.f32",
+                  "pp0-tp1-dp1.params.f32", "pp0-tp1-dp1.adam_m.f32", "pp0-tp1-dp1.adam_v.f32"}));
 
     // Another layout (here: without ZeRO) cannot read these shards, and says so before touching
     // anything.
-    const int code = runEngine("--resume --out " + part.string() + " --config " + config +
-                                   " --pp 2 --dp 2 --zero 0 --ranks 4",
+    const int code = runEngine("--resume --out " + (dir / "zero1-part").string() + " --config " +
+                                   config + " --pp 2 --dp 2 --zero 0 --ranks 4",
                                dir / "log");
     EXPECT_EQ(WEXITSTATUS(code), 2);
     const std::string log = readText(dir / "log");

@@ -65,5 +65,23 @@ TEST(RunConfig, EngineProblemsSayWhatToChange) {
     EXPECT_NE(all.find("min_learning_rate"), std::string::npos) << all;
 }
 
+TEST(RunConfig, ZeroStagesAboveOneRefuseATiedEmbeddingSplitAcrossStages) {
+    RunConfig c = defaultRunConfig();
+    c.parallel.dp = 2;
+    c.parallel.pp = 2;
+    c.parallel.zero = 3;
+    c.parallel.globalBatch = 32;
+    c.model.tiedEmbeddings = true;
+    std::string all;
+    for (const auto& p : engineProblems(c))
+        all += p + "\n";
+    EXPECT_NE(all.find("tied_embeddings"), std::string::npos) << all;
+    c.model.tiedEmbeddings = false;
+    all.clear();
+    for (const auto& p : engineProblems(c))
+        all += p + "\n";
+    EXPECT_EQ(all.find("ZeRO"), std::string::npos) << all;
+}
+
 } // namespace
 } // namespace shardscope

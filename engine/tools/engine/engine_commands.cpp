@@ -69,7 +69,8 @@ struct Overrides {
         app.add_option("--pp", pp, "pipeline stages (the job needs dp x pp ranks: --ranks)")
             ->check(CLI::PositiveNumber);
         app.add_option("--zero", zero,
-                       "ZeRO stage over the dp replicas: 0, or 1 (optimizer state sharded)")
+                       "ZeRO stage over the dp replicas: 0; 1 optimizer state, 2 and gradients, 3 "
+                       "and parameters sharded")
             ->check(CLI::Range(0, 3));
         app.add_option("--vpp", vpp, "model chunks per pipeline rank (interleaved schedule)")
             ->check(CLI::PositiveNumber);

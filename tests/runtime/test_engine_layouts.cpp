@@ -122,6 +122,7 @@ TEST(EngineLayouts, EveryLayoutGivesTheSingleRankLosses) {
                 {"--pp 2 --schedule 1f1b", 2},
                 {"--pp 2 --schedule interleaved --vpp 2", 2},
                 {"--pp 2 --schedule zero-bubble", 2},
+                {"--pp 4 --schedule naive", 4},
                 {"--pp 4 --schedule gpipe", 4},
                 {"--pp 4 --schedule 1f1b", 4},
                 {"--pp 4 --schedule interleaved --vpp 2", 4},

@@ -627,7 +627,8 @@ CheckpointInfo CheckpointStore::commitShards(std::int64_t step, const nlohmann::
                 throw IoError("shard " + shard + " left no readable file list " + list.string() +
                               " (" + e.what() + ")");
             }
-            fs::remove(list);
+            std::error_code ignored; // not in the manifest: a leftover is harmless
+            fs::remove(list, ignored);
         }
         publishWithManifest(dir, step, meta, std::move(files));
     } catch (const IoError& e) {

@@ -318,7 +318,8 @@ void GptModel::prefetchParameters(std::size_t first, std::size_t last) const {
     if (!shardsParameters())
         return;
     const auto [offset, count] = rangeOf(first, last);
-    prefetched_ = Prefetch{}; // an unused earlier one completes first
+    prefetched_.request.wait(); // an unused earlier one completes before its buffer goes
+    prefetched_ = Prefetch{};
     prefetched_.offset = offset;
     prefetched_.count = count;
     prefetched_.buffer = memory_.floats(MemoryCategory::Workspace, count);

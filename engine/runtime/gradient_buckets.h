@@ -69,13 +69,13 @@ private:
     Clock clock_;
     std::size_t pendingOffset_ = 0, pendingCount_ = 0;
     std::size_t covered_ = 0;
-    std::vector<Request> inFlight_;
     // ZeRO: each bucket's own part, received here and copied to where it belongs.
     struct Received {
         Buffer part;
         std::size_t destination = 0, count = 0;
     };
     std::vector<Received> received_;
+    std::vector<Request> inFlight_; // after received_: destroyed (waited for) first
     const FlatShards* shards_ = nullptr;
     DeviceAllocator* memory_ = nullptr;
     kernels::Ops* ops_ = nullptr;

@@ -44,8 +44,8 @@ public:
 
 private:
     struct InFlightSend {
+        Buffer buffer; // declared first: the request (which waits) goes before it
         Request request;
-        Buffer buffer;
         CommunicationSpan span;
     };
     Buffer receive(const PipelineOp& op, MemoryCategory category, CommunicationSink* comms);

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <unistd.h>
 
 namespace shardscope {
@@ -271,6 +272,11 @@ private:
     // optimizer slice it owns.
     bool writesShard() const { return dpRank() == 0 || zero_; }
     std::string ownShard() const { return shardName(ppRank_, tpRank_, zero_ ? dpRank() : 0); }
+    // The parameters this rank restores: its ZeRO-3 slice, or its stage's whole copy.
+    std::string parameterFile() const {
+        return (model_->shardsParameters() ? ownShard() : shardName(ppRank_, tpRank_, 0)) +
+               ".params.f32";
+    }
     void gatherParameters();
     double measureStandaloneReduction();
 
@@ -360,11 +366,11 @@ std::optional<LoadedCheckpoint> Run::checkpointToResume() {
                              " has no checkpoint to resume from");
         dir = latest->dir;
     }
-    // Each rank reads and verifies only its stage's parameters and its own optimizer shard.
-    const std::string params = shardName(ppRank_, tpRank_, 0) + ".", own = ownShard() + ".";
-    LoadedCheckpoint ck = CheckpointStore::load(dir, [&](const std::string& name) {
-        return name.starts_with(params) || name.starts_with(own);
-    });
+    // Each rank reads and verifies only the files it restores from.
+    const std::set<std::string> mine = {parameterFile(), ownShard() + ".adam_m.f32",
+                                        ownShard() + ".adam_v.f32"};
+    LoadedCheckpoint ck =
+        CheckpointStore::load(dir, [&](const std::string& name) { return mine.contains(name); });
     checkResumable(c_, data_->describe(), ck.info.meta, dir);
     if (ck.info.step >= totalSteps_)
         throw InputError("the run in " + runDir_.string() + " already completed its " +
@@ -393,11 +399,8 @@ void Run::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck) {
                                   " is missing or has the wrong size for this model");
         ops_->copyToDevice(dst, it->second.data(), bytes);
     };
-    if (model_->shardsParameters())
-        restore(ownShard() + ".params.f32", model_->parameters(), optimizer_->size());
-    else
-        restore(shardName(ppRank_, tpRank_, 0) + ".params.f32", model_->parameters(),
-                model_->parameterCount());
+    restore(parameterFile(), model_->parameters(),
+            model_->shardsParameters() ? optimizer_->size() : model_->parameterCount());
     restore(ownShard() + ".adam_m.f32", optimizer_->firstMoment(), optimizer_->size());
     restore(ownShard() + ".adam_v.f32", optimizer_->secondMoment(), optimizer_->size());
     startStep_ = ck->info.step;
@@ -607,11 +610,13 @@ void Run::saveCheckpoint(std::int64_t stepsDone) {
     auto attempt = [&](auto&& work) {
         try {
             work();
-        } catch (const CheckpointError& e) {
+        } catch (const std::exception& e) { // a full disk, no memory for the host copies, ...
             problem = e.what();
         }
         return everyoneSucceeded(problem.empty());
     };
+    // Replicas without a shard wait for the writers; a slow disk is not a hang.
+    const Watchdog::Pause pause(watchdog_.get());
     const fs::path dir = checkpoints_->root() / [&] {
         char name[32];
         std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(stepsDone));
@@ -818,7 +823,7 @@ TrainResult Run::execute() {
     barrier(); // the leader has made the directory before anyone opens a file in it
     checkpoints_ =
         std::make_unique<CheckpointStore>(runDir_ / "checkpoints", c_.train.keepCheckpoints);
-    const std::optional<LoadedCheckpoint> resumeFrom = checkpointToResume();
+    std::optional<LoadedCheckpoint> resumeFrom = checkpointToResume();
     writeConfig();
     TelemetryOptions topts;
     topts.path = (runDir_ / "telemetry" / ("rank-" + std::to_string(rank_) + ".jsonl")).string();
@@ -868,6 +873,7 @@ TrainResult Run::execute() {
                        {"host", hostName()},
                        {"wall_clock", double(wall)}});
     restoreOrInitialize(resumeFrom);
+    resumeFrom.reset(); // its bytes are on the device now
     if (buckets_) {
         standaloneReduction_ = measureStandaloneReduction();
         telemetry_->write({{"type", "event"},

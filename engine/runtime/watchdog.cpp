@@ -30,6 +30,23 @@ Watchdog::~Watchdog() {
 void Watchdog::setReportDirectory(const fs::path& dir) {
     std::lock_guard lock(mutex_);
     reportDir_ = dir;
+    std::error_code ignored; // a report from an earlier hang of this run is not this one's
+    fs::remove(dir / ("hang-rank-" + std::to_string(rank_) + ".json"), ignored);
+}
+
+Watchdog::Pause::Pause(Watchdog* dog) : dog_(dog) {
+    if (!dog_)
+        return;
+    std::lock_guard lock(dog_->mutex_);
+    ++dog_->paused_;
+}
+
+Watchdog::Pause::~Pause() {
+    if (!dog_)
+        return;
+    std::lock_guard lock(dog_->mutex_);
+    --dog_->paused_;
+    dog_->since_ = Clock::now(); // a wait that spans the pause counts from its end
 }
 
 void Watchdog::setPosition(std::int64_t step, int microbatch, const char* op) {
@@ -61,7 +78,7 @@ void Watchdog::watch() {
     std::unique_lock lock(mutex_);
     while (!stopping_) {
         wake_.wait_for(lock, period);
-        if (stopping_ || !waiting_)
+        if (stopping_ || !waiting_ || paused_ > 0)
             continue;
         const double waited = std::chrono::duration<double>(Clock::now() - since_).count();
         if (waited >= timeout_) {
@@ -100,7 +117,8 @@ void Watchdog::fire(double waited) {
                   "shardscope-engine: rank %d: no progress for %.1f s (timeout %.1f s) in %s #%llu "
                   "on %s, at step %lld, microbatch %d, op %s\n",
                   rank_, waited, timeout_, mine["collective"].get<std::string>().c_str(),
-                  static_cast<unsigned long long>(sequence_), axis_.c_str(),
+                  static_cast<unsigned long long>(mine["sequence"].get<std::uint64_t>()),
+                  mine["axis"].get<std::string>().c_str(),
                   static_cast<long long>(mine["step"].get<std::int64_t>()),
                   mine["microbatch"].get<int>(), mine["op"].get<std::string>().c_str());
     std::fputs(line, stderr);
@@ -115,7 +133,7 @@ void Watchdog::fire(double waited) {
         reported.clear();
         for (int r = 0; r < worldSize_; ++r) {
             std::error_code ec;
-            (fs::exists(reportPath(dir, r), ec) ? reported : missing).push_back(r);
+            (r == rank_ || fs::exists(reportPath(dir, r), ec) ? reported : missing).push_back(r);
         }
     }
     if (reported.front() == rank_) { // one rank sums up for the job
@@ -137,9 +155,11 @@ void Watchdog::fire(double waited) {
         }
         std::fputs((text.str() + "\n").c_str(), stderr);
         std::fflush(stderr);
-    } else {
-        std::this_thread::sleep_for(std::chrono::seconds(1)); // let that rank's summary out
+        abort_(5);
+        return;
     }
+    // That rank sums up and ends the job; should it never get there, this one does.
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(timeout_, 10.0) + 5.0));
     abort_(5);
 }
 

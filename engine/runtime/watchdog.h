@@ -47,6 +47,19 @@ public:
         Watchdog& dog_;
     };
 
+    // While a Pause lives (a checkpoint: replicas wait for the writers' disks), waits do not
+    // count; null: nothing to pause.
+    class Pause {
+    public:
+        explicit Pause(Watchdog* dog);
+        ~Pause();
+        Pause(const Pause&) = delete;
+        Pause& operator=(const Pause&) = delete;
+
+    private:
+        Watchdog* dog_;
+    };
+
     double timeout() const { return timeout_; }
 
 private:
@@ -59,6 +72,7 @@ private:
     std::mutex mutex_;
     std::condition_variable wake_;
     bool stopping_ = false;
+    int paused_ = 0;
     std::filesystem::path reportDir_;
     // Guarded by mutex_: the position and the wait in progress.
     std::int64_t step_ = 0;

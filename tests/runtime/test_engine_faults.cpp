@@ -182,5 +182,38 @@ TEST(EngineFaults, AHungRankIsNamedAndTheJobEndsAfterTheWatchdogTimeout) {
     EXPECT_GE(report["step"].get<int>(), 20);
 }
 
+// A failure only one rank sees (here: its own shard fails its checksum on resume) ends the job
+// at once with that rank's message and exit code, instead of leaving the others waiting for the
+// watchdog.
+TEST(EngineFaults, AFailureOnOneRankEndsTheJobWithItsMessage) {
+    TempDir dir;
+    json c = faultConfig(6);
+    c["parallel"]["dp"] = 1;
+    c["parallel"]["zero"] = 0;
+    const fs::path config = dir / "c.json";
+    std::ofstream(config) << c.dump();
+    const fs::path run = dir / "run";
+    {
+        Job job("--config " + config.string() + " --ranks 2 --stop-after 3 --out " + run.string(),
+                dir / "log");
+        ASSERT_EQ(job.wait(120), 0) << readText(dir / "log");
+    }
+    const fs::path shard = run / "checkpoints" / "step-00000003" / "pp1-tp0-dp0.params.f32";
+    {
+        std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(16);
+        f.put('\x55');
+    }
+    const auto start = std::chrono::steady_clock::now();
+    Job job("--resume --ranks 2 --watchdog-timeout 120 --out " + run.string(), dir / "log");
+    const std::optional<int> code = job.wait(60);
+    ASSERT_TRUE(code) << "the job waited on the rank that had failed";
+    EXPECT_EQ(*code, 4);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              60.0);
+    const std::string log = readText(dir / "log");
+    EXPECT_NE(log.find("pp1-tp0-dp0.params.f32: checksum mismatch"), std::string::npos) << log;
+}
+
 } // namespace
 } // namespace shardscope

@@ -314,6 +314,16 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
         return 2;
     }
 
+    std::unique_ptr<MpiSession> mpi;
+    std::unique_ptr<Communicator> world;
+    // A rank that fails alone must not leave the others waiting in their next collective (or
+    // for the watchdog): it says why and ends the whole job with its exit code.
+    auto fail = [&](int code, const std::string& message) {
+        err << "shardscope-engine: " << message << "\n" << std::flush;
+        if (world && world->size() > 1)
+            world->abortJob(code);
+        return code;
+    };
     try {
         if (dumpCmd->parsed()) {
             const RunConfig c = dumpFlags.resolve();
@@ -350,8 +360,6 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
         if (ranks > 1 && !underMpi)
             launchRanks(argc, argv, ranks, trainFlags.out.has_value(),
                         trainFlags.threads.has_value());
-        std::unique_ptr<MpiSession> mpi;
-        std::unique_ptr<Communicator> world;
         if (underMpi) {
             mpi = std::make_unique<MpiSession>(nullptr, nullptr);
             world = mpi->world();
@@ -371,14 +379,11 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
         world.reset();
         return r.exitCode();
     } catch (const InputError& e) {
-        err << "shardscope-engine: " << e.what() << "\n";
-        return 2;
+        return fail(2, e.what());
     } catch (const CheckpointError& e) {
-        err << "shardscope-engine: " << e.what() << "\n";
-        return 4;
+        return fail(4, e.what());
     } catch (const std::exception& e) {
-        err << "shardscope-engine: error: " << e.what() << "\n";
-        return 1;
+        return fail(1, std::string("error: ") + e.what());
     }
 }
 

@@ -615,8 +615,8 @@ void Run::saveCheckpoint(std::int64_t stepsDone) {
         }
         return everyoneSucceeded(problem.empty());
     };
-    // Replicas without a shard wait for the writers; a slow disk is not a hang.
-    const Watchdog::Pause pause(watchdog_.get());
+    // Replicas without a shard wait for the writers; a slow disk is not a hang, a dead rank is.
+    const Watchdog::Lenient lenient(watchdog_.get());
     const fs::path dir = checkpoints_->root() / [&] {
         char name[32];
         std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(stepsDone));

@@ -34,19 +34,18 @@ void Watchdog::setReportDirectory(const fs::path& dir) {
     fs::remove(dir / ("hang-rank-" + std::to_string(rank_) + ".json"), ignored);
 }
 
-Watchdog::Pause::Pause(Watchdog* dog) : dog_(dog) {
+Watchdog::Lenient::Lenient(Watchdog* dog) : dog_(dog) {
     if (!dog_)
         return;
     std::lock_guard lock(dog_->mutex_);
-    ++dog_->paused_;
+    ++dog_->lenient_;
 }
 
-Watchdog::Pause::~Pause() {
+Watchdog::Lenient::~Lenient() {
     if (!dog_)
         return;
     std::lock_guard lock(dog_->mutex_);
-    --dog_->paused_;
-    dog_->since_ = Clock::now(); // a wait that spans the pause counts from its end
+    --dog_->lenient_;
 }
 
 void Watchdog::setPosition(std::int64_t step, int microbatch, const char* op) {
@@ -78,10 +77,10 @@ void Watchdog::watch() {
     std::unique_lock lock(mutex_);
     while (!stopping_) {
         wake_.wait_for(lock, period);
-        if (stopping_ || !waiting_ || paused_ > 0)
+        if (stopping_ || !waiting_)
             continue;
         const double waited = std::chrono::duration<double>(Clock::now() - since_).count();
-        if (waited >= timeout_) {
+        if (waited >= (lenient_ > 0 ? kLenience : 1.0) * timeout_) {
             lock.unlock();
             fire(waited);
             return;
@@ -146,11 +145,11 @@ void Watchdog::fire(double waited) {
             text << "every rank reported waiting (reports: " << dir.string()
                  << "/hang-rank-*.json); the collectives they wait in do not match";
         } else {
-            text << "rank" << (missing.size() > 1 ? "s " : " ");
+            text << "ranks that never reported: ";
             for (std::size_t i = 0; i < missing.size(); ++i)
                 text << (i ? ", " : "") << missing[i];
-            text << " never arrived (no report: hung outside a collective, stopped or dead); "
-                    "the waiting ranks' reports are "
+            text << " (stopped, dead, hung outside a collective, or still within the longer "
+                    "allowance of a checkpoint); the waiting ranks' reports are "
                  << dir.string() << "/hang-rank-*.json";
         }
         std::fputs((text.str() + "\n").c_str(), stderr);

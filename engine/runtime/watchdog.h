@@ -47,14 +47,15 @@ public:
         Watchdog& dog_;
     };
 
-    // While a Pause lives (a checkpoint: replicas wait for the writers' disks), waits do not
-    // count; null: nothing to pause.
-    class Pause {
+    // While a Lenient lives (a checkpoint: replicas wait for the writers' disks), a wait may
+    // last kLenience times the timeout; a rank that dies then is still caught. null: no dog.
+    static constexpr double kLenience = 10;
+    class Lenient {
     public:
-        explicit Pause(Watchdog* dog);
-        ~Pause();
-        Pause(const Pause&) = delete;
-        Pause& operator=(const Pause&) = delete;
+        explicit Lenient(Watchdog* dog);
+        ~Lenient();
+        Lenient(const Lenient&) = delete;
+        Lenient& operator=(const Lenient&) = delete;
 
     private:
         Watchdog* dog_;
@@ -72,7 +73,7 @@ private:
     std::mutex mutex_;
     std::condition_variable wake_;
     bool stopping_ = false;
-    int paused_ = 0;
+    int lenient_ = 0;
     std::filesystem::path reportDir_;
     // Guarded by mutex_: the position and the wait in progress.
     std::int64_t step_ = 0;

@@ -190,6 +190,16 @@ DataSpec dataSpecOf(const RunConfig& c) {
     return d;
 }
 
+void checkTrainable(const RunConfig& c) {
+    const std::vector<std::string> problems = engineProblems(c);
+    if (problems.empty())
+        return;
+    std::string text = "the run config cannot be trained: ";
+    for (std::size_t i = 0; i < problems.size(); ++i)
+        text += (i ? "; " : "") + problems[i];
+    throw InputError(text);
+}
+
 std::vector<std::string> engineProblems(const RunConfig& c) {
     std::vector<std::string> out;
     for (const Violation& v : validate(c.model, c.parallel))

@@ -58,7 +58,9 @@ std::filesystem::path defaultRunDirectory();
 DataSpec dataSpecOf(const RunConfig& c);
 
 // Everything that stops this engine from running the config, with fixes: the core layout rules
-// and what one process on a CPU supports (world size 1, fp32, AdamW, no offload).
+// and what the CPU engine supports (fp32, AdamW, no offload, no context parallelism, ...).
 std::vector<std::string> engineProblems(const RunConfig& c);
+// Throws InputError listing every problem engineProblems finds.
+void checkTrainable(const RunConfig& c);
 
 } // namespace shardscope

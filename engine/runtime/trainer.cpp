@@ -737,13 +737,7 @@ void Run::writeSummary(const TrainResult& r) {
 }
 
 TrainResult Run::execute() {
-    std::vector<std::string> problems = engineProblems(c_);
-    if (!problems.empty()) {
-        std::string text = "the run config cannot be trained: ";
-        for (std::size_t i = 0; i < problems.size(); ++i)
-            text += (i ? "; " : "") + problems[i];
-        throw InputError(text);
-    }
+    checkTrainable(c_);
     totalSteps_ = c_.totalSteps();
     if (world_ && world_->size() > 1) {
         Communicator* inner = world_;

@@ -185,6 +185,11 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
           "--warmup-steps", "0"},
          "tcp://"},
         {{"train", "--steps", "5", "--out", (dir / "e").string()}, "warmup_steps (20)"},
+        // Said once, before mpirun starts any rank.
+        {{"train", "--dp", "2", "--ranks", "4", "--out", (dir / "f").string()},
+         "needs 2 ranks, not --ranks 4"},
+        {{"train", "--dp", "2", "--ranks", "2", "--steps", "5", "--out", (dir / "g").string()},
+         "warmup_steps (20)"},
     };
     for (const Case& c : cases) {
         const Outcome o = run(c.args);
@@ -192,7 +197,7 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         EXPECT_NE(o.err.find(c.expect), std::string::npos) << o.err;
     }
     // Refused input leaves no run behind, so the corrected command just works.
-    for (const char* d : {"a", "b", "c", "d", "e"})
+    for (const char* d : {"a", "b", "c", "d", "e", "f", "g"})
         EXPECT_FALSE(std::filesystem::exists(dir / d / "config.json")) << d;
 }
 

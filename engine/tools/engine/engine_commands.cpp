@@ -357,9 +357,15 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
             return 0;
         }
         const bool underMpi = MpiSession::launchedByMpi();
-        if (ranks > 1 && !underMpi)
+        if (ranks > 1 && !underMpi) {
+            checkTrainable(c); // said once, before any rank starts
+            if (c.parallel.worldSize() != ranks)
+                throw InputError("the layout " + layoutSummary(c.parallel) + " needs " +
+                                 std::to_string(c.parallel.worldSize()) + " ranks, not --ranks " +
+                                 std::to_string(ranks));
             launchRanks(argc, argv, ranks, trainFlags.out.has_value(),
                         trainFlags.threads.has_value());
+        }
         if (underMpi) {
             mpi = std::make_unique<MpiSession>(nullptr, nullptr);
             world = mpi->world();

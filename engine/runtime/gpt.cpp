@@ -241,9 +241,8 @@ struct GptModel::LayerWeights {
 GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
                    DeviceAllocator& memory, Recompute recompute, bool storeAttentionProbs,
                    std::vector<ModelChunk> chunks, TensorParallel tp, ZeroSharding zero)
-    : shape_(GptShape::of(model)), tp_(tp), zero_(zero), microBatch_(microBatch), ops_(ops),
-      memory_(memory), recompute_(recompute),
-      storeProbs_(storeAttentionProbs && recompute != Recompute::Selective),
+    : shape_(GptShape::of(model)), tp_(tp), microBatch_(microBatch), ops_(ops), memory_(memory),
+      recompute_(recompute), storeProbs_(storeAttentionProbs && recompute != Recompute::Selective),
       chunks_(std::move(chunks)) {
     if (chunks_.empty())
         chunks_ = pipelineChunks(shape_, 1, 1, 0);
@@ -275,102 +274,27 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
             " tokens per microbatch is more than the engine handles (2^29); use a "
             "smaller micro_batch and more gradient accumulation");
     buildTensorTable();
-    if (zero_.stage >= 2 && (!zero_.group || zero_.group->size() == 1))
-        zero_.stage = 0; // one replica: nothing to shard
-    if (zero_.stage < 2)
-        zero_.stage = 0; // ZeRO-1 shards the optimizer outside the model
-    shards_ = {parameterCount_, zero_.stage ? zero_.group->size() : 1};
-    const int replica = zero_.stage ? zero_.group->rank() : 0;
-    ownedBegin_ = shards_.begin(replica);
-    ownedEnd_ = shards_.end(replica);
-    const std::size_t owned = ownedEnd_ - ownedBegin_;
-    const std::size_t paramFloats = shardsParameters() ? owned : parameterCount_;
-    const std::size_t gradFloats = shardsGradients() ? owned : parameterCount_;
-    // At least one float, so a replica owning nothing still has valid pointers.
-    params_ = memory_.floats(MemoryCategory::Parameters, std::max<std::size_t>(1, paramFloats));
-    grads_ = memory_.floats(MemoryCategory::Gradients, std::max<std::size_t>(1, gradFloats));
-    ops_.zero(params_.f(), paramFloats);
-    ops_.zero(grads_.f(), gradFloats);
-}
-
-float* GptModel::parameterAt(std::size_t offset) const {
-    return params_.f() + (shardsParameters() ? offset - ownedBegin_ : offset);
-}
-
-float* GptModel::gradientAt(std::size_t offset) const {
-    return grads_.f() + (shardsGradients() ? offset - ownedBegin_ : offset);
-}
-
-// The other replicas' parts of the range land around this one's, which sits in its slice.
-Request GptModel::startGather(std::size_t offset, std::size_t count, float* into) const {
-    const std::vector<std::size_t> counts = shards_.countsOf(offset, count);
-    const int me = zero_.group->rank();
-    std::size_t before = 0;
-    for (int d = 0; d < me; ++d)
-        before += counts[std::size_t(d)];
-    if (counts[std::size_t(me)] > 0)
-        ops_.copy(into + before, parameterAt(std::max(offset, ownedBegin_)),
-                  counts[std::size_t(me)]);
-    return zero_.group->allGatherVInPlace(into, counts);
-}
-
-void GptModel::prefetchParameters(std::size_t first, std::size_t last) const {
-    if (!shardsParameters())
-        return;
-    const auto [offset, count] = rangeOf(first, last);
-    prefetched_.request.wait(); // an unused earlier one completes before its buffer goes
-    prefetched_ = Prefetch{};
-    prefetched_.offset = offset;
-    prefetched_.count = count;
-    prefetched_.buffer = memory_.floats(MemoryCategory::Workspace, count);
-    prefetched_.request = startGather(offset, count, prefetched_.buffer.f());
+    store_ = std::make_unique<FlatStore>(parameterCount_, zero, ops_, memory_);
 }
 
 float* GptModel::parametersOf(std::size_t first, std::size_t last, Buffer& holder) const {
     const auto [offset, count] = rangeOf(first, last);
-    if (!shardsParameters())
-        return params_.f() + offset;
-    if (prefetched_.buffer && prefetched_.offset == offset && prefetched_.count == count) {
-        prefetched_.request.wait();
-        holder = std::move(prefetched_.buffer);
-        prefetched_ = Prefetch{};
-        return holder.f();
-    }
-    holder = memory_.floats(MemoryCategory::Workspace, count);
-    startGather(offset, count, holder.f()).wait();
-    return holder.f();
+    return store_->parametersOf(offset, count, holder);
+}
+
+void GptModel::prefetchParameters(std::size_t first, std::size_t last) const {
+    const auto [offset, count] = rangeOf(first, last);
+    store_->prefetch(offset, count);
 }
 
 float* GptModel::gradientsFor(std::size_t first, std::size_t last, Buffer& holder) const {
     const auto [offset, count] = rangeOf(first, last);
-    if (!shardsGradients())
-        return grads_.f() + offset;
-    holder = memory_.floats(MemoryCategory::Workspace, count);
-    ops_.zero(holder.f(), count);
-    return holder.f();
+    return store_->gradientsFor(offset, count, holder);
 }
 
 void GptModel::gradientsDone(std::size_t first, std::size_t last, Buffer& holder) const {
-    if (!shardsGradients())
-        return;
     const auto [offset, count] = rangeOf(first, last);
-    const std::vector<std::size_t> counts = shards_.countsOf(offset, count);
-    const std::size_t mine = counts[std::size_t(zero_.group->rank())];
-    Buffer part = memory_.floats(MemoryCategory::Workspace, std::max<std::size_t>(1, mine));
-    CommunicationSpan span;
-    span.collective = "reduce_scatter";
-    span.axis = "dp";
-    span.bytes = count * sizeof(float);
-    span.waited = true;
-    span.start = span.waitStart = comms_ ? comms_->now() : 0.0;
-    zero_.group->reduceScatterSumV(holder.f(), part.f(), counts).wait();
-    if (comms_) {
-        span.end = comms_->now();
-        comms_->communication(span);
-    }
-    if (mine > 0)
-        ops_.addInPlace(gradientAt(std::max(offset, ownedBegin_)), part.f(), mine);
-    holder.reset();
+    store_->gradientsDone(offset, count, holder);
 }
 
 GptModel::~GptModel() = default;
@@ -432,9 +356,7 @@ void GptModel::initialize(std::uint64_t seed) {
         copyShare(local.data() + t.offset, values.data() + from.offset, from.shape, t.split,
                   tp_.size, tp_.rank);
     }
-    const std::size_t from = shardsParameters() ? ownedBegin_ : 0,
-                      to = shardsParameters() ? ownedEnd_ : parameterCount_;
-    ops_.copyToDevice(params_.f(), local.data() + from, (to - from) * sizeof(float));
+    store_->setParameters(local.data());
 }
 
 void GptModel::reportReady(std::size_t firstTensor, std::size_t lastTensor) const {
@@ -456,7 +378,7 @@ void GptModel::reportReady(std::size_t firstTensor, std::size_t lastTensor) cons
 }
 
 void GptModel::zeroGradients() {
-    ops_.zero(grads_.f(), shardsGradients() ? ownedEnd_ - ownedBegin_ : parameterCount_);
+    store_->zeroGradients();
 }
 
 LayerActivations GptModel::allocateLayer(MemoryCategory c) const {
@@ -988,7 +910,7 @@ void GptModel::backwardWeights(MicrobatchState& state, SpanSink* sink) {
         for (auto& [l, buffer] : state.deferredGradients)
             if (l == layer)
                 held = &buffer;
-        float* grads = held ? held->f() : grads_.f();
+        float* grads = held ? held->f() : store_->gradients();
         const std::size_t first = firstTensorOf(layer), origin = held ? offsetOf(first) : 0;
         for (; i < state.deferred.size() && state.deferred[i].layer == layer; ++i) {
             DeferredWeightGradient& d = state.deferred[i];

@@ -14,6 +14,7 @@
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "device_memory.h"
+#include "flat_store.h"
 #include "gradient_buckets.h"
 #include "kernels/ops.h"
 
@@ -60,18 +61,6 @@ struct TensorParallel {
     int size = 1, rank = 0;
     Communicator* group = nullptr; // the tp group, when size > 1
     bool sequenceParallel = false;
-};
-
-// ZeRO-2 and ZeRO-3 (Rajbhandari et al. 2020) inside the model: each data-parallel replica keeps
-// only its slice (FlatShards of this rank's flat buffer) of the gradients (stage 2) and of the
-// parameters too (stage 3). A gradient range is accumulated for one microbatch in a workspace
-// buffer and reduce-scattered into the slices as soon as it is complete, as DeepSpeed does; a
-// parameter range is all-gathered just before use, the next layer's gather started before the
-// current layer runs, and let go after. Stages 0 and 1 keep everything whole here (ZeRO-1 shards
-// only the optimizer, outside the model).
-struct ZeroSharding {
-    int stage = 0;
-    Communicator* group = nullptr; // the dp group, for stages 2 and 3
 };
 
 // How a tensor is cut across tensor-parallel ranks, from the whole model's tensor.
@@ -152,21 +141,24 @@ public:
     const std::vector<ModelChunk>& chunks() const { return chunks_; }
     const TensorParallel& tensorParallel() const { return tp_; }
     // Receives a span for each tensor-parallel collective the layers run.
-    void setCommunicationSink(CommunicationSink* sink) { comms_ = sink; }
+    void setCommunicationSink(CommunicationSink* sink) {
+        comms_ = sink;
+        store_->setCommunicationSink(sink);
+    }
     int microBatch() const { return microBatch_; }
     const std::vector<ParameterTensor>& tensors() const { return tensors_; }
     std::size_t parameterCount() const { return parameterCount_; }
     // The stored parameters and gradients: the whole flat buffers, or under ZeRO-3 (ZeRO-2 for
     // gradients) this replica's slice [ownedBegin, ownedEnd) of them.
-    float* parameters() const { return params_.f(); }
-    float* gradients() const { return grads_.f(); }
-    std::size_t ownedBegin() const { return ownedBegin_; }
-    std::size_t ownedEnd() const { return ownedEnd_; }
-    bool shardsGradients() const { return zero_.stage >= 2; }
-    bool shardsParameters() const { return zero_.stage >= 3; }
+    float* parameters() const { return store_->parameters(); }
+    float* gradients() const { return store_->gradients(); }
+    std::size_t ownedBegin() const { return store_->ownedBegin(); }
+    std::size_t ownedEnd() const { return store_->ownedEnd(); }
+    bool shardsGradients() const { return store_->shardsGradients(); }
+    bool shardsParameters() const { return store_->shardsParameters(); }
     // Where the stored value of flat offset `offset` is (an owned one, when sharded).
-    float* parameterAt(std::size_t offset) const;
-    float* gradientAt(std::size_t offset) const;
+    float* parameterAt(std::size_t offset) const { return store_->parameterAt(offset); }
+    float* gradientAt(std::size_t offset) const { return store_->gradientAt(offset); }
 
     // With tied embeddings split over pipeline stages, the first stage's wte and the last
     // stage's copy of it (lm_head.weight): their gradients must be summed across the two ranks
@@ -241,7 +233,6 @@ private:
     }
     std::size_t lastTensorOf(int layer) const { return firstTensorOf(layer) + 11; }
     std::size_t firstTensorOf(int layer) const { return layerTensor_[std::size_t(layer)]; }
-    float* tensor(float* base, std::size_t index) const { return base + tensors_[index].offset; }
     void buildTensorTable();
     LayerActivations allocateLayer(MemoryCategory category) const;
     // prefetch: a layer whose ZeRO-3 parameters to start gathering (-1: none).
@@ -285,16 +276,7 @@ private:
     // This rank's share: attention channels (heads x head size), MLP columns, vocabulary rows.
     int localChannels_ = 0, localHeads_ = 0, localFfn_ = 0, localVocab_ = 0, vocabStart_ = 0;
     bool sequenceParallel_ = false;
-    ZeroSharding zero_;
-    FlatShards shards_;
-    std::size_t ownedBegin_ = 0, ownedEnd_ = 0;
-    struct Prefetch { // a ZeRO-3 gather started ahead of its use
-        std::size_t offset = 0, count = 0;
-        Buffer buffer;
-        Request request;
-    };
-    mutable Prefetch prefetched_;
-    Request startGather(std::size_t offset, std::size_t count, float* into) const;
+
     CommunicationSink* comms_ = nullptr;
     int microBatch_;
     kernels::Ops& ops_;
@@ -305,7 +287,7 @@ private:
     std::vector<ParameterTensor> tensors_;
     std::vector<std::size_t> layerTensor_; // per model layer: its first tensor, or npos
     std::size_t parameterCount_ = 0;
-    Buffer params_, grads_;
+    std::unique_ptr<FlatStore> store_; // parameters and gradients, whole or ZeRO-2/3 slices
     GradientListener* listener_ = nullptr;
     // Tensor indices of the embeddings, the final norm and the LM head (npos when not held).
     std::size_t wte_ = npos, wpe_ = npos, lnfWeight_ = npos, lnfBias_ = npos, lmHead_ = npos,

@@ -1,0 +1,73 @@
+// A model's flat parameter and gradient buffers, whole or, under ZeRO-2 and ZeRO-3 (Rajbhandari
+// et al. 2020), only this data-parallel replica's slice of them (FlatShards). Each range's
+// gradient of one microbatch accumulates in a workspace buffer and is reduce-scattered into the
+// slices as soon as it is complete, as DeepSpeed does; under ZeRO-3 a range's parameters are
+// all-gathered just before use (one gather may be started ahead) and let go after. Stages 0 and
+// 1 keep everything whole here (ZeRO-1 shards only the optimizer, outside the model).
+#pragma once
+
+#include "communicator.h"
+#include "device_memory.h"
+#include "gradient_buckets.h"
+#include "kernels/ops.h"
+
+#include <cstddef>
+
+namespace shardscope {
+
+struct ZeroSharding {
+    int stage = 0;
+    Communicator* group = nullptr; // the dp group, for stages 2 and 3
+};
+
+class FlatStore {
+public:
+    FlatStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops, DeviceAllocator& memory);
+
+    std::size_t count() const { return count_; }
+    bool shardsGradients() const { return stage_ >= 2; }
+    bool shardsParameters() const { return stage_ >= 3; }
+    // The slice this replica owns: everything when nothing is sharded.
+    std::size_t ownedBegin() const { return ownedBegin_; }
+    std::size_t ownedEnd() const { return ownedEnd_; }
+    // The stored buffers, and where the stored value of flat offset `offset` is.
+    float* parameters() const { return params_.f(); }
+    float* gradients() const { return grads_.f(); }
+    float* parameterAt(std::size_t offset) const;
+    float* gradientAt(std::size_t offset) const;
+
+    // Stores the parameters this replica keeps from the whole flat buffer (host memory).
+    void setParameters(const float* whole);
+    void zeroGradients();
+    void setCommunicationSink(CommunicationSink* sink) { comms_ = sink; }
+
+    // The parameters of [offset, offset + n): in the stored buffer, or under ZeRO-3 in `holder`,
+    // all-gathered now or by the prefetch of exactly this range.
+    float* parametersOf(std::size_t offset, std::size_t n, Buffer& holder) const;
+    void prefetch(std::size_t offset, std::size_t n) const;
+    // Where one microbatch's gradient of [offset, offset + n) accumulates: the stored buffer, or
+    // under ZeRO-2/3 a zeroed `holder`, which gradientsDone reduce-scatters into the slices.
+    float* gradientsFor(std::size_t offset, std::size_t n, Buffer& holder) const;
+    void gradientsDone(std::size_t offset, std::size_t n, Buffer& holder) const;
+
+private:
+    Request startGather(std::size_t offset, std::size_t n, float* into) const;
+
+    std::size_t count_;
+    int stage_;
+    Communicator* group_;
+    kernels::Ops& ops_;
+    DeviceAllocator& memory_;
+    FlatShards shards_;
+    std::size_t ownedBegin_ = 0, ownedEnd_ = 0;
+    Buffer params_, grads_;
+    CommunicationSink* comms_ = nullptr;
+    struct Prefetch { // a ZeRO-3 gather started ahead of its use
+        std::size_t offset = 0, count = 0;
+        Buffer buffer;
+        Request request; // after buffer: waited for before the buffer goes
+    };
+    mutable Prefetch prefetched_;
+};
+
+} // namespace shardscope

@@ -1,3 +1,4 @@
+#include "fake_communicator.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/flat_store.h"
 
@@ -8,16 +9,10 @@ namespace {
 
 // Replica 1 of 2. A gather fills the other replica's part with 100 + its flat offset; a
 // reduce-scatter returns this replica's part doubled (as if the other held the same values).
-class SecondOfTwo final : public Communicator {
+class SecondOfTwo final : public testing::FakeCommunicator {
 public:
+    SecondOfTwo() : FakeCommunicator(1, 2) {}
     std::size_t gatherOffset = 0; // the flat offset of the range being gathered
-    int rank() const override { return 1; }
-    int size() const override { return 2; }
-    std::string name() const override { return "dp"; }
-    Request allReduceSum(float*, std::size_t) override { return {}; }
-    Request allReduceMax(float*, std::size_t) override { return {}; }
-    Request allGather(const float*, float*, std::size_t) override { return {}; }
-    Request reduceScatterSum(const float*, float*, std::size_t) override { return {}; }
     Request reduceScatterSumV(const float* in, float* out,
                               const std::vector<std::size_t>& counts) override {
         for (std::size_t i = 0; i < counts[1]; ++i)
@@ -28,13 +23,6 @@ public:
         for (std::size_t i = 0; i < counts[0]; ++i)
             data[i] = 100.0f + float(gatherOffset + i);
         return {};
-    }
-    Request send(const float*, std::size_t, int, int) override { return {}; }
-    Request receive(float*, std::size_t, int, int) override { return {}; }
-    void barrier() override {}
-    void abortJob(int) override {}
-    std::unique_ptr<Communicator> subgroup(const std::vector<int>&, const std::string&) override {
-        return nullptr;
     }
 };
 

@@ -1,3 +1,4 @@
+#include "fake_communicator.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/gradient_buckets.h"
 
@@ -8,17 +9,15 @@ namespace shardscope {
 namespace {
 
 // A group of two identical replicas: an all-reduce doubles the buffer when it completes.
-class TwoReplicas final : public Communicator {
+class TwoReplicas final : public testing::FakeCommunicator {
 public:
+    TwoReplicas() : FakeCommunicator(1, 2) {}
     struct Call {
         float* data;
         std::size_t n;
     };
     std::vector<Call> calls;
 
-    int rank() const override { return 1; }
-    int size() const override { return 2; }
-    std::string name() const override { return "dp"; }
     Request allReduceSum(float* data, std::size_t n) override {
         calls.push_back({data, n});
         struct Doubling final : Request::Pending {
@@ -34,9 +33,6 @@ public:
         };
         return Request(std::make_unique<Doubling>(data, n));
     }
-    Request allReduceMax(float*, std::size_t) override { return {}; }
-    Request allGather(const float*, float*, std::size_t) override { return {}; }
-    Request reduceScatterSum(const float*, float*, std::size_t) override { return {}; }
     // As if the other replica held the same values: this rank's part, doubled.
     std::vector<std::vector<std::size_t>> scatterCounts;
     Request reduceScatterSumV(const float* in, float* out,
@@ -45,14 +41,6 @@ public:
         for (std::size_t i = 0; i < counts[1]; ++i)
             out[i] = 2 * in[counts[0] + i];
         return {};
-    }
-    Request allGatherVInPlace(float*, const std::vector<std::size_t>&) override { return {}; }
-    Request send(const float*, std::size_t, int, int) override { return {}; }
-    Request receive(float*, std::size_t, int, int) override { return {}; }
-    void barrier() override {}
-    void abortJob(int) override {}
-    std::unique_ptr<Communicator> subgroup(const std::vector<int>&, const std::string&) override {
-        return nullptr;
     }
 };
 

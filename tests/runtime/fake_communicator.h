@@ -1,0 +1,35 @@
+// A communicator for unit tests: replica `rank` of `size`, every operation a no-op that completes
+// at once. Tests override the operations they script.
+#pragma once
+
+#include "runtime/communicator.h"
+
+namespace shardscope::testing {
+
+class FakeCommunicator : public Communicator {
+public:
+    FakeCommunicator(int rank, int size) : rank_(rank), size_(size) {}
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    std::string name() const override { return "dp"; }
+    Request allReduceSum(float*, std::size_t) override { return {}; }
+    Request allReduceMax(float*, std::size_t) override { return {}; }
+    Request allGather(const float*, float*, std::size_t) override { return {}; }
+    Request reduceScatterSum(const float*, float*, std::size_t) override { return {}; }
+    Request reduceScatterSumV(const float*, float*, const std::vector<std::size_t>&) override {
+        return {};
+    }
+    Request allGatherVInPlace(float*, const std::vector<std::size_t>&) override { return {}; }
+    Request send(const float*, std::size_t, int, int) override { return {}; }
+    Request receive(float*, std::size_t, int, int) override { return {}; }
+    void barrier() override {}
+    void abortJob(int) override {}
+    std::unique_ptr<Communicator> subgroup(const std::vector<int>&, const std::string&) override {
+        return nullptr;
+    }
+
+private:
+    int rank_, size_;
+};
+
+} // namespace shardscope::testing

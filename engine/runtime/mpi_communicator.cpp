@@ -1,5 +1,6 @@
 #include "mpi_communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <mpi.h>
@@ -160,6 +161,16 @@ MpiSession::~MpiSession() {
 
 std::unique_ptr<Communicator> MpiSession::world() const {
     return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", false);
+}
+
+std::string MpiSession::libraryVersion() {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int length = 0;
+    MPI_Get_library_version(text, &length);
+    std::string line(text, std::size_t(std::max(0, length)));
+    if (const std::size_t nl = line.find_first_of("\r\n"); nl != std::string::npos)
+        line.resize(nl);
+    return line;
 }
 
 bool MpiSession::launchedByMpi() {

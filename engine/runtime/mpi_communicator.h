@@ -5,6 +5,7 @@
 #include "communicator.h"
 
 #include <memory>
+#include <string>
 
 namespace shardscope {
 
@@ -17,6 +18,8 @@ public:
 
     std::unique_ptr<Communicator> world() const;
     static bool launchedByMpi(); // the environment of mpirun or srun is present
+    // The MPI library's own version line ("Open MPI v4.1.4, ..."); callable before MPI_Init.
+    static std::string libraryVersion();
 };
 
 } // namespace shardscope

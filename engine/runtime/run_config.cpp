@@ -137,13 +137,16 @@ RunConfig runConfigFromJson(const json& j) {
             o.logEvery = e.value("log_every", o.logEvery);
             o.bucketMiB = e.value("bucket_mb", o.bucketMiB);
             o.watchdogSeconds = e.value("watchdog_timeout_s", o.watchdogSeconds);
+            o.stallSeconds = e.value("stall_report_s", o.stallSeconds);
         } catch (const json::exception& ex) {
             throw InputError(std::string("run config engine: ") + ex.what());
         }
         if (c.engine.threads < 0 || c.engine.logEvery < 1 || c.engine.peakFlops < 0 ||
-            !(c.engine.bucketMiB > 0) || !(c.engine.watchdogSeconds > 0))
+            !(c.engine.bucketMiB > 0) || !(c.engine.watchdogSeconds > 0) ||
+            !(c.engine.stallSeconds >= 0) || !std::isfinite(c.engine.stallSeconds))
             throw InputError("run config engine: threads >= 0, log_every >= 1, peak_tflops >= 0, "
-                             "bucket_mb > 0 and watchdog_timeout_s > 0 are required");
+                             "bucket_mb > 0, watchdog_timeout_s > 0 and stall_report_s >= 0 are "
+                             "required");
     }
     return c;
 }
@@ -161,7 +164,8 @@ json toJson(const RunConfig& c) {
                   {"peak_tflops", c.engine.peakFlops / 1e12},
                   {"log_every", c.engine.logEvery},
                   {"bucket_mb", c.engine.bucketMiB},
-                  {"watchdog_timeout_s", c.engine.watchdogSeconds}}}};
+                  {"watchdog_timeout_s", c.engine.watchdogSeconds},
+                  {"stall_report_s", c.engine.stallSeconds}}}};
 }
 
 std::filesystem::path defaultRunDirectory() {

@@ -27,6 +27,7 @@ struct EngineOptions {
     int logEvery = 1;             // progress line every N steps
     double bucketMiB = 25;        // data-parallel gradient bucket (PyTorch DDP's bucket_cap_mb)
     double watchdogSeconds = 300; // a rank blocked this long in one collective ends the job
+    double stallSeconds = 5;      // a wait this long is reported as a stall event (0: never)
     bool quiet = false;           // no progress lines (events still go to telemetry)
 };
 

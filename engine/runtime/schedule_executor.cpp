@@ -6,22 +6,6 @@
 
 namespace shardscope {
 
-namespace {
-const char* opName(OpKind k) {
-    switch (k) {
-    case OpKind::Forward:
-        return "forward";
-    case OpKind::Backward:
-        return "backward";
-    case OpKind::BackwardInput:
-        return "backward_input";
-    case OpKind::BackwardWeight:
-        return "backward_weight";
-    }
-    return "?";
-}
-} // namespace
-
 ScheduleExecutor::ScheduleExecutor(GptModel& model, PipelineProgram program, int rank,
                                    int dataParallel, Communicator* pipeline)
     : model_(model), program_(std::move(program)), rank_(rank), dataParallel_(dataParallel),
@@ -136,7 +120,7 @@ double ScheduleExecutor::runStep(const Feed& feed, SpanSink* sink, Communication
         MicrobatchState& state = stateOf(op);
         const ModelChunk& chunk = model_.chunks()[std::size_t(op.chunk)];
         if (sink)
-            sink->setMicrobatch(op.microbatch, op.chunk, opName(op.kind));
+            sink->setMicrobatch(op.microbatch, op.chunk, spanKindName(op.kind));
         const std::size_t c = std::size_t(op.chunk);
         const bool completes = op.kind == OpKind::BackwardWeight
                                    ? op.microbatch == lastWeight_[c]

@@ -90,8 +90,9 @@ CollectorAddress parseCollectorAddress(const std::string& text) {
     return {host, number};
 }
 
-TcpEventStream::TcpEventStream(const std::string& collector, std::size_t capacity)
-    : collector_(collector), capacity_(capacity) {
+TcpEventStream::TcpEventStream(const std::string& collector, std::size_t capacity,
+                               std::vector<std::string> greeting)
+    : collector_(collector), capacity_(capacity), greeting_(std::move(greeting)) {
     if (capacity == 0)
         throw InputError("telemetry queue capacity must be at least 1 event");
     const CollectorAddress address = parseCollectorAddress(collector);
@@ -160,6 +161,21 @@ void TcpEventStream::push(std::string line) {
         wake_.notify_one();
 }
 
+void TcpEventStream::setGreeting(std::vector<std::string> lines) {
+    std::lock_guard lock(mutex_);
+    greeting_ = std::move(lines);
+}
+
+std::vector<std::string> TcpEventStream::greeting() const {
+    std::lock_guard lock(mutex_);
+    return greeting_;
+}
+
+bool TcpEventStream::waitUntilSent(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    return idle_.wait_for(lock, timeout, [this] { return queue_.empty() && !sending_; });
+}
+
 void TcpEventStream::close() {
     {
         std::lock_guard lock(mutex_);
@@ -210,6 +226,7 @@ void TcpEventStream::run() {
                 return stop_.load(std::memory_order_relaxed) || !queue_.empty();
             });
             batch.swap(queue_);
+            sending_ = !batch.empty();
         }
         if (batch.empty()) {
             if (stopping || stop_.load(std::memory_order_acquire))
@@ -220,15 +237,22 @@ void TcpEventStream::run() {
         }
         sendBatch(batch);
         batch.clear();
+        {
+            std::lock_guard lock(mutex_);
+            sending_ = false;
+        }
+        idle_.notify_all();
     }
     disconnect();
     std::vector<std::string> rest;
     {
         std::lock_guard lock(mutex_);
         rest.swap(queue_);
+        sending_ = false;
     }
     drop(batch);
     drop(rest);
+    idle_.notify_all();
 }
 
 bool TcpEventStream::connectOnce() {
@@ -275,6 +299,14 @@ bool TcpEventStream::connectOnce() {
         ::setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
 #endif
         fd_ = fd;
+        // The greeting opens every connection; a collector that cannot take it is gone.
+        std::string greeting;
+        for (const std::string& line : this->greeting())
+            greeting += line + '\n';
+        if (sendAll(greeting.data(), greeting.size()) != greeting.size()) {
+            closeFd(fd_);
+            continue;
+        }
         connected_.store(true, std::memory_order_relaxed);
         return true;
     }
@@ -382,6 +414,7 @@ void TcpEventStream::dropFor(std::chrono::milliseconds duration) {
             lines.swap(queue_);
         }
         drop(lines);
+        idle_.notify_all();
     }
 }
 

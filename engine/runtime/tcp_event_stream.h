@@ -35,11 +35,21 @@ struct EventStreamStats {
 class TcpEventStream {
 public:
     // Parses and resolves the collector now, so a typo fails at startup with InputError; the
-    // connection itself is made, and remade after failures, in the background.
-    TcpEventStream(const std::string& collector, std::size_t capacity);
+    // connection itself is made, and remade after failures, in the background, each time opened
+    // with `greeting` (see setGreeting).
+    TcpEventStream(const std::string& collector, std::size_t capacity,
+                   std::vector<std::string> greeting = {});
     ~TcpEventStream(); // close()
     TcpEventStream(const TcpEventStream&) = delete;
     TcpEventStream& operator=(const TcpEventStream&) = delete;
+
+    // Lines sent first on every new connection, before anything queued (the hello with the
+    // collector's token, the run's start event). Not counted in the stats. Safe from any thread.
+    void setGreeting(std::vector<std::string> lines);
+    std::vector<std::string> greeting() const;
+    // Waits until every line queued so far has been sent or dropped, at most `timeout`; true
+    // when nothing is left.
+    bool waitUntilSent(std::chrono::milliseconds timeout);
 
     // Queues one line (without '\n'; the stream terminates it). When `capacity` lines are already
     // waiting the line is dropped instead. Safe from any thread.
@@ -61,7 +71,7 @@ private:
     struct Address; // a resolved sockaddr, defined where the socket headers are included
 
     void run();
-    bool connectOnce(); // tries each resolved address; true with fd_ connected
+    bool connectOnce(); // tries each resolved address; true with fd_ connected and greeted
     bool hasQueued();
     void disconnect();
     bool peerClosed();
@@ -74,10 +84,13 @@ private:
     std::vector<Address> addresses_;
     std::size_t capacity_;
 
-    std::mutex mutex_;
+    mutable std::mutex mutex_;
     std::condition_variable wake_;
-    std::vector<std::string> queue_; // guarded by mutex_
-    bool closed_ = false;            // guarded by mutex_; push() drops from then on
+    std::condition_variable idle_;      // queue empty and no batch on its way
+    std::vector<std::string> queue_;    // guarded by mutex_
+    std::vector<std::string> greeting_; // guarded by mutex_
+    bool sending_ = false;              // guarded by mutex_: a batch taken from the queue
+    bool closed_ = false;               // guarded by mutex_; push() drops from then on
 
     // Written before stop_ is set, read after it is seen: the end of the drain window.
     std::chrono::steady_clock::time_point drainDeadline_;

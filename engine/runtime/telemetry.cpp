@@ -6,20 +6,50 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <system_error>
 
 namespace shardscope {
 
 using nlohmann::json;
 
+namespace {
+
+std::string randomSessionId() {
+    std::random_device entropy;
+    std::uniform_int_distribution<unsigned> nibble(0, 15);
+    std::string id(16, '0');
+    for (char& c : id)
+        c = "0123456789abcdef"[nibble(entropy)];
+    return id;
+}
+
+std::string line(const json& event) {
+    // replace: a bad UTF-8 byte in a message or a path becomes U+FFFD instead of an exception
+    // in the middle of training.
+    return event.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+} // namespace
+
 TelemetryWriter::TelemetryWriter(TelemetryOptions options)
-    : options_(std::move(options)), epoch_(std::chrono::steady_clock::now()) {
+    : options_(std::move(options)), epoch_(std::chrono::steady_clock::now()),
+      session_(randomSessionId()) {
     if (options_.path.empty())
         throw InputError("telemetry file path is empty");
     // The collector is checked before the file is touched, so a typo in the address does not
     // truncate the telemetry of a previous run.
-    if (!options_.collector.empty())
-        stream_ = std::make_unique<TcpEventStream>(options_.collector, options_.queueCapacity);
+    if (!options_.collector.empty()) {
+        json hello = options_.hello.is_object() ? options_.hello : json::object();
+        hello["type"] = "hello";
+        hello["v"] = kTelemetrySchemaVersion;
+        hello["rank"] = options_.rank;
+        hello["session"] = session_;
+        hello["token"] = options_.token;
+        // The greeting is in place before the stream's thread can connect.
+        stream_ = std::make_unique<TcpEventStream>(options_.collector, options_.queueCapacity,
+                                                   std::vector<std::string>{line(hello)});
+    }
 
     const std::filesystem::path path(options_.path);
     if (path.has_parent_path()) {
@@ -57,21 +87,32 @@ void TelemetryWriter::write(json event) {
         event["coord"] = options_.coordinate;
     if (!event.contains("t"))
         event["t"] = now();
-    // replace: a bad UTF-8 byte in a message or a path becomes U+FFFD instead of an exception
-    // in the middle of training.
-    std::string line = event.dump(-1, ' ', false, json::error_handler_t::replace);
-    line += '\n';
-    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size())
+    std::lock_guard lock(mutex_);
+    event["seq"] = ++seq_;
+    std::string text = line(event);
+    text += '\n';
+    if (std::fwrite(text.data(), 1, text.size(), file_) != text.size())
         throw InputError("cannot write the telemetry file '" + options_.path +
                          "': " + std::strerror(errno));
     written_.fetch_add(1, std::memory_order_relaxed);
     if (stream_) {
-        line.pop_back();
-        stream_->push(std::move(line));
+        text.pop_back();
+        if (event.value("type", "") == "event" && event.value("event", "") == "start") {
+            // What a collector that connects later needs first: the config, the prediction and
+            // the clock offset. Marked, so a reader that saw the original knows it again.
+            event["resent"] = true;
+            stream_->setGreeting({stream_->greeting().front(), line(event)});
+        }
+        stream_->push(std::move(text));
     }
 }
 
+bool TelemetryWriter::drain(std::chrono::milliseconds timeout) {
+    return !stream_ || stream_->waitUntilSent(timeout);
+}
+
 void TelemetryWriter::flush() {
+    std::lock_guard lock(mutex_);
     if (std::fflush(file_) != 0)
         throw InputError("cannot write the telemetry file '" + options_.path +
                          "': " + std::strerror(errno));

@@ -1,7 +1,9 @@
 // The engine's telemetry: newline-delimited JSON events (schema in docs/telemetry.md) written to
 // the run directory, and optionally streamed to a collector over TCP. The file always gets every
 // event; the stream runs on its own thread behind a bounded queue, so a slow, absent or vanishing
-// collector never slows or stops training. What the queue drops is counted.
+// collector never slows or stops training. What the queue drops is counted. Every connection to
+// the collector opens with a hello line (the run's token, this process's session id) and the
+// latest start event, so a collector that connects late or reconnects knows the run.
 #pragma once
 
 #include <atomic>
@@ -9,12 +11,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace shardscope {
 
-inline constexpr int kTelemetrySchemaVersion = 1;
+inline constexpr int kTelemetrySchemaVersion = 2;
+// The environment variable that carries the collector's token (never the command line, which
+// `ps` shows to every user of the host).
+inline constexpr const char* kTelemetryTokenVariable = "SHARDSCOPE_TELEMETRY_TOKEN";
 
 struct TelemetryOptions {
     std::string path;      // NDJSON file, created (with its directory) or truncated
@@ -23,6 +29,8 @@ struct TelemetryOptions {
     bool append = false;              // keep earlier events (a resumed run)
     std::size_t queueCapacity = 8192; // events held for the collector before new ones are dropped
     nlohmann::json coordinate = nullptr; // the rank's place in the mesh, added to every event
+    std::string token{};                 // sent in the hello line that opens every connection
+    nlohmann::json hello = nullptr;      // more fields for the hello line (host, pid)
 };
 
 struct TelemetryStats {
@@ -34,8 +42,8 @@ struct TelemetryStats {
 
 class TcpEventStream;
 
-// write() and flush() may be called from one thread at a time (the engine's training thread);
-// stats() and now() from any thread.
+// Every member may be called from any thread (the training thread writes spans, the watchdog's
+// thread writes stall and hang reports).
 class TelemetryWriter {
 public:
     // Throws InputError for an unwritable path or a malformed collector address.
@@ -49,17 +57,27 @@ public:
     double now() const;
     // Shifts now() onto another clock (rank 0's, clock_sync.h); set before the first event.
     void setClockOffset(double seconds) { offset_.store(seconds, std::memory_order_relaxed); }
-    // Adds "v" (schema version), "rank" and, when absent, "t" (now()); appends one line to the
-    // file and offers it to the stream. Never blocks on the network. The event must be a JSON
-    // object (std::invalid_argument otherwise); a failed file write throws InputError.
+    // Adds "v" (schema version), "rank", "seq" (1, 2, ... in this process) and, when absent,
+    // "t" (now()); appends one line to the file and offers it to the stream. Never blocks on the
+    // network. The event must be a JSON object (std::invalid_argument otherwise); a failed file
+    // write throws InputError. A start event becomes the one re-sent on every new connection.
     void write(nlohmann::json event);
     void flush(); // the file, to the OS; InputError if that fails (disk full)
+    // Waits until the stream has sent what is queued (at most `timeout`); true when it has, or
+    // when there is no stream. Used before the process is ended from outside (a hang).
+    bool drain(std::chrono::milliseconds timeout);
     TelemetryStats stats() const;
+    // The random id of this process's stream, in its hello line: with "seq", it tells a
+    // collector which events it has already seen.
+    const std::string& session() const { return session_; }
 
 private:
     TelemetryOptions options_;
     std::chrono::steady_clock::time_point epoch_;
+    std::string session_;
+    std::mutex mutex_; // one event at a time into the file and the stream
     std::FILE* file_ = nullptr;
+    std::int64_t seq_ = 0;                 // guarded by mutex_
     std::atomic<std::int64_t> written_{0}; // read by stats() from any thread
     std::atomic<double> offset_{0.0};
     std::unique_ptr<TcpEventStream> stream_;

@@ -11,6 +11,7 @@
 #include "optimizer.h"
 #include "plan/compute.h"
 #include "plan/estimate.h"
+#include "prediction.h"
 #include "process_mesh.h"
 #include "sched/pipeline_program.h"
 #include "schedule_executor.h"
@@ -261,6 +262,7 @@ private:
         if (world_)
             world_->barrier();
     }
+    int worldSize() const { return world_ ? world_->size() : 1; }
     double sumOver(Communicator* group, double local) const;
     bool agreeOnStop(bool mine) const;
     bool everyoneSucceeded(bool mine) const;
@@ -813,6 +815,11 @@ TrainResult Run::execute() {
         peak_.formula = std::to_string(world_->size()) + " ranks x (" + peak_.formula + ")";
     }
 
+    // Measured before the barrier, so the ranks leave it together and their clocks are
+    // compared without one of them copying memory meanwhile.
+    const ClusterSpec hardware =
+        clusterOfCpuHosts(peak_.flops / worldSize(), ranksOnThisHost(), worldSize(),
+                          hostMemoryBytes(), measureCopyBandwidth());
     prepareRunDirectory();
     barrier(); // the leader has made the directory before anyone opens a file in it
     checkpoints_ =
@@ -826,11 +833,22 @@ TrainResult Run::execute() {
     const RankCoordinate coord = rankCoordinate(p, rank_, 1);
     topts.coordinate = {{"dp", coord.dp}, {"tp", coord.tp}, {"pp", coord.pp}, {"cp", coord.cp}};
     topts.append = c_.engine.resume;
+    if (const char* token = std::getenv(kTelemetryTokenVariable))
+        topts.token = token;
+    topts.hello = {{"pid", ::getpid()}, {"host", hostName()}, {"world_size", worldSize()}};
     telemetry_ = std::make_unique<TelemetryWriter>(topts);
     spans_ = std::make_unique<TelemetrySpans>(*telemetry_, watchdog_.get());
     model_->setCommunicationSink(spans_.get());
-    if (watchdog_)
+    if (watchdog_) {
         watchdog_->setReportDirectory(runDir_ / "telemetry");
+        TelemetryWriter* writer = telemetry_.get();
+        watchdog_->setEvents({[writer](json e) {
+                                  writer->write(std::move(e));
+                                  writer->flush();
+                              },
+                              [writer] { writer->drain(std::chrono::seconds(1)); }},
+                             c_.engine.stallSeconds);
+    }
     ClockOffset clock;
     if (mesh_) { // before the first event, so every timestamp is on rank 0's clock
         // Ranks on one host share a clock; tests skew them (seconds per rank) to check that
@@ -858,6 +876,8 @@ TrainResult Run::execute() {
                        {"parameters", model_->parameterCount()},
                        {"chunks", chunksJson(model_->chunks())},
                        {"memory_predicted", predictedJson(predicted, ppRank_)},
+                       {"prediction", predictionJson(c_, hardware, ppRank_)},
+                       {"world_size", worldSize()},
                        {"clock",
                         {{"offset", clock.offset},
                          {"round_trip", clock.roundTrip},

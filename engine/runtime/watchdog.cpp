@@ -34,6 +34,32 @@ void Watchdog::setReportDirectory(const fs::path& dir) {
     fs::remove(dir / ("hang-rank-" + std::to_string(rank_) + ".json"), ignored);
 }
 
+void Watchdog::setEvents(Events events, double stallSeconds) {
+    std::lock_guard lock(mutex_);
+    events_ = std::move(events);
+    stallSeconds_ = stallSeconds;
+}
+
+void Watchdog::emit(json event) const {
+    if (!events_.write)
+        return;
+    try {
+        events_.write(std::move(event));
+    } catch (const std::exception&) { // a full disk must not stop the watchdog ending the job
+    }
+}
+
+json Watchdog::position(double waited) const {
+    return {{"rank", rank_},
+            {"step", step_},
+            {"microbatch", microbatch_},
+            {"op", op_},
+            {"collective", collective_},
+            {"axis", axis_},
+            {"sequence", sequence_},
+            {"waited_s", waited}};
+}
+
 Watchdog::Lenient::Lenient(Watchdog* dog) : dog_(dog) {
     if (!dog_)
         return;
@@ -64,6 +90,7 @@ Watchdog::Wait::Wait(Watchdog& dog, const char* collective, const std::string& a
     dog_.axis_ = axis;
     dog_.sequence_ = sequence;
     dog_.since_ = Clock::now();
+    dog_.stallReported_ = false;
 }
 
 Watchdog::Wait::~Wait() {
@@ -72,11 +99,14 @@ Watchdog::Wait::~Wait() {
 }
 
 void Watchdog::watch() {
-    // Checks ten times per timeout (at most once a second), so a hang is caught within 10%.
-    const auto period = std::chrono::duration<double>(std::min(1.0, timeout_ / 10));
+    // Checks ten times per timeout (at most once a second), so a hang is caught within 10%, and
+    // twice per stall threshold.
     std::unique_lock lock(mutex_);
     while (!stopping_) {
-        wake_.wait_for(lock, period);
+        double period = std::min(1.0, timeout_ / 10);
+        if (stallSeconds_ > 0)
+            period = std::min(period, stallSeconds_ / 2);
+        wake_.wait_for(lock, std::chrono::duration<double>(period));
         if (stopping_ || !waiting_)
             continue;
         const double waited = std::chrono::duration<double>(Clock::now() - since_).count();
@@ -84,6 +114,17 @@ void Watchdog::watch() {
             lock.unlock();
             fire(waited);
             return;
+        }
+        if (stallSeconds_ > 0 && waited >= stallSeconds_ && !stallReported_) {
+            stallReported_ = true;
+            json event = position(waited);
+            event.erase("rank");
+            event["type"] = "event";
+            event["event"] = "stall";
+            event["timeout_s"] = timeout_;
+            lock.unlock();
+            emit(std::move(event));
+            lock.lock();
         }
     }
 }
@@ -101,15 +142,16 @@ void Watchdog::fire(double waited) {
     fs::path dir;
     {
         std::lock_guard lock(mutex_);
-        mine = {{"rank", rank_},
-                {"step", step_},
-                {"microbatch", microbatch_},
-                {"op", op_},
-                {"collective", collective_},
-                {"axis", axis_},
-                {"sequence", sequence_},
-                {"waited_s", waited}};
+        mine = position(waited);
         dir = reportDir_;
+    }
+    {
+        json event = mine;
+        event.erase("rank");
+        event["type"] = "event";
+        event["event"] = "hang";
+        event["timeout_s"] = timeout_;
+        emit(std::move(event));
     }
     char line[512];
     std::snprintf(line, sizeof line,
@@ -154,9 +196,18 @@ void Watchdog::fire(double waited) {
         }
         std::fputs((text.str() + "\n").c_str(), stderr);
         std::fflush(stderr);
+        emit({{"type", "event"},
+              {"event", "hang_summary"},
+              {"message", text.str()},
+              {"reported", reported},
+              {"missing", missing}});
+        if (events_.drain)
+            events_.drain();
         abort_(5);
         return;
     }
+    if (events_.drain)
+        events_.drain();
     // That rank sums up and ends the job; should it never get there, this one does.
     std::this_thread::sleep_for(std::chrono::duration<double>(std::min(timeout_, 10.0) + 5.0));
     abort_(5);

@@ -1,10 +1,12 @@
 // Ends a job that hangs instead of letting it wait forever. Every blocking wait on a collective
 // or a receive goes through a WatchedCommunicator, which tells the rank's Watchdog what it is
 // waiting for (collective, axis, sequence number) while the training loop tells it where it is
-// (step, microbatch, op). When one wait outlasts the timeout, the watchdog thread writes this
-// rank's report to the run directory, gives the other ranks' watchdogs a moment to write theirs,
-// names the ranks that never reported (hung outside a collective, stopped or dead) and ends the
-// whole job through the communicator.
+// (step, microbatch, op). A wait that outlasts the stall threshold is reported as it happens
+// (a `stall` event, so a monitor names the blocked op within seconds); when one outlasts the
+// timeout, the watchdog thread writes this rank's report to the run directory and as a `hang`
+// event, gives the other ranks' watchdogs a moment to write theirs, names the ranks that never
+// reported (hung outside a collective, stopped or dead) and ends the whole job through the
+// communicator.
 #pragma once
 
 #include "communicator.h"
@@ -15,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <thread>
 
@@ -31,6 +34,14 @@ public:
 
     // Where reports go (the run directory's telemetry folder); none are written before.
     void setReportDirectory(const std::filesystem::path& dir);
+    // Telemetry for stall and hang reports: `write` takes an event, `drain` gives the stream a
+    // moment to deliver before the job is ended. A wait longer than `stallSeconds` (<= 0: never)
+    // is reported once as a stall. Called from the watchdog's thread.
+    struct Events {
+        std::function<void(nlohmann::json)> write;
+        std::function<void()> drain;
+    };
+    void setEvents(Events events, double stallSeconds);
     // Where the training loop is; a wait's report names it.
     void setPosition(std::int64_t step, int microbatch, const char* op);
 
@@ -66,6 +77,8 @@ public:
 private:
     void watch();
     void fire(double waited);
+    nlohmann::json position(double waited) const; // with mutex_ held
+    void emit(nlohmann::json event) const;        // without mutex_ held
 
     const double timeout_;
     const int rank_, worldSize_;
@@ -75,6 +88,9 @@ private:
     bool stopping_ = false;
     int lenient_ = 0;
     std::filesystem::path reportDir_;
+    Events events_;
+    double stallSeconds_ = 0;
+    bool stallReported_ = false; // for the wait in progress
     // Guarded by mutex_: the position and the wait in progress.
     std::int64_t step_ = 0;
     int microbatch_ = -1;

@@ -26,6 +26,20 @@ char letterOf(OpKind k) {
     return k == OpKind::Forward ? 'F' : k == OpKind::BackwardWeight ? 'W' : 'B';
 }
 
+const char* spanKindName(OpKind k) {
+    switch (k) {
+    case OpKind::Forward:
+        return "forward";
+    case OpKind::Backward:
+        return "backward";
+    case OpKind::BackwardInput:
+        return "backward_input";
+    case OpKind::BackwardWeight:
+        return "backward_weight";
+    }
+    return "?";
+}
+
 std::string toString(TensorKind t) {
     return t == TensorKind::Activation ? "activation" : "gradient";
 }

@@ -20,6 +20,9 @@ enum class OpKind {
 };
 std::string toString(OpKind k); // "F", "B+W", "B", "W"
 char letterOf(OpKind k);        // 'F', 'B', 'B', 'W'
+// The span kind telemetry writes for the op (docs/telemetry.md): "forward", "backward",
+// "backward_input", "backward_weight".
+const char* spanKindName(OpKind k);
 
 enum class TensorKind { Activation, Gradient };
 std::string toString(TensorKind t);

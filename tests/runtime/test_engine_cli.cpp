@@ -1,5 +1,6 @@
 #include "engine/engine_commands.h"
 #include "engine_test_support.h"
+#include "runtime/telemetry.h"
 
 #include <arpa/inet.h>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -224,11 +226,17 @@ TEST(EngineCli, AVanishingCollectorNeverStopsTraining) {
     const std::string url = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
     json c = smallConfig();
     c["train"]["steps"] = 6;
+    ::setenv("SHARDSCOPE_TELEMETRY_TOKEN", "t0ken", 1); // as the app passes it
     const Outcome o = run({"train", "--config", writeConfig(dir, c), "--out",
                            (dir / "run").string(), "--telemetry", url, "--quiet"});
+    ::unsetenv("SHARDSCOPE_TELEMETRY_TOKEN");
     collector.join();
     EXPECT_EQ(o.code, 0) << o.err;
-    EXPECT_EQ(received.rfind("{\"backend\":", 0), 0u) << received; // the start event
+    // The connection opens with the hello, which carries the token from the environment.
+    const json hello = json::parse(received.substr(0, received.find('\n')));
+    EXPECT_EQ(hello["type"], "hello");
+    EXPECT_EQ(hello["token"], "t0ken");
+    EXPECT_EQ(hello["pid"], ::getpid());
     std::ifstream in(dir / "run" / "telemetry" / "rank-0.jsonl");
     std::string line, last;
     int lines = 0;
@@ -237,6 +245,65 @@ TEST(EngineCli, AVanishingCollectorNeverStopsTraining) {
     const json end = json::parse(last);
     EXPECT_EQ(end["event"], "end");
     EXPECT_EQ(end["telemetry"]["written"], lines);
+}
+
+TEST(EngineCli, VersionNamesTheBackendAndTheTelemetrySchema) {
+    const Outcome o = run({"version", "--json"});
+    ASSERT_EQ(o.code, 0) << o.err;
+    const json v = json::parse(o.out);
+    EXPECT_EQ(v["name"], "shardscope-engine");
+    EXPECT_TRUE(
+        std::regex_match(v["version"].get<std::string>(), std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")))
+        << v;
+    EXPECT_EQ(v["backends"], json::array({"cpu"}));
+    EXPECT_EQ(v["telemetry_schema"], kTelemetrySchemaVersion);
+    EXPECT_NE(v["mpi"].get<std::string>().find("MPI"), std::string::npos) << v;
+    const Outcome text = run({"version"});
+    EXPECT_EQ(text.out.rfind("shardscope-engine " + v["version"].get<std::string>(), 0), 0u)
+        << text.out;
+}
+
+TEST(EngineCli, CheckSaysWhatWouldRunAndCreatesNothing) {
+    TempDir dir;
+    const std::string config = writeConfig(dir, smallConfig());
+    const auto out = dir / "never";
+    Outcome o = run({"train", "--config", config, "--out", out.string(), "--dp", "2", "--ranks",
+                     "2", "--check"});
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_EQ(o.out.rfind("ok: cli GPT, dp2", 0), 0u) << o.out;
+    EXPECT_NE(o.out.find("2 ranks, 4 steps"), std::string::npos) << o.out;
+    o = run({"train", "--config", config, "--out", out.string(), "--dp", "2", "--ranks", "4",
+             "--check"});
+    EXPECT_EQ(o.code, 2);
+    EXPECT_NE(o.err.find("needs 2 ranks, not --ranks 4"), std::string::npos) << o.err;
+    o = run({"train", "--config", config, "--out", out.string(), "--tp", "3", "--check"});
+    EXPECT_EQ(o.code, 2);
+    EXPECT_NE(o.err.find("tp"), std::string::npos) << o.err;
+    EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(EngineCli, TheStartEventCarriesThePlannersPredictionForThisMachine) {
+    TempDir dir;
+    ASSERT_EQ(run({"train", "--config", writeConfig(dir, smallConfig()), "--out",
+                   (dir / "run").string(), "-q"})
+                  .code,
+              0);
+    std::ifstream in(dir / "run" / "telemetry" / "rank-0.jsonl");
+    std::string line;
+    std::getline(in, line);
+    const json start = json::parse(line);
+    ASSERT_EQ(start["event"], "start");
+    const json& p = start["prediction"];
+    EXPECT_EQ(p["cluster"]["gpu"]["id"], "cpu");
+    // Each rank is a "GPU" with the peak MFU is measured against.
+    EXPECT_NEAR(p["cluster"]["gpu"]["peak_tflops"]["fp32"].get<double>() * 1e12,
+                start["peak_flops"].get<double>(), 1e3);
+    for (const char* key : {"step_time", "tokens_per_s", "mfu"})
+        EXPECT_GT(p[key].get<double>(), 0) << key;
+    // Tokens per step over the predicted step time is the predicted throughput.
+    EXPECT_NEAR(p["tokens_per_s"].get<double>() * p["step_time"].get<double>(), 4 * 8, 1e-6);
+    EXPECT_EQ(p["bubble_fraction"], 0.0); // one stage
+    EXPECT_EQ(p["memory"]["parameters"], start["memory_predicted"]["parameters"]);
 }
 
 TEST(EngineCli, SigintFinishesTheStepCheckpointsAndExitsCleanly) {

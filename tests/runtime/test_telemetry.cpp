@@ -210,6 +210,18 @@ private:
     std::thread thread_;
 };
 
+// What a collector received, less the greeting each connection opens with (the hello line and
+// the re-sent start event): the events as the file has them.
+std::vector<std::string> payload(const std::vector<std::string>& lines) {
+    std::vector<std::string> out;
+    for (const std::string& line : lines) {
+        const json e = json::parse(line);
+        if (e.value("type", "") != "hello" && !e.value("resent", false))
+            out.push_back(line);
+    }
+    return out;
+}
+
 // Calls `produce` in bursts until `sent` has not moved for 300 ms: the collector's socket is full
 // and the stream thread waits in send. False if that takes over 10 s.
 bool untilStalled(const std::function<void()>& produce, const std::function<std::int64_t()>& sent) {
@@ -447,7 +459,7 @@ TEST(TelemetryStream, TheCollectorReceivesExactlyTheFileInOrder) {
     ASSERT_TRUE(eventually([&] { return collector.connectionEnded(); }));
     const std::vector<std::string> file = readLines(path);
     ASSERT_EQ(file.size(), static_cast<std::size_t>(kEvents));
-    EXPECT_EQ(collector.lines(), file);
+    EXPECT_EQ(payload(collector.lines()), file);
     EXPECT_EQ(collector.connections(), 1);
 }
 
@@ -461,7 +473,7 @@ TEST(TelemetryStream, TheDestructorDrainsQueuedEventsToAConnectedCollector) {
             writer.write(bulky(i));
     } // no waiting: whatever is still queued goes out during destruction
     ASSERT_TRUE(eventually([&] { return collector.connectionEnded(); }));
-    EXPECT_EQ(collector.lines(), readLines(path));
+    EXPECT_EQ(payload(collector.lines()), readLines(path));
 }
 
 TEST(TelemetryStream, AnAbsentCollectorNeverSlowsWritesAndCountsDrops) {
@@ -520,7 +532,7 @@ TEST(TelemetryStream, ACollectorStartedLateGetsTheLaterEvents) {
     ASSERT_TRUE(eventually([&] { return collector->connectionEnded(); }));
     // Once connected nothing is lost: what arrived is exactly the tail of the file.
     const std::vector<std::string> file = readLines(path);
-    const std::vector<std::string> received = collector->lines();
+    const std::vector<std::string> received = payload(collector->lines());
     ASSERT_LE(received.size(), file.size());
     EXPECT_EQ(received, std::vector<std::string>(
                             file.end() - static_cast<std::ptrdiff_t>(received.size()), file.end()));
@@ -529,7 +541,7 @@ TEST(TelemetryStream, ACollectorStartedLateGetsTheLaterEvents) {
 TEST(TelemetryStream, AVanishingCollectorCostsDropsNotTheProcess) {
     TempDir dir;
     const fs::path path = dir.path() / "rank-0.jsonl";
-    Collector collector(Collector::Mode::CloseAfter, 5);
+    Collector collector(Collector::Mode::CloseAfter, 6); // the hello and five events
     TelemetryWriter writer({path.string(), collector.address(), 0});
     for (int i = 0; i < 5; ++i)
         writer.write(span(i));
@@ -544,7 +556,7 @@ TEST(TelemetryStream, AVanishingCollectorCostsDropsNotTheProcess) {
 
     const std::vector<std::string> file = readLines(path);
     ASSERT_EQ(file.size(), static_cast<std::size_t>(written));
-    EXPECT_EQ(collector.lines(), std::vector<std::string>(file.begin(), file.begin() + 5));
+    EXPECT_EQ(payload(collector.lines()), std::vector<std::string>(file.begin(), file.begin() + 5));
 
     ASSERT_TRUE(eventually([&] {
         const TelemetryStats s = writer.stats();
@@ -628,6 +640,119 @@ TEST(TelemetryStream, ClosingWhileConnectingIsPrompt) {
     const EventStreamStats s = stream.stats();
     EXPECT_EQ(s.sent, 0);
     EXPECT_EQ(s.dropped, 100);
+}
+
+TEST(TelemetryStream, EveryConnectionOpensWithAHelloThatCarriesTheToken) {
+    TempDir dir;
+    Collector collector(Collector::Mode::ReadAll);
+    {
+        TelemetryWriter writer({.path = (dir.path() / "rank-2.jsonl").string(),
+                                .collector = collector.address(),
+                                .rank = 2,
+                                .token = "s3cret",
+                                .hello = {{"host", "node7"}, {"pid", 4242}}});
+        ASSERT_TRUE(eventually([&] { return writer.stats().connected; }));
+        writer.write(span(1));
+        ASSERT_TRUE(eventually([&] { return collector.lineCount() >= 2; }));
+        const json hello = json::parse(collector.lines().front());
+        EXPECT_EQ(hello["type"], "hello");
+        EXPECT_EQ(hello["token"], "s3cret");
+        EXPECT_EQ(hello["rank"], 2);
+        EXPECT_EQ(hello["session"], writer.session());
+        EXPECT_EQ(hello["host"], "node7");
+        EXPECT_EQ(hello["pid"], 4242);
+        EXPECT_EQ(hello["v"], kTelemetrySchemaVersion);
+        EXPECT_EQ(writer.stats().sent, 1); // the greeting is not an event
+    }
+    // The token never reaches the file.
+    for (const std::string& line : readLines(dir.path() / "rank-2.jsonl"))
+        EXPECT_EQ(line.find("s3cret"), std::string::npos) << line;
+}
+
+TEST(TelemetryFile, EventsAreNumberedFromOneInWriteOrder) {
+    TempDir dir;
+    const fs::path path = dir.path() / "r.jsonl";
+    {
+        TelemetryWriter writer({path.string(), "", 0});
+        for (int i = 0; i < 50; ++i)
+            writer.write(span(i));
+    }
+    std::int64_t expected = 1;
+    for (const std::string& line : readLines(path))
+        EXPECT_EQ(json::parse(line)["seq"], expected++);
+}
+
+TEST(TelemetryFile, EventsFromManyThreadsAreWholeLinesWithDistinctNumbers) {
+    TempDir dir;
+    const fs::path path = dir.path() / "r.jsonl";
+    {
+        TelemetryWriter writer({path.string(), "", 0});
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 4; ++t)
+            threads.emplace_back([&] {
+                for (int i = 0; i < 500; ++i)
+                    writer.write(bulky(i));
+            });
+        for (std::thread& t : threads)
+            t.join();
+    }
+    std::vector<std::int64_t> seqs;
+    for (const std::string& line : readLines(path))
+        seqs.push_back(json::parse(line).at("seq").get<std::int64_t>()); // throws if torn
+    ASSERT_EQ(seqs.size(), 2000u);
+    for (std::size_t i = 0; i < seqs.size(); ++i)
+        EXPECT_EQ(seqs[i], std::int64_t(i) + 1); // file order is numbering order
+}
+
+TEST(TelemetryStream, AReconnectingCollectorGetsTheStartEventAgainThenWhatFollows) {
+    TempDir dir;
+    const fs::path path = dir.path() / "rank-0.jsonl";
+    auto first = std::make_unique<Collector>(Collector::Mode::ReadAll);
+    const int port = first->port();
+    TelemetryWriter writer({path.string(), first->address(), 0});
+    ASSERT_TRUE(eventually([&] { return writer.stats().connected; }));
+    writer.write({{"type", "event"}, {"event", "start"}, {"config", {{"steps", 7}}}});
+    writer.write(span(1));
+    ASSERT_TRUE(eventually([&] { return first->lineCount() >= 3; }));
+    first->stop(); // the app goes away...
+    first.reset();
+    Collector second(Collector::Mode::ReadAll, 0, port); // ...and comes back
+    int i = 2;
+    ASSERT_TRUE(eventually(
+        [&] {
+            writer.write(span(i++));
+            return second.lineCount() >= 4;
+        },
+        10000ms))
+        << "the stream never reconnected";
+    const std::vector<std::string> lines = second.lines();
+    EXPECT_EQ(json::parse(lines[0])["type"], "hello");
+    const json start = json::parse(lines[1]);
+    EXPECT_EQ(start["event"], "start");
+    EXPECT_TRUE(start["resent"].get<bool>());
+    EXPECT_EQ(start["seq"], 1); // the original's number: a reader that saw it knows it
+    EXPECT_EQ(start["config"]["steps"], 7);
+    // Then events written after the reconnection, numbered on: the gap is what was dropped.
+    const json next = json::parse(lines[2]);
+    EXPECT_EQ(next["type"], "span");
+    EXPECT_GT(next["seq"].get<int>(), 2);
+    // The file has the start event once, unmarked.
+    writer.flush();
+    const std::vector<std::string> file = readLines(path);
+    ASSERT_FALSE(file.empty());
+    EXPECT_FALSE(json::parse(file[0]).contains("resent"));
+}
+
+TEST(TelemetryStream, DrainWaitsUntilTheQueueIsSent) {
+    TempDir dir;
+    Collector collector(Collector::Mode::ReadAll);
+    TelemetryWriter writer({(dir.path() / "r.jsonl").string(), collector.address(), 0});
+    ASSERT_TRUE(eventually([&] { return writer.stats().connected; }));
+    for (int i = 0; i < 300; ++i)
+        writer.write(bulky(i));
+    EXPECT_TRUE(writer.drain(5000ms));
+    const TelemetryStats s = writer.stats();
+    EXPECT_EQ(s.sent + s.dropped, 300); // nothing left in the queue
 }
 
 TEST(TelemetryStream, QueueCapacityMustBePositive) {

@@ -2,6 +2,7 @@
 #include "engine_test_support.h"
 #include "runtime/checkpoint.h"
 #include "runtime/stop_signal.h"
+#include "runtime/telemetry.h"
 #include "runtime/trainer.h"
 
 #include <csignal>
@@ -67,7 +68,7 @@ TEST(Trainer, WritesTelemetryForEveryOperatorGroup) {
     int forwardLayer = 0, backwardLayer = 0, optimizer = 0, data = 0, steps = 0, evals = 0;
     double lastT = -1;
     for (const json& e : ev) {
-        EXPECT_EQ(e["v"], 1);
+        EXPECT_EQ(e["v"], kTelemetrySchemaVersion);
         EXPECT_EQ(e["rank"], 0);
         EXPECT_GE(e["t"].get<double>(), lastT);
         lastT = e["t"].get<double>();

@@ -8,7 +8,9 @@
 #include "runtime/device_memory.h"
 #include "runtime/gpt.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/prediction.h"
 #include "runtime/run_config.h"
+#include "runtime/telemetry.h"
 #include "runtime/trainer.h"
 #include "sched/pipeline_program.h"
 
@@ -36,7 +38,7 @@ struct Overrides {
     std::string config;
     std::optional<std::string> out, data, dataFormat, telemetry, recompute, schedule;
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
-    std::optional<double> lr, peakTflops, bucketMb, watchdog;
+    std::optional<double> lr, peakTflops, bucketMb, watchdog, stallReport;
     std::optional<std::uint64_t> seed;
     std::optional<int> microBatch, globalBatch, threads, logEvery, dp, tp, pp, vpp, zero;
     bool quiet = false;
@@ -81,6 +83,10 @@ struct Overrides {
                        "seconds a rank may wait in one collective or receive before the job is "
                        "ended as hung (default 300)")
             ->check(CLI::PositiveNumber);
+        app.add_option("--stall-report", stallReport,
+                       "seconds a rank may wait in one collective or receive before it reports "
+                       "the wait as a stall event, so a monitor names it (default 5; 0: never)")
+            ->check(CLI::NonNegativeNumber);
         app.add_option("--recompute", recompute, "activation recompute: none, selective, full");
         app.add_option("--schedule", schedule,
                        "pipeline schedule: naive, gpipe, 1f1b, interleaved, zero-bubble");
@@ -136,6 +142,8 @@ struct Overrides {
             c.engine.bucketMiB = *bucketMb;
         if (watchdog)
             c.engine.watchdogSeconds = *watchdog;
+        if (stallReport)
+            c.engine.stallSeconds = *stallReport;
         if (recompute)
             c.parallel.recompute = recomputeFromString(*recompute);
         if (schedule)
@@ -221,15 +229,6 @@ void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
         << meta["loss"].get<double>() << "\n";
 }
 
-// Ranks sharing this machine, as the MPI launcher reports them (1 when not under MPI).
-int localRanks() {
-    for (const char* name :
-         {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
-        if (const char* v = std::getenv(name); v && std::atoi(v) > 0)
-            return std::atoi(v);
-    return 1;
-}
-
 // `--ranks N` without an MPI launcher: start N copies of this program under mpirun, with the
 // same arguments, a run directory they all agree on, and the cores shared out between them.
 [[noreturn]] void launchRanks(int argc, char** argv, int ranks, bool hasOut, bool hasThreads) {
@@ -264,6 +263,14 @@ int localRanks() {
                      "); install openmpi-bin, or launch the ranks with mpirun or srun yourself");
 }
 
+json engineVersion() {
+    return {{"name", "shardscope-engine"},
+            {"version", SHARDSCOPE_VERSION},
+            {"backends", json::array({"cpu"})},
+            {"telemetry_schema", kTelemetrySchemaVersion},
+            {"mpi", MpiSession::libraryVersion()}};
+}
+
 } // namespace
 
 int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -296,6 +303,15 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
         ->check(CLI::PositiveNumber);
     trainCmd->add_flag("--print-config", printConfig,
                        "print the resolved run config as JSON and exit");
+    bool checkOnly = false;
+    trainCmd->add_flag("--check", checkOnly,
+                       "check the config (and --ranks against its layout) as the launch would, "
+                       "print what would run, and exit without starting or creating anything");
+    CLI::App* versionCmd = app.add_subcommand(
+        "version", "print the engine's version, backends and telemetry schema (a launcher "
+                   "checks each host with it)");
+    bool versionJson = false;
+    versionCmd->add_flag("--json", versionJson, "as one JSON object");
     CLI::App* dumpCmd = app.add_subcommand(
         "dump", "write one step's weights, batch, logits, loss and gradients (for checks)");
     dumpFlags.addTo(*dumpCmd);
@@ -325,6 +341,17 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
         return code;
     };
     try {
+        if (versionCmd->parsed()) {
+            const json v = engineVersion();
+            if (versionJson)
+                out << v.dump() << "\n";
+            else
+                out << "shardscope-engine " << v["version"].get<std::string>()
+                    << " (backends: " << v["backends"][0].get<std::string>()
+                    << "; telemetry schema " << v["telemetry_schema"] << "; "
+                    << v["mpi"].get<std::string>() << ")\n";
+            return 0;
+        }
         if (dumpCmd->parsed()) {
             const RunConfig c = dumpFlags.resolve();
             if (!dumpFlags.out)
@@ -357,6 +384,17 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
             return 0;
         }
         const bool underMpi = MpiSession::launchedByMpi();
+        if (checkOnly) {
+            checkTrainable(c);
+            const int needed = c.parallel.worldSize();
+            if (ranks > 0 && needed != ranks)
+                throw InputError("the layout " + layoutSummary(c.parallel) + " needs " +
+                                 std::to_string(needed) + " ranks, not --ranks " +
+                                 std::to_string(ranks));
+            out << "ok: " << c.model.name << ", " << layoutSummary(c.parallel) << ", " << needed
+                << (needed == 1 ? " rank" : " ranks") << ", " << c.totalSteps() << " steps\n";
+            return 0;
+        }
         if (ranks > 1 && !underMpi) {
             checkTrainable(c); // said once, before any rank starts
             if (c.parallel.worldSize() != ranks)
@@ -373,7 +411,7 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
                 throw InputError("--ranks " + std::to_string(ranks) + " but the launcher started " +
                                  std::to_string(world->size()) + " ranks");
             if (c.engine.threads == 0)
-                c.engine.threads = std::max(1, kernels::cpuCores() / localRanks());
+                c.engine.threads = std::max(1, kernels::cpuCores() / ranksOnThisHost());
         }
         const TrainResult r = train(c, out, world.get());
         const bool leader = !world || world->rank() == 0;

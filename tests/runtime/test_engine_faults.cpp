@@ -2,6 +2,8 @@
 // a resume from the sharded checkpoints continues bit-identically. Real faults, from outside:
 // the test sends SIGKILL or SIGSTOP to one rank's process (its pid is in its start event).
 #include "engine_test_support.h"
+#include "watch/diagnosis.h"
+#include "watch/run_files.h"
 
 #include <algorithm>
 #include <chrono>
@@ -167,7 +169,8 @@ void expectHangNamed(int checkpointEvery) {
     c["train"]["checkpoint_every"] = checkpointEvery;
     std::ofstream(config) << c.dump();
     const fs::path run = dir / "run";
-    Job job("--config " + config.string() + " --ranks 4 --watchdog-timeout 2 --out " + run.string(),
+    Job job("--config " + config.string() +
+                " --ranks 4 --watchdog-timeout 2 --stall-report 1 --out " + run.string(),
             dir / "log");
     const pid_t victim = pidOnceAt(run, 1, 20);
     ASSERT_GT(victim, 0) << readText(dir / "log");
@@ -197,6 +200,33 @@ void expectHangNamed(int checkpointEvery) {
         EXPECT_TRUE(report.contains(field)) << field;
     EXPECT_GE(report["waited_s"].get<double>(), 2.0);
     EXPECT_GE(report["step"].get<int>(), 20);
+
+    // The same, read from the telemetry as the monitor and `shardscope-cli report` read it: the
+    // reports arrive as events, the stopped rank is named silent, the waiting ranks as hung with
+    // the operation they are blocked in.
+    watch::RunState state;
+    watch::readRun(watch::findRunFiles(run), state);
+    const std::vector<watch::RankHealth> health = watch::rankHealth(state);
+    ASSERT_EQ(health.size(), 4u);
+    EXPECT_EQ(health[1].status, watch::RankStatus::Silent) << health[1].detail;
+    EXPECT_NE(health[1].detail.find("never reported"), std::string::npos) << health[1].detail;
+    int hung = 0;
+    for (const watch::RankHealth& h : health)
+        if (h.status == watch::RankStatus::Hung) {
+            ++hung;
+            EXPECT_NE(h.detail.find("blocked in "), std::string::npos) << h.detail;
+            const watch::RankState& r = *state.rank(h.rank);
+            EXPECT_FALSE(r.blocked->collective.empty());
+            EXPECT_FALSE(r.blocked->op.empty());
+            EXPECT_GE(r.blocked->step, 20);
+        }
+    EXPECT_GE(hung, 1) << watch::hangDiagnosis(state, health);
+    const std::string why = watch::hangDiagnosis(state, health);
+    EXPECT_NE(why.find("silent"), std::string::npos) << why;
+    ASSERT_TRUE(state.hangSummary()) << why;
+    EXPECT_NE(
+        std::find(state.hangSummary()->missing.begin(), state.hangSummary()->missing.end(), 1),
+        state.hangSummary()->missing.end());
 }
 
 TEST(EngineFaults, AHungRankIsNamedAndTheJobEndsAfterTheWatchdogTimeout) {

@@ -2,7 +2,7 @@
 // output, and every kind of bad input, which must end with exit code 2 and a message that names
 // the problem (never a crash, never output on stdout).
 
-#include "cli/commands.h"
+#include "cli_test_support.h"
 #include "core/presets.h"
 
 #include <algorithm>
@@ -20,24 +20,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CliResult {
-    int code = -1;
-    std::string out;
-    std::string err;
-};
+using shardscope::testing::CliResult;
 
 CliResult run(std::initializer_list<std::string> args) {
-    std::vector<std::string> storage{"shardscope-cli"};
-    storage.insert(storage.end(), args.begin(), args.end());
-    std::vector<const char*> argv;
-    for (const std::string& a : storage)
-        argv.push_back(a.c_str());
-    std::ostringstream out, err;
-    CliResult r;
-    r.code = shardscope::cli::runCli(int(argv.size()), argv.data(), out, err);
-    r.out = out.str();
-    r.err = err.str();
-    return r;
+    return shardscope::testing::runCliWith(args);
 }
 
 std::string dataPath(const std::string& relative) {

@@ -9,6 +9,7 @@
 #include "plan/published_runs.h"
 #include "plan/search.h"
 #include "report.h"
+#include "run_report.h"
 #include "schedule_report.h"
 
 #include <CLI/CLI.hpp>
@@ -277,6 +278,19 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     validateCmd->add_flag("--markdown", markdown, "Write the table as Markdown");
     validateCmd->add_flag("--json", o.json, "Machine-readable output");
 
+    std::string runDir;
+    RunReportOptions ro;
+    auto* reportCmd = app.add_subcommand(
+        "report", "What a training run did beside what the planner predicted (from its run "
+                  "directory's telemetry)");
+    reportCmd->add_option("run", runDir, "Run directory (the --out of shardscope-engine train)")
+        ->required();
+    reportCmd->add_flag("--json", ro.json, "Machine-readable output (schema in docs/cli.md)");
+    reportCmd->add_option("--html", ro.html, "Also write a self-contained HTML report with charts");
+    reportCmd->add_option("--trace", ro.trace,
+                          "Also write every measured span as Chrome trace JSON (Perfetto)");
+    reportCmd->add_option("--csv", ro.csv, "Also write every step event of every rank as CSV");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -316,6 +330,8 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
             return runSchedule(so, o.json, out);
         if (validateCmd->parsed())
             return runValidate(runsPath, markdown, o.json, out, err);
+        if (reportCmd->parsed())
+            return runReport(runDir, ro, out, err);
         if (models->parsed()) {
             if (o.json) {
                 nlohmann::json j = nlohmann::json::array();

@@ -16,11 +16,13 @@ extern "C" void onStopSignal(int signal) {
 
 StopSignalHandlers::StopSignalHandlers()
     : previousInt_(std::signal(SIGINT, onStopSignal)),
-      previousTerm_(std::signal(SIGTERM, onStopSignal)) {}
+      previousTerm_(std::signal(SIGTERM, onStopSignal)),
+      previousUsr1_(std::signal(SIGUSR1, onStopSignal)) {}
 
 StopSignalHandlers::~StopSignalHandlers() {
     std::signal(SIGINT, previousInt_);
     std::signal(SIGTERM, previousTerm_);
+    std::signal(SIGUSR1, previousUsr1_);
 }
 
 int stopSignal() {

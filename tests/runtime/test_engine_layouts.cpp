@@ -188,8 +188,10 @@ TEST(EngineLayouts, PipelineTelemetryMeasuresTransfersOnRankZerosClock) {
     for (int r = 0; r < 4; ++r) {
         const std::vector<json> events = eventsOf(out, r);
         const json& start = eventNamed(events, "start");
-        // The offset undoes the skew, to well within a millisecond on one host.
-        EXPECT_NEAR(start["clock"]["offset"].get<double>(), 0.0, 1e-3);
+        // The offset undoes the 7 s per rank skew. What is left is when each rank opened its
+        // telemetry, which is milliseconds apart on a busy machine (seen: 4 ms on 2 shared cores
+        // running other tests), so it is bounded well below the skew, not at zero.
+        EXPECT_NEAR(start["clock"]["offset"].get<double>(), 0.0, 0.05);
         EXPECT_LT(start["clock"]["round_trip"].get<double>(), 0.1);
         EXPECT_EQ(start["chunks"].size(), 1u);
         EXPECT_EQ(start["chunks"][0]["first_layer"], 2 * r);

@@ -66,8 +66,10 @@ void MemoryChart::rebuild() {
     for (std::size_t i = 0; i < bars_.size(); ++i) {
         keys.push_back(keyOf(i));
         ticker->addTick(keyOf(i), bars_[i].label);
-        top = std::max(top, bars_[i].memory.total());
+        top = std::max({top, bars_[i].memory.total(), bars_[i].predicted});
     }
+    // Megabytes for the small models a CPU run trains, gigabytes otherwise.
+    unit_ = std::max(top, capacity_) >= GB ? GB : MB;
 
     const QColor separator = palette().color(QPalette::Base);
     std::array<QCPBars*, kCategories> stack{};
@@ -80,7 +82,7 @@ void MemoryChart::rebuild() {
         bars->setPen(QPen(separator, 1));
         QVector<double> values;
         for (const MemoryBar& bar : bars_)
-            values.push_back(categoryBytes(bar.memory)[static_cast<std::size_t>(c)] / GB);
+            values.push_back(categoryBytes(bar.memory)[static_cast<std::size_t>(c)] / unit_);
         bars->setData(keys, values, true);
         if (c > 0)
             bars->moveAbove(stack[static_cast<std::size_t>(c - 1)]);
@@ -91,16 +93,34 @@ void MemoryChart::rebuild() {
         plot_->legend->addItem(
             new QCPPlottableLegendItem(plot_->legend, stack[static_cast<std::size_t>(c)]));
 
+    const QColor fg = palette().color(QPalette::Text);
+    bool anyPrediction = false;
+    for (std::size_t i = 0; i < bars_.size(); ++i) {
+        if (bars_[i].predicted <= 0)
+            continue;
+        auto* marker = new QCPItemLine(plot_);
+        marker->start->setCoords(keyOf(i) - kBarWidth * 0.7, bars_[i].predicted / unit_);
+        marker->end->setCoords(keyOf(i) + kBarWidth * 0.7, bars_[i].predicted / unit_);
+        marker->setPen(QPen(fg, 2, Qt::DashLine));
+        anyPrediction = true;
+    }
+    if (anyPrediction) { // a legend entry for the markers: an empty graph with their pen
+        QCPGraph* legend = plot_->addGraph();
+        legend->setName(tr("predicted"));
+        legend->setPen(QPen(fg, 2, Qt::DashLine));
+        legend->removeFromLegend();
+        plot_->legend->addItem(new QCPPlottableLegendItem(plot_->legend, legend));
+    }
+
     if (capacity_ > 0) {
-        const QColor fg = palette().color(QPalette::Text);
         auto* line = new QCPItemStraightLine(plot_);
-        line->point1->setCoords(0, capacity_ / GB);
-        line->point2->setCoords(1, capacity_ / GB);
+        line->point1->setCoords(0, capacity_ / unit_);
+        line->point2->setCoords(1, capacity_ / unit_);
         line->setPen(QPen(fg, 1.5, Qt::DashLine));
         auto* label = new QCPItemText(plot_);
         label->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
         label->position->setTypeY(QCPItemPosition::ptPlotCoords);
-        label->position->setCoords(0.01, capacity_ / GB);
+        label->position->setCoords(0.01, capacity_ / unit_);
         label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
         const QString value = detail::formatTick(capacity_, ValueKind::Bytes); // "80 GB"
         label->setText(capacityLabel_.isEmpty() ? value
@@ -114,8 +134,8 @@ void MemoryChart::rebuild() {
     plot_->xAxis->setTickLength(0, 4);
     plot_->xAxis->grid()->setVisible(false);
     plot_->xAxis->setRange(keyOf(0) - 0.6, keyOf(bars_.empty() ? 0 : bars_.size() - 1) + 0.6);
-    plot_->yAxis->setLabel(tr("GB per GPU"));
-    const double yMax = std::max(top, capacity_) * 1.1 / GB;
+    plot_->yAxis->setLabel(unit_ == GB ? tr("GB per GPU") : tr("MB per GPU"));
+    const double yMax = std::max(top, capacity_) * 1.1 / unit_;
     plot_->yAxis->setRange(0, yMax > 0 ? yMax : 1.0);
     plot_->replot(QCustomPlot::rpQueuedRefresh);
 }
@@ -127,7 +147,7 @@ QString MemoryChart::tooltipAt(const QPoint& pos) const {
     if (!plot_->axisRect()->rect().contains(p.toPoint()))
         return {};
     const double key = plot_->xAxis->pixelToCoord(p.x());
-    const double gb = plot_->yAxis->pixelToCoord(p.y());
+    const double gb = plot_->yAxis->pixelToCoord(p.y()) * unit_ / GB;
     const long nearest = std::lround(key) - 1;
     if (nearest < 0 || nearest >= static_cast<long>(bars_.size()) ||
         std::fabs(key - keyOf(static_cast<std::size_t>(nearest))) > kBarWidth / 2 || gb < 0)
@@ -144,6 +164,12 @@ QString MemoryChart::tooltipAt(const QPoint& pos) const {
                            detail::toQString(formatBytes(bar.memory.total()));
             if (!tooltips_[c].isEmpty())
                 text += QLatin1Char('\n') + tooltips_[c];
+            if (bar.predicted > 0)
+                text += QStringLiteral("\npredicted ") +
+                        detail::toQString(formatBytes(bar.predicted)) +
+                        QStringLiteral(", measured ") +
+                        QString::number((bar.memory.total() / bar.predicted - 1) * 100, 'f', 1) +
+                        QStringLiteral(" % from it");
             return text;
         }
         base += height;

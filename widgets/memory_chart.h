@@ -15,6 +15,9 @@ namespace shardscope {
 struct MemoryBar {
     QString label; // "stage 0", "ZeRO-3", "GPU 5", ...
     MemoryBreakdown memory;
+    // A prediction to draw across the bar (a dashed marker), e.g. the planner's bytes for a rank
+    // whose bar is measured; 0: none.
+    double predicted = 0;
 };
 
 class MemoryChart : public Chart {
@@ -51,6 +54,7 @@ private:
     double capacity_ = 0;
     QString capacityLabel_;
     std::array<QString, kCategories> tooltips_;
+    double unit_ = 1e9; // GB, or MB for small bars
 };
 
 } // namespace shardscope

@@ -77,6 +77,12 @@ void PipelineView::setTimeline(const PipelineTimeline& t, int virtualStages,
         rankLabels_.push_back(QStringLiteral("rank %1").arg(r));
     makespanLabel_ = QString::number(makespan_, 'g', 4);
     playhead_ = makespan_;
+    waits_.clear();
+    update();
+}
+
+void PipelineView::setWaits(std::vector<std::vector<std::pair<double, double>>> waits) {
+    waits_ = std::move(waits);
     update();
 }
 
@@ -195,6 +201,17 @@ void PipelineView::renderTo(QPainter& p, const QSize& size) {
             p.drawText(rect, Qt::AlignCenter, c.label);
         }
     }
+
+    // Time blocked on a receive or a collective, along the bottom of each row.
+    const QColor waiting(0xD5, 0x5E, 0x00);
+    for (std::size_t r = 0; r < waits_.size() && int(r) < ranks_; ++r)
+        for (const auto& [start, end] : waits_[r]) {
+            const double from = std::max(0.0, start), to = std::min(makespan_, end);
+            if (to <= from)
+                continue; // outside the pipeline's span (a wait for gradients after it)
+            const QRectF rect = f.cellRect(int(r), from, to);
+            p.fillRect(QRectF(rect.left(), rect.bottom() - 3, rect.width(), 3), waiting);
+        }
 
     // The playhead and the time axis.
     p.setPen(pal.color(QPalette::Text));

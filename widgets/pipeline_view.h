@@ -20,6 +20,9 @@ public:
     // `caption` is drawn above the chart ("1F1B: bubble 27.3 %").
     void setTimeline(const PipelineTimeline& timeline, int virtualStages, const QString& caption);
     void clear(const QString& message); // nothing to draw, and why
+    // Intervals each rank spent blocked (a measured timeline's wait spans), drawn as a red strip
+    // along the bottom of its row; setTimeline clears them.
+    void setWaits(std::vector<std::vector<std::pair<double, double>>> waits);
     // Time shown on the shared axis (to compare two schedules on one scale); <= 0: own makespan.
     void setTimeScale(double seconds);
 
@@ -63,6 +66,7 @@ private:
     double playhead_ = 0;
     QString caption_;
     QString message_;
+    std::vector<std::vector<std::pair<double, double>>> waits_;
     std::vector<QString> rankLabels_; // "rank 3", made once
     QString makespanLabel_;
 };

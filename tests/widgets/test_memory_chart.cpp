@@ -120,6 +120,28 @@ private slots:
         QVERIFY(weights.contains(QString::fromStdString(formatBytes(8e9))));
     }
 
+    void smallBarsAreInMegabytesWithTheirPredictionMarked() {
+        // A CPU run's ranks: 20 and 24 MB measured against 18 and 24 MB predicted.
+        MemoryBreakdown a, b;
+        a.parameters = 4e6;
+        a.activations = 16e6;
+        b.parameters = 4e6;
+        b.activations = 20e6;
+        chart_->setBars({{"rank 0", a, 18e6}, {"rank 1", b, 24e6}}, 0, {});
+        QCOMPARE(chart_->plot()->yAxis->label(), QStringLiteral("MB per GPU"));
+        QList<double> marked;
+        for (int i = 0; i < chart_->plot()->itemCount(); ++i)
+            if (auto* line = qobject_cast<QCPItemLine*>(chart_->plot()->item(i))) {
+                QCOMPARE(line->start->coords().y(), line->end->coords().y());
+                marked << line->start->coords().y();
+            }
+        QCOMPARE(marked, (QList<double>{18.0, 24.0}));
+        chart_->plot()->replot();
+        const QString tip = chart_->tooltipAt(pointAt(*chart_, 1, 10));
+        QVERIFY2(tip.contains("predicted 18.0 MB"), qPrintable(tip));
+        QVERIFY2(tip.contains("11.1 % from it"), qPrintable(tip)); // 20 / 18 - 1
+    }
+
     void tooltipIsEmptyOffTheBars() {
         QCOMPARE(chart_->tooltipAt(pointAt(*chart_, 1, 75)), QString());   // above stage 0 (70 GB)
         QCOMPARE(chart_->tooltipAt(pointAt(*chart_, 1.5, 10)), QString()); // between bars

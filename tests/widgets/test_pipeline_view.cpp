@@ -53,6 +53,33 @@ private slots:
         QVERIFY(!view.tooltipAt(QPoint(x, 24 + rowHeight / 2)).isEmpty());
     }
 
+    void waitsAreDrawnAlongTheRowInsideTheTimeline() {
+        PipelineView view;
+        view.resize(1000, 300);
+        view.setTimeline(oneFOneB(4, 8), 1, "measured");
+        // Rank 3 waits [0, 3) for its first input; a wait past the end is clipped away.
+        view.setWaits({{}, {}, {}, {{0.0, 3.0}, {33.0, 40.0}}});
+        QImage image(view.size(), QImage::Format_ARGB32);
+        image.fill(Qt::white);
+        {
+            QPainter painter(&image);
+            view.renderTo(painter, image.size());
+        }
+        const double perSecond = (1000 - 64 - 12) / 33.0;
+        const double rowHeight = (300 - 24 - 22) / 4.0;
+        const int bottom = int(24 + 4 * rowHeight - 2 - 1.5); // inside the 3-pixel strip
+        const QColor waiting(0xD5, 0x5E, 0x00);
+        QCOMPARE(image.pixelColor(64 + int(1.5 * perSecond), bottom), waiting);
+        QVERIFY(image.pixelColor(64 + int(5.5 * perSecond), bottom) != waiting);
+        // A new timeline forgets the old waits.
+        view.setTimeline(oneFOneB(4, 8), 1, "again");
+        {
+            QPainter painter(&image);
+            view.renderTo(painter, image.size());
+        }
+        QVERIFY(image.pixelColor(64 + int(1.5 * perSecond), bottom) != waiting);
+    }
+
     void largePipelinesRender() {
         PipelineView view;
         view.resize(1600, 900);

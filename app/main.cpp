@@ -49,16 +49,19 @@ int main(int argc, char* argv[]) {
     const QCommandLineOption render("render",
                                     "Draw PAGE (memory, explorer, explorer/cluster, "
                                     "explorer/search, pipeline, pipeline/at-50, collectives, "
-                                    "collectives/step-3) with no display and exit.",
+                                    "collectives/step-3, monitor, monitor/pipeline) with no "
+                                    "display and exit.",
                                     "PAGE");
     const QCommandLineOption session("session", "The session to render (default: built in).",
                                      "FILE");
+    const QCommandLineOption run(
+        "run", "With --render monitor: the run directory to show (as it ended).", "DIR");
     const QCommandLineOption output({"o", "output"}, "Where --render writes its PNG.", "OUT.png");
     const QCommandLineOption size("size", "Window size for --render (default 1600x1000).", "WxH",
                                   "1600x1000");
     const QCommandLineOption theme("theme", "light, dark or system (--render default: light).",
                                    "THEME");
-    cli.addOptions({render, session, output, size, theme});
+    cli.addOptions({render, session, run, output, size, theme});
     cli.process(arguments);
 
     if (cli.isSet(render)) {
@@ -66,6 +69,7 @@ int main(int argc, char* argv[]) {
         r.page = cli.value(render);
         r.session = cli.value(session);
         r.output = cli.value(output);
+        r.run = cli.value(run);
         if (cli.isSet(theme))
             r.theme = cli.value(theme);
         const auto m = QRegularExpression("^(\\d+)x(\\d+)$").match(cli.value(size));

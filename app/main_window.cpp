@@ -5,6 +5,7 @@
 #include "pages/collectives_page.h"
 #include "pages/explorer_page.h"
 #include "pages/memory_page.h"
+#include "pages/monitor_page.h"
 #include "pages/pipeline_page.h"
 #include "report.h"
 #include "table_export.h"
@@ -45,7 +46,7 @@ MainWindow::MainWindow(QWidget* parent)
     setAcceptDrops(true);
     setWindowIcon(QIcon(":/shardscope/shardscope.svg"));
     pages_ = {new MemoryPage(&doc_), new ExplorerPage(&doc_), new PipelinePage(&doc_),
-              new CollectivesPage(&doc_)};
+              new CollectivesPage(&doc_), new MonitorPage(&doc_)};
     for (Page* p : pages_) {
         sidebar_->addItem(p->title());
         stack_->addWidget(p);
@@ -125,6 +126,9 @@ void MainWindow::buildMenus() {
     file->addSeparator();
     file->addAction("&Import Hugging Face config.json...", QKeySequence(Qt::CTRL | Qt::Key_I), this,
                     &MainWindow::importDialog);
+    file->addAction("Open run &directory...", QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O), this,
+                    [this] { openRunDialog(false); });
+    file->addAction("Compare with run directory...", this, [this] { openRunDialog(true); });
     file->addSeparator();
     exportChartMenu_ = file->addMenu("Export &chart");
     exportTableMenu_ = file->addMenu("Export &table as CSV");
@@ -242,6 +246,26 @@ QString MainWindow::applyLoadedFile(const LoadedFile& f) {
         return {};
     }
     return f.path + ": nothing to load";
+}
+
+QString MainWindow::openRun(const QString& dir, bool compare) {
+    auto* monitor = qobject_cast<MonitorPage*>(page("monitor"));
+    const QString error = compare ? monitor->compareRun(dir) : monitor->openRun(dir);
+    if (error.isEmpty()) {
+        showPage("monitor");
+        statusBar()->showMessage((compare ? "Comparing with " : "Opened run ") + dir, 5000);
+    }
+    return error;
+}
+
+void MainWindow::openRunDialog(bool compare) {
+    const QString dir = QFileDialog::getExistingDirectory(
+        this, compare ? "Compare with run directory" : "Open run directory",
+        QString::fromStdString(doc_.session().launch.runsDirectory));
+    if (dir.isEmpty())
+        return;
+    if (const QString error = openRun(dir, compare); !error.isEmpty())
+        showError("Cannot open " + dir, error);
 }
 
 void MainWindow::openFile(const QString& path) {

@@ -35,6 +35,9 @@ public:
     // Apply a file read by loadFile (what openFile does when the worker is done).
     QString applyLoadedFile(const LoadedFile& file);
     QString saveSessionAs(const QString& path);
+    // A training run's directory on the Monitor page (replayed from its files), or beside the
+    // run shown there; the error or "".
+    QString openRun(const QString& dir, bool compare = false);
     QString exportReportTo(const QString& path);
     QStringList recentFiles() const;
     static QString aboutText(); // the About box: versions of Shardscope and its libraries
@@ -64,6 +67,7 @@ private:
     void newSession();
     void openDialog();
     void importDialog();
+    void openRunDialog(bool compare);
     bool save();
     bool saveAsDialog();
     void exportReportDialog();

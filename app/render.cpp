@@ -3,6 +3,7 @@
 #include "file_loader.h"
 #include "main_window.h"
 #include "pages/explorer_page.h"
+#include "pages/monitor_page.h"
 #include "pages/page.h"
 
 #include <QApplication>
@@ -32,6 +33,10 @@ QString renderPage(const RenderRequest& r) {
             return f.error.isEmpty() ? r.session + " is a model config, not a session" : f.error;
         window.applyLoadedFile(f);
     }
+    if (!r.run.isEmpty()) {
+        if (const QString error = window.openRun(r.run); !error.isEmpty())
+            return error;
+    }
     const QString pageId = r.page.section('/', 0, 0);
     const QString view = r.page.section('/', 1);
     if (!window.showPage(pageId)) {
@@ -55,6 +60,8 @@ QString renderPage(const RenderRequest& r) {
         explorer->applyResult(0); // show the best layout, as a user clicking it would
     }
 
+    if (auto* monitor = qobject_cast<MonitorPage*>(page))
+        monitor->refreshNow();
     window.statusBar()->clearMessage();
     window.resize(r.size);
     window.show();

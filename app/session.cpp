@@ -145,6 +145,67 @@ Session defaultSession() {
     return s;
 }
 
+std::string toString(LaunchTarget t) {
+    switch (t) {
+    case LaunchTarget::Local:
+        return "local";
+    case LaunchTarget::Ssh:
+        return "ssh";
+    case LaunchTarget::Slurm:
+        return "slurm";
+    }
+    return "?";
+}
+
+LaunchTarget launchTargetFromString(const std::string& s) {
+    for (LaunchTarget t : {LaunchTarget::Local, LaunchTarget::Ssh, LaunchTarget::Slurm})
+        if (toString(t) == s)
+            return t;
+    throw InputError("launch target '" + s + "' is not one of local, ssh, slurm");
+}
+
+namespace {
+
+nlohmann::json launchJson(const LaunchSettings& l) {
+    return {{"target", toString(l.target)},
+            {"runs_directory", l.runsDirectory},
+            {"hostfile", l.hostfile},
+            {"ssh_options", l.sshOptions},
+            {"mpi_options", l.mpiOptions},
+            {"remote_engine", l.remoteEngine},
+            {"telemetry_address", l.telemetryAddress},
+            {"slurm_partition", l.slurmPartition},
+            {"slurm_time", l.slurmTime},
+            {"stall_report_s", l.stallSeconds},
+            {"watchdog_timeout_s", l.watchdogSeconds}};
+}
+
+LaunchSettings readLaunch(const nlohmann::json& j) {
+    if (!j.is_object())
+        throw InputError("session launch: expected an object");
+    LaunchSettings l;
+    try {
+        l.target = launchTargetFromString(j.value("target", toString(l.target)));
+        l.runsDirectory = j.value("runs_directory", l.runsDirectory);
+        l.hostfile = j.value("hostfile", l.hostfile);
+        l.sshOptions = j.value("ssh_options", l.sshOptions);
+        l.mpiOptions = j.value("mpi_options", l.mpiOptions);
+        l.remoteEngine = j.value("remote_engine", l.remoteEngine);
+        l.telemetryAddress = j.value("telemetry_address", l.telemetryAddress);
+        l.slurmPartition = j.value("slurm_partition", l.slurmPartition);
+        l.slurmTime = j.value("slurm_time", l.slurmTime);
+        readNumber(j, "stall_report_s", l.stallSeconds, 0, 86400);
+        readNumber(j, "watchdog_timeout_s", l.watchdogSeconds, 0.1, 864000);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(std::string("session launch: ") + e.what());
+    } catch (const InputError& e) {
+        throw InputError(std::string("session launch: ") + e.what());
+    }
+    return l;
+}
+
+} // namespace
+
 nlohmann::json sessionToJson(const Session& s) {
     nlohmann::json j;
     j["format"] = Session::kFormatName;
@@ -174,6 +235,7 @@ nlohmann::json sessionToJson(const Session& s) {
                         {"intra_latency_us", c.links.intraLatency / 1e-6},
                         {"inter_bandwidth_gbps", c.links.interBandwidth / 1e9},
                         {"inter_latency_us", c.links.interLatency / 1e-6}};
+    j["launch"] = launchJson(s.launch);
     j["page"] = s.page;
     return j;
 }
@@ -202,6 +264,8 @@ Session sessionFromJson(const nlohmann::json& j) {
         s.pipeline = readPipelineLesson(j["pipeline"]);
     if (j.contains("collectives"))
         s.collectives = readCollectivesLesson(j["collectives"]);
+    if (j.contains("launch"))
+        s.launch = readLaunch(j["launch"]);
     if (j.contains("page"))
         s.page = readPart<std::string>(j, "page");
     return s;

@@ -50,6 +50,27 @@ struct CollectivesLesson {
     LinkModel links;     // gpusPerNode, bandwidths (bytes/s) and latencies (s)
 };
 
+// Where and how the Monitor page launches the engine for this session's model and layout.
+enum class LaunchTarget { Local, Ssh, Slurm };
+std::string toString(LaunchTarget t);
+LaunchTarget launchTargetFromString(const std::string& s); // throws InputError
+
+struct LaunchSettings {
+    LaunchTarget target = LaunchTarget::Local;
+    std::string runsDirectory = "runs"; // run directories go here (on a filesystem every host sees)
+    std::string hostfile;               // ssh: one "HOST slots=N" per line, # starts a comment
+    std::string sshOptions;             // ssh: extra ssh arguments, e.g. "-p 2222 -i ~/.ssh/key"
+    std::string mpiOptions;             // ssh: extra mpirun arguments (--mca ...)
+    std::string remoteEngine;           // ssh, Slurm: the engine on the hosts; "": this one's path
+    // "" : the app listens on loopback (remote ranks reach it through ssh reverse tunnels);
+    // "HOST:PORT": the app listens there and ranks connect to it (Slurm nodes, say).
+    std::string telemetryAddress;
+    std::string slurmPartition;   // "" : the cluster's default
+    std::string slurmTime;        // "" : the partition's default; else sbatch --time
+    double stallSeconds = 5;      // engine.stall_report_s
+    double watchdogSeconds = 300; // engine.watchdog_timeout_s
+};
+
 struct Session {
     static constexpr int kFormatVersion = 1;
     static constexpr const char* kFormatName = "shardscope-session";
@@ -62,6 +83,7 @@ struct Session {
     TrainConfig train;
     PipelineLesson pipeline;
     CollectivesLesson collectives;
+    LaunchSettings launch;
     std::string page = "memory"; // the page shown when the session was saved
 
     PlanInputs planInputs() const { return {model, cluster, parallel, train, Assumptions{}}; }

@@ -3,9 +3,12 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QEvent>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
@@ -129,6 +132,67 @@ QComboBox* SessionForm::addChoice(const QString& name, const QString& label, con
     });
     addRow(label, combo, tip);
     return combo;
+}
+
+QLineEdit* SessionForm::addText(const QString& name, const QString& label, const QString& tip,
+                                const QString& placeholder, Get<QString> get, Set<QString> set) {
+    auto* line = new QLineEdit(this);
+    line->setObjectName(name);
+    line->setPlaceholderText(placeholder);
+    const QString what = label;
+    connect(line, &QLineEdit::editingFinished, this, [this, line, get, set, what] {
+        const QString text = line->text();
+        if (text != get(doc_->session()))
+            doc_->edit(QString("Set %1").arg(what), [&](Session& s) { set(s, text); });
+    });
+    readers_.push_back([this, line, get] {
+        const QSignalBlocker b(line);
+        line->setText(get(doc_->session()));
+    });
+    addRow(label, line, tip);
+    return line;
+}
+
+namespace {
+
+// Calls `done` when the watched widget loses keyboard focus.
+class FocusOut : public QObject {
+public:
+    FocusOut(QObject* parent, std::function<void()> done)
+        : QObject(parent), done_(std::move(done)) {}
+    bool eventFilter(QObject* watched, QEvent* event) override {
+        if (event->type() == QEvent::FocusOut)
+            done_();
+        return QObject::eventFilter(watched, event);
+    }
+
+private:
+    std::function<void()> done_;
+};
+
+} // namespace
+
+QPlainTextEdit* SessionForm::addLines(const QString& name, const QString& label, const QString& tip,
+                                      const QString& placeholder, Get<QString> get,
+                                      Set<QString> set) {
+    auto* edit = new QPlainTextEdit(this);
+    edit->setObjectName(name);
+    edit->setPlaceholderText(placeholder);
+    edit->setTabChangesFocus(true);
+    edit->setMaximumHeight(96);
+    const QString what = label;
+    edit->installEventFilter(new FocusOut(edit, [this, edit, get, set, what] {
+        const QString text = edit->toPlainText();
+        if (text != get(doc_->session()))
+            doc_->edit(QString("Edit %1").arg(what), [&](Session& s) { set(s, text); });
+    }));
+    readers_.push_back([this, edit, get] {
+        const QSignalBlocker b(edit);
+        if (edit->toPlainText() != get(doc_->session()))
+            edit->setPlainText(get(doc_->session()));
+    });
+    addRow(label, edit, tip);
+    return edit;
 }
 
 void SessionForm::addWidget(const QString& label, QWidget* w) {

@@ -12,6 +12,8 @@
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
+class QLineEdit;
+class QPlainTextEdit;
 class QFormLayout;
 class QSlider;
 class QSpinBox;
@@ -40,6 +42,12 @@ public:
     QComboBox* addChoice(const QString& name, const QString& label, const QString& tip,
                          const std::vector<std::pair<QString, QString>>& items, Get<QString> get,
                          Set<QString> set);
+    // A line of text, written to the session when editing finishes (Enter or leaving the field).
+    QLineEdit* addText(const QString& name, const QString& label, const QString& tip,
+                       const QString& placeholder, Get<QString> get, Set<QString> set);
+    // Several lines (a host list), written to the session when the field loses focus.
+    QPlainTextEdit* addLines(const QString& name, const QString& label, const QString& tip,
+                             const QString& placeholder, Get<QString> get, Set<QString> set);
     // Any widget in a row of its own (buttons, pickers); it keeps itself up to date.
     void addWidget(const QString& label, QWidget* w);
     // Enable or disable a row's control from the session (e.g. vpp only when interleaved).

@@ -43,9 +43,9 @@ private slots:
         MainWindow w;
         w.setQuiet(true);
         QCOMPARE(w.document()->session().model.id, std::string("llama3-70b"));
-        QCOMPARE(int(w.pages().size()), 4);
+        QCOMPARE(int(w.pages().size()), 5);
         QVERIFY(w.page("memory") && w.page("explorer") && w.page("pipeline") &&
-                w.page("collectives"));
+                w.page("collectives") && w.page("monitor"));
         QCOMPARE(w.currentPage()->id(), QString("memory"));
         QVERIFY(w.showPage("explorer"));
         QCOMPARE(w.currentPage()->id(), QString("explorer"));

@@ -50,6 +50,11 @@ TEST(Session, JsonRoundTripKeepsEverything) {
     s.pipeline.compare.reset();
     s.pipeline.microbatches = 12;
     s.pipeline.costs.backwardWeight = 0.5;
+    s.launch.target = LaunchTarget::Ssh;
+    s.launch.hostfile = "node1 slots=4\nnode2 slots=4\n";
+    s.launch.sshOptions = "-p 2222";
+    s.launch.telemetryAddress = "login1:9400";
+    s.launch.stallSeconds = 2.5;
     const Session back = sessionFromJson(sessionToJson(s));
     EXPECT_EQ(sessionToJson(back), sessionToJson(s));
     EXPECT_EQ(back.model.layers, 40);
@@ -62,6 +67,26 @@ TEST(Session, JsonRoundTripKeepsEverything) {
     EXPECT_FALSE(back.pipeline.compare.has_value());
     EXPECT_EQ(back.pipeline.microbatches, 12);
     EXPECT_DOUBLE_EQ(back.pipeline.costs.backwardWeight, 0.5);
+    EXPECT_EQ(back.launch.target, LaunchTarget::Ssh);
+    EXPECT_EQ(back.launch.hostfile, "node1 slots=4\nnode2 slots=4\n");
+    EXPECT_EQ(back.launch.telemetryAddress, "login1:9400");
+    EXPECT_DOUBLE_EQ(back.launch.stallSeconds, 2.5);
+}
+
+TEST(Session, BadLaunchSettingsNameTheProblem) {
+    nlohmann::json j = sessionToJson(defaultSession());
+    j["launch"]["target"] = "cloud";
+    EXPECT_THROW(sessionFromJson(j), InputError);
+    j = sessionToJson(defaultSession());
+    j["launch"]["stall_report_s"] = -1;
+    try {
+        sessionFromJson(j);
+        FAIL();
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("stall_report_s"), std::string::npos) << e.what();
+    }
+    j.erase("launch"); // sessions written before launch settings existed still open
+    EXPECT_EQ(sessionFromJson(j).launch.target, LaunchTarget::Local);
 }
 
 TEST(Session, SaveAndLoadThroughAFile) {

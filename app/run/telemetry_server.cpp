@@ -1,0 +1,167 @@
+#include "telemetry_server.h"
+
+#include "watch/run_files.h"
+
+#include <QMetaObject>
+#include <QTcpServer>
+#include <QTcpSocket>
+#include <optional>
+
+namespace shardscope {
+
+struct TelemetryServer::Connection {
+    std::string pending; // bytes after the last complete line
+    std::optional<watch::Hello> hello;
+    bool overlong = false; // skipping the rest of a line longer than the limit
+};
+
+TelemetryServer::TelemetryServer(LiveRun* run, QObject* parent) : QObject(parent), run_(run) {
+    thread_.setObjectName("telemetry");
+}
+
+TelemetryServer::~TelemetryServer() {
+    stop();
+}
+
+quint16 TelemetryServer::start(const QHostAddress& address, quint16 port, const QString& token,
+                               QString* error) {
+    stop();
+    token_ = token;
+    // The server and its sockets are made in the thread that serves them.
+    worker_ = new QObject;
+    worker_->moveToThread(&thread_);
+    thread_.start();
+    QString failure;
+    QMetaObject::invokeMethod(
+        worker_, [&] { listenHere(address, port, &failure); }, Qt::BlockingQueuedConnection);
+    if (!failure.isEmpty()) {
+        stop();
+        if (error)
+            *error = failure;
+        return 0;
+    }
+    return port_;
+}
+
+void TelemetryServer::listenHere(const QHostAddress& address, quint16 port, QString* error) {
+    server_ = new QTcpServer;
+    QObject::connect(server_, &QTcpServer::newConnection, server_, [this] { accept(); });
+    if (!server_->listen(address, port)) {
+        *error = QString("cannot listen for telemetry on %1:%2: %3")
+                     .arg(address.toString())
+                     .arg(port)
+                     .arg(server_->errorString());
+        delete server_;
+        server_ = nullptr;
+        return;
+    }
+    port_ = server_->serverPort();
+}
+
+void TelemetryServer::stop() {
+    if (!thread_.isRunning())
+        return;
+    QMetaObject::invokeMethod(
+        worker_,
+        [this] {
+            for (auto& [socket, c] : connections_) {
+                socket->disconnect();
+                socket->abort();
+                delete socket;
+            }
+            connections_.clear();
+            delete server_;
+            server_ = nullptr;
+            worker_->deleteLater(); // when the thread finishes; it is this call's context
+        },
+        Qt::BlockingQueuedConnection);
+    thread_.quit();
+    thread_.wait();
+    worker_ = nullptr;
+    port_ = 0;
+}
+
+void TelemetryServer::accept() {
+    while (QTcpSocket* socket = server_->nextPendingConnection()) {
+        connections_[socket] = std::make_unique<Connection>();
+        QObject::connect(socket, &QTcpSocket::readyRead, socket,
+                         [this, socket] { readFrom(socket); });
+        QObject::connect(socket, &QTcpSocket::disconnected, socket,
+                         [this, socket] { closed(socket); });
+    }
+}
+
+void TelemetryServer::readFrom(QTcpSocket* socket) {
+    const auto it = connections_.find(socket);
+    if (it == connections_.end())
+        return;
+    Connection& c = *it->second;
+    const QByteArray bytes = socket->readAll();
+    std::size_t begin = 0;
+    const std::string_view data(bytes.constData(), std::size_t(bytes.size()));
+    while (begin < data.size()) {
+        const std::size_t nl = data.find('\n', begin);
+        const std::size_t end = nl == std::string_view::npos ? data.size() : nl;
+        if (!c.overlong) {
+            c.pending.append(data.substr(begin, end - begin));
+            if (c.pending.size() > watch::kMaxEventBytes) {
+                c.pending.clear();
+                c.overlong = true; // the rest of this line is skipped, never held
+            }
+        }
+        if (nl == std::string_view::npos)
+            break;
+        const bool whole = !c.overlong;
+        c.overlong = false;
+        begin = nl + 1;
+        if (whole) {
+            const std::string line = std::move(c.pending);
+            c.pending.clear();
+            handleLine(socket, c, line);
+            if (!connections_.count(socket))
+                return; // refused and closed: `c` is gone
+        }
+        c.pending.clear();
+    }
+}
+
+void TelemetryServer::handleLine(QTcpSocket* socket, Connection& c, const std::string& line) {
+    std::string why;
+    const std::optional<nlohmann::json> event = watch::parseEventLine(line, &why);
+    if (!c.hello) {
+        if (event)
+            c.hello = watch::acceptHello(*event, token_.toStdString(), &why);
+        if (!c.hello) {
+            const QString peer = socket->peerAddress().toString();
+            connections_.erase(socket);
+            socket->disconnect();
+            socket->abort();
+            socket->deleteLater();
+            if (run_->refused())
+                emit changed();
+            emit refusedConnection(peer, QString::fromStdString(why));
+        }
+        return;
+    }
+    if (!event)
+        return; // an unreadable line costs that line only
+    if (!numbers_.isNew(*c.hello, *event)) {
+        run_->repeated();
+        return;
+    }
+    if (run_->add(*event))
+        emit changed();
+}
+
+void TelemetryServer::closed(QTcpSocket* socket) {
+    const auto it = connections_.find(socket);
+    if (it == connections_.end())
+        return;
+    const std::optional<watch::Hello> hello = it->second->hello;
+    connections_.erase(it);
+    socket->deleteLater();
+    if (hello && run_->connectionClosed(hello->rank))
+        emit changed();
+}
+
+} // namespace shardscope

@@ -1,0 +1,221 @@
+// The Monitor page with real runs: the Start button's code launches the engine on 4 MPI ranks
+// (dp 2 x pp 2) on this machine, the page receives their telemetry over a real socket and shows
+// every rank; a connection without the run's token is refused and counted; a rank stopped with
+// SIGSTOP is shown silent, and the ranks waiting for it blocked in their operations, before the
+// run ends; Stop ends the job cleanly; a killed rank is shown dead.
+#include "calculator_panel.h"
+#include "core/json_io.h"
+#include "live_plot.h"
+#include "pages/monitor_page.h"
+#include "session_document.h"
+
+#include <QDir>
+#include <QPushButton>
+#include <QStandardItemModel>
+#include <QTcpSocket>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <csignal>
+#include <nlohmann/json.hpp>
+
+namespace shardscope {
+
+namespace {
+
+// A GPT small enough to train on two shared cores in seconds, laid out dp 2 x pp 2, fp32 (what
+// the CPU engine trains), on the synthetic source.
+Session cpuSession(const QString& runs, std::int64_t steps) {
+    Session s = defaultSession();
+    s.model = nlohmann::json::parse(R"({
+      "name": "monitor GPT", "family": "gpt2", "layers": 4, "hidden": 32, "heads": 2,
+      "kv_heads": 2, "ffn_hidden": 128, "vocab": 64, "seq_len": 16, "max_positions": 16,
+      "tied_embeddings": true, "activation": "gelu", "norm": "layernorm",
+      "positions": "learned", "attention_bias": true, "output_bias": true, "mlp_bias": true,
+      "dropout": false})")
+                  .get<ModelSpec>();
+    s.modelSource = ModelSource::Custom;
+    ParallelConfig& p = s.parallel;
+    p = ParallelConfig{};
+    p.dp = 2;
+    p.pp = 2;
+    p.tp = 1;
+    p.microBatch = 1;
+    p.globalBatch = 4;
+    p.precision = PrecisionPolicy::fp32();
+    p.recompute = Recompute::None;
+    p.schedule = PipelineSchedule::OneFOneB;
+    s.train = TrainConfig{};
+    s.train.steps = steps;
+    s.train.warmupSteps = 1;
+    s.train.learningRate = 1e-3;
+    s.train.checkpointEvery = 5;
+    s.launch.runsDirectory = runs.toStdString();
+    s.launch.stallSeconds = 1;
+    s.launch.watchdogSeconds = 120;
+    return s;
+}
+
+using State = RunController::State;
+
+} // namespace
+
+class TestMonitorPage : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir runs_;
+
+    // A page with the engine of this build, its document holding `session`.
+    struct Fixture {
+        SessionDocument doc;
+        MonitorPage page{&doc};
+        Fixture(const Session& s) {
+            doc.reset(s);
+            page.controller()->setEngine(SHARDSCOPE_ENGINE_EXE);
+            page.resize(1400, 900);
+        }
+        bool runningWithSteps(int steps) {
+            page.refreshNow();
+            return page.controller()->state() == State::Running && page.data().ranks.size() == 4 &&
+                   std::all_of(page.data().ranks.begin(), page.data().ranks.end(),
+                               [&](const auto& r) { return r.step >= steps; });
+        }
+        const watch::RankHealth& health(int rank) {
+            page.refreshNow();
+            return page.data().analysis.health.at(std::size_t(rank));
+        }
+        long pidOf(int rank) {
+            long pid = 0;
+            page.live()->read([&](const watch::RunState& run) { pid = run.rank(rank)->pid; });
+            return pid;
+        }
+    };
+
+private slots:
+    void aFourRankRunIsLaunchedAndEveryRankShownBesideThePlan() {
+        Fixture f(cpuSession(runs_.path(), 12));
+        QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() != State::Checking, 60000);
+
+        // While it runs, a stranger without the token is turned away and counted.
+        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() != State::Starting, 120000);
+        QTcpSocket stranger;
+        stranger.connectToHost(QHostAddress::LocalHost, f.page.controller()->telemetryPort());
+        QVERIFY(stranger.waitForConnected(5000));
+        stranger.write("{\"type\":\"hello\",\"rank\":0,\"token\":\"guess\"}\n");
+        QVERIFY(stranger.waitForBytesWritten(5000));
+        QTRY_COMPARE_WITH_TIMEOUT(f.page.live()->refusedConnections(), 1, 10000);
+
+        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Finished, 180000);
+        f.page.refreshNow();
+        const MonitorData& d = f.page.data();
+        QCOMPARE(int(d.ranks.size()), 4);
+        for (const auto& r : d.ranks)
+            QCOMPARE(r.step, 12);
+        QCOMPARE(f.page.ranksTable()->rowCount(), 4);
+        for (int r = 0; r < 4; ++r)
+            QCOMPARE(f.page.ranksTable()->item(r, 3)->text(), QString("finished"));
+        // The coordinates are Megatron's: rank 1 is the second replica of stage 0.
+        QCOMPARE(f.page.ranksTable()->item(1, 1)->text(), QString("dp1 tp0 pp0 cp0"));
+        // Parameters, gradients and optimizer state as the planner predicted, to the byte.
+        for (const watch::ComparisonRow& row : d.analysis.comparison)
+            if (row.key == "memory.parameters" || row.key == "memory.optimizer")
+                QCOMPARE(row.errorPercent(), 0.0);
+        QVERIFY2(d.analysis.pipeline.ok(), d.analysis.pipeline.problem.c_str());
+        QCOMPARE(int(d.analysis.pipeline.measured.ranks.size()), 2);
+        QCOMPARE(f.page.throughputPlot()->lineCount(), 4);
+        QVERIFY(f.page.throughputPlot()->reference() > 0); // the prediction is drawn
+        // The token never appeared on a command line.
+        QVERIFY(!f.page.controller()->log().contains(f.page.controller()->token()));
+        QVERIFY(QFileInfo(f.page.controller()->runDirectory() + "/summary.json").exists());
+    }
+
+    void aStoppedRankIsNamedWhileTheOthersSayWhereTheyWaitThenStopEndsCleanly() {
+        Fixture f(cpuSession(runs_.path(), 100000));
+        QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(f.runningWithSteps(3), 180000);
+        const long victim = f.pidOf(1);
+        QVERIFY(victim > 0);
+        QCOMPARE(::kill(pid_t(victim), SIGSTOP), 0);
+        // Within seconds, long before the watchdog (120 s) ends anything.
+        QTRY_VERIFY_WITH_TIMEOUT(f.health(1).status == watch::RankStatus::Silent, 60000);
+        bool someoneBlocked = false;
+        QTRY_VERIFY_WITH_TIMEOUT(
+            [&] {
+                f.page.refreshNow();
+                for (const watch::RankHealth& h : f.page.data().analysis.health)
+                    someoneBlocked |= h.status == watch::RankStatus::Stalled &&
+                                      h.detail.find("blocked in ") != std::string::npos;
+                return someoneBlocked;
+            }(),
+            60000);
+        const QString verdict = f.page.panel()->verdictText();
+        QVERIFY2(verdict.contains("Rank 1 is silent"), qPrintable(verdict));
+        QVERIFY2(verdict.contains("blocked"), qPrintable(verdict));
+        QVERIFY(f.page.controller()->state() == State::Running);
+
+        ::kill(pid_t(victim), SIGCONT);
+        QTRY_VERIFY_WITH_TIMEOUT(f.health(1).status == watch::RankStatus::Running, 60000);
+        QTest::mouseClick(f.page.findChild<QPushButton*>("stop"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Finished, 120000);
+        for (int r = 0; r < 4; ++r)
+            QVERIFY(f.health(r).status == watch::RankStatus::Finished);
+        QVERIFY(f.health(0).detail.find("interrupted") != std::string::npos);
+        QVERIFY(f.page.controller()->canResume());
+        QVERIFY(f.page.findChild<QPushButton*>("resume")->isEnabled());
+    }
+
+    void aKilledRankIsShownDead() {
+        Fixture f(cpuSession(runs_.path(), 100000));
+        QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(f.runningWithSteps(2), 180000);
+        const long victim = f.pidOf(2);
+        QCOMPARE(::kill(pid_t(victim), SIGKILL), 0);
+        QTRY_VERIFY_WITH_TIMEOUT(f.health(2).status == watch::RankStatus::Dead, 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Failed, 60000);
+        f.page.refreshNow();
+        const QString verdict = f.page.panel()->verdictText();
+        QVERIFY2(verdict.contains("without an end event"), qPrintable(verdict));
+    }
+
+    void theEnginesCheckRefusesABadLayoutAndNothingStarts() {
+        Session s = cpuSession(runs_.path(), 10);
+        s.parallel.tp = 3; // 2 heads cannot be split 3 ways
+        s.parallel.dp = 1;
+        s.parallel.pp = 1;
+        Fixture f(s);
+        QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Failed, 60000);
+        const QString message = f.page.controller()->message();
+        QVERIFY2(message.contains("pre-launch check refused"), qPrintable(message));
+        QVERIFY2(message.contains("tp"), qPrintable(message));
+        QVERIFY(!QFileInfo::exists(f.page.controller()->runDirectory()));
+        QCOMPARE(f.page.controller()->telemetryPort() > 0, true); // listened, nobody came
+        QCOMPARE(f.page.live()->events(), 0);
+    }
+
+    void aFinishedRunOpensFromItsDirectoryAndReplays() {
+        Fixture f(cpuSession(runs_.path(), 8));
+        QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Finished, 180000);
+        const QString dir = f.page.controller()->runDirectory();
+
+        SessionDocument doc;
+        MonitorPage replay(&doc);
+        QCOMPARE(replay.openRun(dir), QString());
+        QVERIFY(replay.replaying());
+        replay.refreshNow();
+        QCOMPARE(replay.data().latestStep, 8);
+        replay.setReplayPosition(0.0);
+        replay.refreshNow();
+        QVERIFY(replay.data().latestStep < 8);
+        QCOMPARE(replay.compareRun(dir), QString());
+        QCOMPARE(replay.comparisonTable()->columnCount(), 6); // a column for the second run
+        QVERIFY(replay.openRun(runs_.path() + "/no-such-run").contains("not a directory"));
+    }
+};
+
+} // namespace shardscope
+
+QTEST_MAIN(shardscope::TestMonitorPage)
+#include "test_monitor_page.moc"

@@ -8,8 +8,10 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFileInfo>
+#include <QHostInfo>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QNetworkInterface>
 #include <QProcessEnvironment>
 #include <QRandomGenerator>
 #include <QRegularExpression>
@@ -55,9 +57,15 @@ QString exitMeaning(int code) {
     }
 }
 
+// A host that is this machine (by name or by one of its addresses): mpirun starts its ranks
+// without ssh, so neither an ssh check nor a tunnel applies.
 bool isThisHost(const QString& host) {
     const QString name = host.section('@', -1);
-    return name == "localhost" || name == "127.0.0.1" || name == "::1";
+    if (name == "localhost" || name == QHostInfo::localHostName())
+        return true;
+    const QHostAddress address(name);
+    return !address.isNull() &&
+           (address.isLoopback() || QNetworkInterface::allAddresses().contains(address));
 }
 
 } // namespace
@@ -318,8 +326,12 @@ void RunController::checkHosts() {
         std::set<QString> seen;
         std::vector<HostSlots> hosts;
         for (const HostSlots& h : request_.hosts)
-            if (seen.insert(h.host).second)
+            if (!isThisHost(h.host) && seen.insert(h.host).second)
                 hosts.push_back(h);
+        if (hosts.empty()) {
+            launch();
+            return;
+        }
         pendingHosts_ = int(hosts.size());
         const QString remote = request_.settings.remoteEngine.empty()
                                    ? engine_

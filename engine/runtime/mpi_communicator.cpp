@@ -168,6 +168,7 @@ std::string MpiSession::libraryVersion() {
     int length = 0;
     MPI_Get_library_version(text, &length);
     std::string line(text, std::size_t(std::max(0, length)));
+    line.erase(std::find(line.begin(), line.end(), '\0'), line.end()); // length counts the NUL
     if (const std::size_t nl = line.find_first_of("\r\n"); nl != std::string::npos)
         line.resize(nl);
     return line;

@@ -9,7 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   zlib1g-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
   python3-torch
-  openssh-server openssh-client slurm-wlm munge iproute2
+  openssh-server openssh-client slurm-wlm munge iproute2 debootstrap dpkg-dev
 )
 
 missing=()

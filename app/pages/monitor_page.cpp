@@ -211,6 +211,10 @@ MonitorPage::MonitorPage(SessionDocument* doc, QWidget* parent)
     tabs_->addTab(makeTable(comparison_), "Predicted vs measured");
     p->addWidget(tabs_, 1);
     panel_->setPicture(picture);
+    connect(tabs_, &QTabWidget::currentChanged, this, [this] {
+        if (chartsStale_)
+            showCharts();
+    });
 
     frame_.setSingleShot(true);
     frame_.setInterval(33); // at most ~30 redraws a second
@@ -377,7 +381,9 @@ void MonitorPage::scheduleFrame() {
 
 void MonitorPage::refreshNow() {
     frame_.stop();
+    allCharts_ = true;
     showData();
+    allCharts_ = false;
 }
 
 QString MonitorPage::openRun(const QString& dir) {
@@ -488,79 +494,9 @@ void MonitorPage::showData() {
                            a.stragglers.empty() ? VerdictLevel::Good : VerdictLevel::Warning);
     }
 
-    // Training plots, each against its prediction.
-    auto withOther = [this](std::vector<LiveLine> lines,
-                            const MetricSeries& (*pick)(const MonitorData&)) {
-        if (other_)
-            for (const PlotLine& l : pick(*other_).lines)
-                lines.push_back({otherName_ + ": " + l.name, l.x, l.y, true});
-        return lines;
-    };
-    throughput_->setData(
-        withOther(linesOf(d.throughput),
-                  [](const MonitorData& m) -> const MetricSeries& { return m.throughput; }),
-        bandOf(d.throughput));
-    throughput_->setReference(predicted(d, "tokens_per_s"), "predicted");
-    stepTime_->setData(
-        withOther(linesOf(d.stepTime),
-                  [](const MonitorData& m) -> const MetricSeries& { return m.stepTime; }),
-        bandOf(d.stepTime));
-    stepTime_->setReference(predicted(d, "step_time"), "predicted");
-    mfu_->setData(withOther(linesOf(d.mfu),
-                            [](const MonitorData& m) -> const MetricSeries& { return m.mfu; }),
-                  bandOf(d.mfu));
-    mfu_->setReference(predicted(d, "mfu") * 100, "predicted");
-    gradNorm_->setData(linesOf(d.gradNorm), bandOf(d.gradNorm));
-    std::vector<LiveLine> loss = withOther(
-        linesOf(d.loss), [](const MonitorData& m) -> const MetricSeries& { return m.loss; });
-    if (!d.validation.x.isEmpty())
-        loss.push_back({d.validation.name, d.validation.x, d.validation.y, true});
-    loss_->setData(std::move(loss));
-    loss_->setReference(d.info.lossFloor ? *d.info.lossFloor : NAN, "loss floor of the data");
-
-    // Memory per rank against the planner's prediction for its stage.
-    std::vector<MemoryBar> bars;
-    for (const watch::RankMemory& m : a.memory) {
-        MemoryBar bar{QString("rank %1").arg(m.rank), breakdownOf(m.measured), m.predicted.total()};
-        bars.push_back(bar);
-    }
-    memory_->setBars(std::move(bars), 0, {});
-
-    // The measured pipeline above the schedule simulated with its op costs, on one time axis.
-    if (a.pipeline.ok()) {
-        const double scale = std::max(a.pipeline.measured.makespan, a.pipeline.simulated.makespan);
-        const int v =
-            d.info.parallel.schedule == PipelineSchedule::Interleaved ? d.info.parallel.vpp : 1;
-        measured_->setTimeline(a.pipeline.measured, v,
-                               QString("Measured, step %1: bubble %2, %3 (red: blocked)")
-                                   .arg(a.pipeline.step)
-                                   .arg(qs(formatPercent(a.pipeline.measured.bubbleFraction)),
-                                        qs(formatSeconds(a.pipeline.measured.makespan))));
-        measured_->setWaits(waitsOf(a.pipeline));
-        measured_->setTimeScale(scale);
-        simulated_->setTimeline(
-            a.pipeline.simulated, v,
-            QString("The schedule simulated with the measured F/B/W times: bubble %1, %2")
-                .arg(qs(formatPercent(a.pipeline.simulated.bubbleFraction)),
-                     qs(formatSeconds(a.pipeline.simulated.makespan))));
-        simulated_->setTimeScale(scale);
-        QString note = "Pipeline ranks of replica 0 (global ranks";
-        for (int r : a.pipeline.rank)
-            note += QString(" %1").arg(r);
-        note += "). Bubble per pipeline rank, measured / simulated:";
-        for (std::size_t r = 0; r < a.pipeline.measured.bubble.size(); ++r)
-            note += QString(" %1: %2 / %3;")
-                        .arg(r)
-                        .arg(qs(formatPercent(a.pipeline.measured.bubble[r])),
-                             r < a.pipeline.simulated.bubble.size()
-                                 ? qs(formatPercent(a.pipeline.simulated.bubble[r]))
-                                 : "-");
-        pipelineNote_->setText(note);
-    } else {
-        measured_->clear(qs(a.pipeline.problem));
-        simulated_->clear({});
-        pipelineNote_->setText(qs(a.pipeline.problem));
-    }
+    // The charts of the tab in view now; the others when they come into view (or all, for an
+    // export or a render: refreshNow).
+    showCharts();
 
     // Tables.
     std::vector<QList<QStandardItem*>> rows;
@@ -644,6 +580,101 @@ void MonitorPage::showData() {
     setRows(communication_, {"rank", "axis", "in flight", "exposed", "hidden"}, std::move(rows));
     updateButtons();
     emit refreshed();
+}
+
+void MonitorPage::showCharts() {
+    chartsStale_ = false;
+    const int tab = allCharts_ ? -1 : tabs_->currentIndex();
+    if (tab == -1 || tab == 0)
+        showTraining();
+    if (tab == -1 || tab == 1)
+        showMemory();
+    if (tab == -1 || tab == 2)
+        showPipeline();
+    chartsStale_ = tab != -1;
+}
+
+// Training plots, each against its prediction.
+void MonitorPage::showTraining() {
+    const MonitorData& d = data_;
+    auto withOther = [this](std::vector<LiveLine> lines,
+                            const MetricSeries& (*pick)(const MonitorData&)) {
+        if (other_)
+            for (const PlotLine& l : pick(*other_).lines)
+                lines.push_back({otherName_ + ": " + l.name, l.x, l.y, true});
+        return lines;
+    };
+    throughput_->setData(
+        withOther(linesOf(d.throughput),
+                  [](const MonitorData& m) -> const MetricSeries& { return m.throughput; }),
+        bandOf(d.throughput));
+    throughput_->setReference(predicted(d, "tokens_per_s"), "predicted");
+    stepTime_->setData(
+        withOther(linesOf(d.stepTime),
+                  [](const MonitorData& m) -> const MetricSeries& { return m.stepTime; }),
+        bandOf(d.stepTime));
+    stepTime_->setReference(predicted(d, "step_time"), "predicted");
+    mfu_->setData(withOther(linesOf(d.mfu),
+                            [](const MonitorData& m) -> const MetricSeries& { return m.mfu; }),
+                  bandOf(d.mfu));
+    mfu_->setReference(predicted(d, "mfu") * 100, "predicted");
+    gradNorm_->setData(linesOf(d.gradNorm), bandOf(d.gradNorm));
+    std::vector<LiveLine> loss = withOther(
+        linesOf(d.loss), [](const MonitorData& m) -> const MetricSeries& { return m.loss; });
+    if (!d.validation.x.isEmpty())
+        loss.push_back({d.validation.name, d.validation.x, d.validation.y, true});
+    loss_->setData(std::move(loss));
+    loss_->setReference(d.info.lossFloor ? *d.info.lossFloor : NAN, "loss floor of the data");
+}
+
+// Memory per rank against the planner's prediction for its stage.
+void MonitorPage::showMemory() {
+    std::vector<MemoryBar> bars;
+    for (const watch::RankMemory& m : data_.analysis.memory) {
+        MemoryBar bar{QString("rank %1").arg(m.rank), breakdownOf(m.measured), m.predicted.total()};
+        bars.push_back(bar);
+    }
+    memory_->setBars(std::move(bars), 0, {});
+}
+
+// The measured pipeline above the schedule simulated with its op costs, on one time axis.
+void MonitorPage::showPipeline() {
+    const MonitorData& d = data_;
+    const watch::RunAnalysis& a = d.analysis;
+    if (a.pipeline.ok()) {
+        const double scale = std::max(a.pipeline.measured.makespan, a.pipeline.simulated.makespan);
+        const int v =
+            d.info.parallel.schedule == PipelineSchedule::Interleaved ? d.info.parallel.vpp : 1;
+        measured_->setTimeline(a.pipeline.measured, v,
+                               QString("Measured, step %1: bubble %2, %3 (red: blocked)")
+                                   .arg(a.pipeline.step)
+                                   .arg(qs(formatPercent(a.pipeline.measured.bubbleFraction)),
+                                        qs(formatSeconds(a.pipeline.measured.makespan))));
+        measured_->setWaits(waitsOf(a.pipeline));
+        measured_->setTimeScale(scale);
+        simulated_->setTimeline(
+            a.pipeline.simulated, v,
+            QString("The schedule simulated with the measured F/B/W times: bubble %1, %2")
+                .arg(qs(formatPercent(a.pipeline.simulated.bubbleFraction)),
+                     qs(formatSeconds(a.pipeline.simulated.makespan))));
+        simulated_->setTimeScale(scale);
+        QString note = "Pipeline ranks of replica 0 (global ranks";
+        for (int r : a.pipeline.rank)
+            note += QString(" %1").arg(r);
+        note += "). Bubble per pipeline rank, measured / simulated:";
+        for (std::size_t r = 0; r < a.pipeline.measured.bubble.size(); ++r)
+            note += QString(" %1: %2 / %3;")
+                        .arg(r)
+                        .arg(qs(formatPercent(a.pipeline.measured.bubble[r])),
+                             r < a.pipeline.simulated.bubble.size()
+                                 ? qs(formatPercent(a.pipeline.simulated.bubble[r]))
+                                 : "-");
+        pipelineNote_->setText(note);
+    } else {
+        measured_->clear(qs(a.pipeline.problem));
+        simulated_->clear({});
+        pipelineNote_->setText(qs(a.pipeline.problem));
+    }
 }
 
 QString MonitorPage::reportHtml() const {

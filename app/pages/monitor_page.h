@@ -85,6 +85,10 @@ private:
     void buildForm();
     void scheduleFrame();
     void showData();
+    void showCharts(); // the charts of the tab in view (all of them during refreshNow)
+    void showTraining();
+    void showMemory();
+    void showPipeline();
     void updateButtons();
     void chooseRunDirectory(bool compare);
 
@@ -95,8 +99,10 @@ private:
     std::optional<MonitorData> other_; // the run laid beside, when comparing
     QString otherName_;
     MonitorData data_;
-    QTimer frame_;     // one redraw per frame however many events came
-    QTimer heartbeat_; // silence grows without events: re-judge health every second
+    QTimer frame_; // one redraw per frame however many events came
+    bool allCharts_ = false;
+    bool chartsStale_ = false; // charts of hidden tabs lag data_ until shown
+    QTimer heartbeat_;         // silence grows without events: re-judge health every second
 
     CalculatorPanel* panel_;
     SessionForm* form_;

@@ -12,40 +12,66 @@ namespace {
 
 using Field = double (*)(const watch::StepSample&);
 
-MetricSeries seriesOf(const watch::RunState& run, Field field) {
+MetricSeries perRank(const watch::RunState& run, Field field) {
     MetricSeries out;
-    const bool perRank = run.ranks().size() <= std::size_t(kLinePerRankUpTo);
-    if (perRank) {
-        for (const auto& [id, r] : run.ranks()) {
-            PlotLine line{QString("rank %1").arg(id), {}, {}};
-            line.x.reserve(int(r.steps.size()));
-            line.y.reserve(int(r.steps.size()));
-            for (const watch::StepSample& s : r.steps) {
-                line.x.push_back(double(s.step));
-                line.y.push_back(field(s));
-            }
-            out.lines.push_back(std::move(line));
+    for (const auto& [id, r] : run.ranks()) {
+        PlotLine line{QString("rank %1").arg(id), {}, {}};
+        line.x.reserve(qsizetype(r.steps.size()));
+        line.y.reserve(qsizetype(r.steps.size()));
+        for (const watch::StepSample& s : r.steps) {
+            line.x.push_back(double(s.step));
+            line.y.push_back(field(s));
         }
-        return out;
+        out.lines.push_back(std::move(line));
     }
-    // Many ranks: the median across ranks at each step, and the range they span.
-    std::map<std::int64_t, std::vector<double>> byStep;
+    return out;
+}
+
+// Many ranks: at each step of the first rank's series, the median across ranks and the range
+// they span. Every rank's series is sorted by step, so one cursor per rank walks it once.
+std::vector<MetricSeries> summarised(const watch::RunState& run, const std::vector<Field>& fields) {
+    std::vector<MetricSeries> out(fields.size());
+    const watch::RankState* grid = &run.ranks().begin()->second;
+    std::vector<const watch::RankState*> ranks;
     for (const auto& [id, r] : run.ranks())
-        for (const watch::StepSample& s : r.steps)
-            if (const double v = field(s); std::isfinite(v))
-                byStep[s.step].push_back(v);
-    PlotLine middle{QString("median of %1 ranks").arg(run.ranks().size()), {}, {}};
-    PlotBand band;
-    for (auto& [step, values] : byStep) {
-        const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
-        band.x.push_back(double(step));
-        band.lo.push_back(*lo);
-        band.hi.push_back(*hi);
-        middle.x.push_back(double(step));
-        middle.y.push_back(watch::median(std::move(values)));
+        ranks.push_back(&r);
+    std::vector<std::size_t> cursor(ranks.size(), 0);
+    std::vector<PlotLine> middle(fields.size());
+    std::vector<PlotBand> band(fields.size());
+    for (std::size_t f = 0; f < fields.size(); ++f)
+        middle[f].name = QString("median of %1 ranks").arg(ranks.size());
+    std::vector<const watch::StepSample*> at;
+    std::vector<double> values;
+    for (const watch::StepSample& g : grid->steps) {
+        at.clear();
+        for (std::size_t i = 0; i < ranks.size(); ++i) {
+            const auto& steps = ranks[i]->steps;
+            while (cursor[i] < steps.size() && steps[cursor[i]].step < g.step)
+                ++cursor[i];
+            if (cursor[i] < steps.size() && steps[cursor[i]].step == g.step)
+                at.push_back(&steps[cursor[i]]);
+        }
+        for (std::size_t f = 0; f < fields.size(); ++f) {
+            values.clear();
+            for (const watch::StepSample* s : at)
+                if (const double v = fields[f](*s); std::isfinite(v))
+                    values.push_back(v);
+            if (values.empty())
+                continue;
+            const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+            band[f].x.push_back(double(g.step));
+            band[f].lo.push_back(*lo);
+            band[f].hi.push_back(*hi);
+            middle[f].x.push_back(double(g.step));
+            std::nth_element(values.begin(), values.begin() + std::ptrdiff_t(values.size() / 2),
+                             values.end());
+            middle[f].y.push_back(values[values.size() / 2]);
+        }
     }
-    out.lines.push_back(std::move(middle));
-    out.band = std::move(band);
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+        out[f].lines.push_back(std::move(middle[f]));
+        out[f].band = std::move(band[f]);
+    }
     return out;
 }
 
@@ -56,10 +82,21 @@ MonitorData monitorData(const watch::RunState& run, const watch::HealthOptions& 
     d.info = run.info();
     d.analysis = watch::analyse(run, health);
     d.latestStep = run.latestStep();
-    d.throughput = seriesOf(run, [](const watch::StepSample& s) { return s.tokensPerSecond; });
-    d.stepTime = seriesOf(run, [](const watch::StepSample& s) { return s.stepTime; });
-    d.mfu = seriesOf(run, [](const watch::StepSample& s) { return s.mfu * 100; });
-    d.gradNorm = seriesOf(run, [](const watch::StepSample& s) { return s.gradNorm; });
+    const std::vector<Field> fields{[](const watch::StepSample& s) { return s.tokensPerSecond; },
+                                    [](const watch::StepSample& s) { return s.stepTime; },
+                                    [](const watch::StepSample& s) { return s.mfu * 100; },
+                                    [](const watch::StepSample& s) { return s.gradNorm; }};
+    std::vector<MetricSeries> series;
+    if (run.ranks().size() <= std::size_t(kLinePerRankUpTo)) {
+        for (Field f : fields)
+            series.push_back(perRank(run, f));
+    } else {
+        series = summarised(run, fields);
+    }
+    d.throughput = std::move(series[0]);
+    d.stepTime = std::move(series[1]);
+    d.mfu = std::move(series[2]);
+    d.gradNorm = std::move(series[3]);
     // Every rank reports the job's loss: one line says it.
     const watch::RankState* lead = run.rank(0);
     if (!lead && !run.ranks().empty())
@@ -79,10 +116,12 @@ MonitorData monitorData(const watch::RunState& run, const watch::HealthOptions& 
     }
     for (const auto& [id, r] : run.ranks()) {
         d.ranksStarted += r.started;
+        // The rank's pace now: its newest 100 steps (after the first, which allocates).
         std::vector<double> tps;
-        for (const watch::StepSample& s : r.steps)
-            if (s.step > 1)
-                tps.push_back(s.tokensPerSecond);
+        for (std::size_t i = r.steps.size() > 100 ? r.steps.size() - 100 : 0; i < r.steps.size();
+             ++i)
+            if (r.steps[i].step > 1)
+                tps.push_back(r.steps[i].tokensPerSecond);
         d.ranks.push_back({id, r.coord, QString::fromStdString(r.host), r.lastStep(),
                            watch::median(std::move(tps)), r.missedSeq});
     }

@@ -14,7 +14,7 @@ RunAnalysis analyse(const RunState& run, const HealthOptions& health,
         a.pipeline.problem = "no step has finished on every pipeline rank yet";
     a.exposure = exposureByRank(run);
     a.memory = memoryByRank(run);
-    a.comparison = predictedVsMeasured(run);
+    a.comparison = predictedVsMeasured(run, a.memory, a.pipeline, a.exposure);
     return a;
 }
 

@@ -89,34 +89,60 @@ std::vector<RankMemory> memoryByRank(const RunState& run) {
 std::vector<AxisExposure> exposureByRank(const RunState& run) {
     std::vector<AxisExposure> out;
     for (const auto& [id, r] : run.ranks()) {
-        std::map<std::string, std::vector<double>> busy, exposed;
-        for (const StepActivity& a : r.activity) {
+        // Per axis, a value for every step held (0 in steps where the axis did not appear).
+        std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> byAxis;
+        std::size_t steps = 0;
+        const std::size_t from =
+            r.activity.size() > kExposureSteps ? r.activity.size() - kExposureSteps : 0;
+        for (std::size_t k = from; k < r.activity.size(); ++k) {
+            const StepActivity& a = r.activity[k];
             if (a.step <= 1 && r.activity.size() > 1)
                 continue;
-            std::set<std::string> axes;
-            for (const auto& [axis, s] : a.busy)
-                axes.insert(axis);
-            for (const auto& [axis, s] : a.exposed)
-                axes.insert(axis);
-            for (const std::string& axis : axes) {
-                const auto b = a.busy.find(axis);
+            for (const auto& [axis, seconds] : a.busy) {
+                auto& [busy, exposed] = byAxis[axis];
+                busy.resize(steps, 0.0);
+                exposed.resize(steps, 0.0);
+                busy.push_back(seconds);
                 const auto e = a.exposed.find(axis);
-                busy[axis].push_back(b == a.busy.end() ? 0.0 : b->second);
-                exposed[axis].push_back(e == a.exposed.end() ? 0.0 : e->second);
+                exposed.push_back(e == a.exposed.end() ? 0.0 : e->second);
             }
+            for (const auto& [axis, seconds] : a.exposed)
+                if (!a.busy.count(axis)) {
+                    auto& [busy, exposed] = byAxis[axis];
+                    busy.resize(steps, 0.0);
+                    exposed.resize(steps, 0.0);
+                    busy.push_back(0.0);
+                    exposed.push_back(seconds);
+                }
+            ++steps;
         }
-        for (const auto& [axis, values] : busy)
-            out.push_back({id, axis, median(values), median(exposed[axis])});
+        for (auto& [axis, values] : byAxis) {
+            values.first.resize(steps, 0.0);
+            values.second.resize(steps, 0.0);
+            out.push_back(
+                {id, axis, median(std::move(values.first)), median(std::move(values.second))});
+        }
     }
     return out;
 }
 
 std::vector<ComparisonRow> predictedVsMeasured(const RunState& run) {
+    MeasuredPipeline pipeline;
+    if (const std::int64_t step = latestCompleteStep(run); step > 0)
+        pipeline = measurePipeline(run, step);
+    else
+        pipeline.problem = "no complete step";
+    return predictedVsMeasured(run, memoryByRank(run), pipeline, exposureByRank(run));
+}
+
+std::vector<ComparisonRow> predictedVsMeasured(const RunState& run,
+                                               const std::vector<RankMemory>& memory,
+                                               const MeasuredPipeline& m,
+                                               const std::vector<AxisExposure>& exposure) {
     std::vector<ComparisonRow> rows;
     const json& prediction = run.info().prediction;
 
     // Memory: the rank with the largest measured peak, against its own stage's prediction.
-    const std::vector<RankMemory> memory = memoryByRank(run);
     if (!memory.empty()) {
         const RankMemory& top =
             *std::max_element(memory.begin(), memory.end(), [](const auto& a, const auto& b) {
@@ -187,40 +213,34 @@ std::vector<ComparisonRow> predictedVsMeasured(const RunState& run) {
     }
 
     // Bubble: the newest step every pipeline rank of replica 0 finished.
-    const int p = run.info().known ? std::max(1, run.info().parallel.pp) : 1;
-    MeasuredPipeline m;
-    if (const std::int64_t step = latestCompleteStep(run); step > 0) {
-        m = measurePipeline(run, step);
-        if (m.ok()) {
-            ComparisonRow closed;
-            closed.key = "bubble";
-            closed.label = "Pipeline bubble";
-            closed.unit = Unit::Fraction;
-            closed.hasMeasured = true;
-            closed.measured = m.measured.bubbleFraction;
-            closed.hasPredicted = predicted(prediction, "bubble_fraction", &closed.predicted);
-            closed.how = "measured: idle share of step " + std::to_string(step) +
-                         "'s pipeline "
-                         "span on the " +
-                         std::to_string(p) +
-                         " pipeline ranks of replica 0; "
-                         "predicted: the planner's closed form for the schedule";
-            rows.push_back(closed);
-            ComparisonRow simulated = closed;
-            simulated.key = "bubble.simulated";
-            simulated.label = "Pipeline bubble, schedule simulated";
-            simulated.hasPredicted = true;
-            simulated.predicted = m.simulated.bubbleFraction;
-            simulated.how = "measured: as above; predicted: the schedule's op lists (engine/sched) "
-                            "simulated with each rank's median measured F, B and W times and no "
-                            "transfer time";
-            rows.push_back(simulated);
-        }
+    if (m.ok()) {
+        const int p = std::max(1, run.info().parallel.pp);
+        ComparisonRow closed;
+        closed.key = "bubble";
+        closed.label = "Pipeline bubble";
+        closed.unit = Unit::Fraction;
+        closed.hasMeasured = true;
+        closed.measured = m.measured.bubbleFraction;
+        closed.hasPredicted = predicted(prediction, "bubble_fraction", &closed.predicted);
+        closed.how = "measured: idle share of step " + std::to_string(m.step) +
+                     "'s pipeline span on the " + std::to_string(p) +
+                     " pipeline ranks of replica 0; predicted: the planner's closed form for the "
+                     "schedule";
+        rows.push_back(closed);
+        ComparisonRow simulated = closed;
+        simulated.key = "bubble.simulated";
+        simulated.label = "Pipeline bubble, schedule simulated";
+        simulated.hasPredicted = true;
+        simulated.predicted = m.simulated.bubbleFraction;
+        simulated.how = "measured: as above; predicted: the schedule's op lists (engine/sched) "
+                        "simulated with each rank's median measured F, B and W times and no "
+                        "transfer time";
+        rows.push_back(simulated);
     }
 
     // Exposed communication per axis: the median over ranks of each rank's median per step.
     std::map<std::string, std::vector<double>> exposed;
-    for (const AxisExposure& a : exposureByRank(run))
+    for (const AxisExposure& a : exposure)
         exposed[a.axis].push_back(a.exposed);
     const json* axisPrediction = nullptr;
     if (prediction.is_object())

@@ -30,7 +30,9 @@ struct ComparisonRow {
 std::vector<ComparisonRow> predictedVsMeasured(const RunState& run);
 
 // Per rank and axis: seconds per step with a transfer in flight, seconds blocked on it, and the
-// hidden share 1 - exposed / busy (medians over the steps held).
+// hidden share 1 - exposed / busy (medians over the newest kExposureSteps steps: how the run
+// communicates now).
+inline constexpr std::size_t kExposureSteps = 128;
 struct AxisExposure {
     int rank = 0;
     std::string axis;
@@ -45,6 +47,14 @@ struct RankMemory {
     MemoryBytes measured, predicted;
 };
 std::vector<RankMemory> memoryByRank(const RunState& run);
+
+// The same from the pieces, when the caller has them already (analyse()): memory per rank, the
+// measured pipeline of the newest complete step, exposure per rank and axis.
+struct MeasuredPipeline;
+std::vector<ComparisonRow> predictedVsMeasured(const RunState& run,
+                                               const std::vector<RankMemory>& memory,
+                                               const MeasuredPipeline& pipeline,
+                                               const std::vector<AxisExposure>& exposure);
 
 // Text for a value of the unit: "12.3 MiB", "1.53 s", "6,948 tokens/s", "14.5 %".
 std::string formatValue(double value, Unit unit);

@@ -231,22 +231,20 @@ std::vector<Straggler> findStragglers(const RunState& run, const StragglerOption
     for (const auto& [stage, peers] : byStage) {
         if (peers.size() < 2)
             continue;
-        // The newest steps every peer has reported (the first step pays for allocations).
-        std::set<std::int64_t> common;
-        for (const StepActivity& a : peers.front()->activity)
-            if (a.step > 1)
-                common.insert(a.step);
-        for (const RankState* r : peers) {
-            std::set<std::int64_t> mine;
-            for (const StepActivity& a : r->activity)
-                if (common.count(a.step))
-                    mine.insert(a.step);
-            common.swap(mine);
+        // The newest steps every peer has reported (the first step pays for allocations),
+        // found from the back: per-step activity is kept in step order.
+        std::vector<std::int64_t> steps;
+        const auto& first = peers.front()->activity;
+        for (auto it = first.rbegin(); it != first.rend() && int(steps.size()) < want; ++it) {
+            if (it->step <= 1)
+                break;
+            if (std::all_of(peers.begin(), peers.end(),
+                            [&](const RankState* r) { return activityAt(*r, it->step); }))
+                steps.push_back(it->step);
         }
-        if (common.size() < std::size_t(want))
+        if (int(steps.size()) < want)
             continue;
-        std::vector<std::int64_t> steps(common.begin(), common.end());
-        steps.erase(steps.begin(), steps.end() - want);
+        std::reverse(steps.begin(), steps.end());
         std::map<const RankState*, std::vector<double>> ratio, excess, stepTime;
         std::map<const RankState*, bool> slow;
         for (const RankState* r : peers)

@@ -12,9 +12,12 @@ namespace shardscope::watch {
 inline double median(std::vector<double> v) {
     if (v.empty())
         return 0;
-    std::sort(v.begin(), v.end());
     const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    const auto upper = v.begin() + std::ptrdiff_t(n / 2);
+    std::nth_element(v.begin(), upper, v.end());
+    if (n % 2)
+        return *upper;
+    return (*std::max_element(v.begin(), upper) + *upper) / 2; // the largest of the lower half
 }
 
 } // namespace shardscope::watch

@@ -164,6 +164,21 @@ private slots:
         QCOMPARE(f.page.live()->events(), 0);
     }
 
+    void theExampleCpuSessionPassesTheEnginesCheckAndStarts() {
+        Session s = loadSession(SHARDSCOPE_SOURCE_DIR "/docs/sessions/cpu-gpt-dp2-pp2.shardscope");
+        s.launch.runsDirectory = runs_.path().toStdString();
+        Fixture f(s);
+        QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Starting ||
+                                     f.page.controller()->state() == State::Running ||
+                                     f.page.controller()->state() == State::Failed,
+                                 60000);
+        QVERIFY2(f.page.controller()->state() != State::Failed,
+                 qPrintable(f.page.controller()->message()));
+        QTest::mouseClick(f.page.findChild<QPushButton*>("kill"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Failed, 60000);
+    }
+
     void aFinishedRunOpensFromItsDirectoryAndReplays() {
         Fixture f(cpuSession(runs_.path(), 8));
         QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);

@@ -49,8 +49,8 @@ int main(int argc, char* argv[]) {
     const QCommandLineOption render("render",
                                     "Draw PAGE (memory, explorer, explorer/cluster, "
                                     "explorer/search, pipeline, pipeline/at-50, collectives, "
-                                    "collectives/step-3, monitor, monitor/pipeline) with no "
-                                    "display and exit.",
+                                    "collectives/step-3, monitor, monitor/pipeline, "
+                                    "monitor/ranks-at-50) with no display and exit.",
                                     "PAGE");
     const QCommandLineOption session("session", "The session to render (default: built in).",
                                      "FILE");

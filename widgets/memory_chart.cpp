@@ -164,12 +164,20 @@ QString MemoryChart::tooltipAt(const QPoint& pos) const {
                            detail::toQString(formatBytes(bar.memory.total()));
             if (!tooltips_[c].isEmpty())
                 text += QLatin1Char('\n') + tooltips_[c];
-            if (bar.predicted > 0)
+            if (bar.predicted > 0) {
+                double comparable = 0;
+                QStringList covered;
+                for (std::size_t k = 0; k < bytes.size(); ++k)
+                    if (bar.predictedCovers[k]) {
+                        comparable += bytes[k];
+                        covered << categoryNames()[k].toLower();
+                    }
                 text += QStringLiteral("\npredicted ") +
-                        detail::toQString(formatBytes(bar.predicted)) +
-                        QStringLiteral(", measured ") +
-                        QString::number((bar.memory.total() / bar.predicted - 1) * 100, 'f', 1) +
+                        detail::toQString(formatBytes(bar.predicted)) + QStringLiteral(" for ") +
+                        covered.join(QStringLiteral(", ")) + QStringLiteral("; these measured ") +
+                        QString::number((comparable / bar.predicted - 1) * 100, 'f', 1) +
                         QStringLiteral(" % from it");
+            }
             return text;
         }
         base += height;

@@ -16,8 +16,10 @@ struct MemoryBar {
     QString label; // "stage 0", "ZeRO-3", "GPU 5", ...
     MemoryBreakdown memory;
     // A prediction to draw across the bar (a dashed marker), e.g. the planner's bytes for a rank
-    // whose bar is measured; 0: none.
+    // whose bar is measured; 0: none. `predictedCovers` says which categories it counts
+    // (shown in the tooltip, which compares it with the bar's bytes in those categories).
     double predicted = 0;
+    std::array<bool, 6> predictedCovers = {true, true, true, true, true, true};
 };
 
 class MemoryChart : public Chart {

@@ -19,6 +19,7 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSlider>
+#include <QSpinBox>
 #include <QStandardItemModel>
 #include <QTabWidget>
 #include <QTableView>
@@ -260,10 +261,16 @@ void MonitorPage::buildForm() {
         "runs", [](const Session& s) { return qs(s.launch.runsDirectory); },
         [](Session& s, const QString& v) { s.launch.runsDirectory = v.toStdString(); });
     form_->addSection("Training run");
-    form_->addInt(
-        "steps", "Steps", "Optimizer steps (train.steps)", 1, 1'000'000'000,
-        [](const Session& s) { return int(std::max<std::int64_t>(1, s.train.steps)); },
-        [](Session& s, int v) { s.train.steps = v; });
+    form_
+        ->addInt(
+            "steps", "Steps",
+            "Optimizer steps (train.steps); 0: as many as the session's training tokens take", 0,
+            1'000'000'000,
+            [](const Session& s) {
+                return int(std::clamp<std::int64_t>(s.train.steps, 0, 1'000'000'000));
+            },
+            [](Session& s, int v) { s.train.steps = v; })
+        ->setSpecialValueText("from the training tokens");
     form_->addText(
         "data", "Data file",
         "A token file (nanoGPT or llm.c .bin) or text; empty: the synthetic Markov source, "
@@ -346,11 +353,23 @@ std::vector<std::pair<QString, QAbstractItemModel*>> MonitorPage::tables() const
 }
 
 bool MonitorPage::showView(const QString& view) {
+    // "TAB", "at-P" or "TAB-at-P": a tab, and for a replayed run the moment P % into it.
     static const QStringList kViews{"training",      "memory", "pipeline",
                                     "communication", "ranks",  "comparison"};
     if (view.isEmpty())
         return true;
-    const int index = int(kViews.indexOf(view));
+    QString tab = view;
+    if (const qsizetype at = view.indexOf("at-"); at >= 0) {
+        bool ok = false;
+        const double percent = view.mid(at + 3).toDouble(&ok);
+        if (!ok || percent < 0 || percent > 100 || !replay_)
+            return false;
+        setReplayPosition(percent / 100);
+        tab = view.left(std::max<qsizetype>(0, at - 1));
+        if (tab.isEmpty())
+            tab = "training";
+    }
+    const int index = int(kViews.indexOf(tab));
     if (index < 0)
         return false;
     tabs_->setCurrentIndex(index);
@@ -533,8 +552,10 @@ void MonitorPage::showData() {
     for (const watch::ComparisonRow& row : a.comparison) {
         QList<QStandardItem*> cells{
             textItem(qs(row.label), qs(row.how)),
-            figureItem(row.hasPredicted ? valueText(row.predicted, row.unit) : "-", row.predicted),
-            figureItem(row.hasMeasured ? valueText(row.measured, row.unit) : "-", row.measured),
+            figureItem(row.hasPredicted ? valueText(row.predicted, row.unit) : "-", row.predicted,
+                       qs(row.how)),
+            figureItem(row.hasMeasured ? valueText(row.measured, row.unit) : "-", row.measured,
+                       qs(row.how)),
             figureItem(errorText(row.errorPercent()), row.errorPercent(),
                        "(measured - predicted) / predicted")};
         if (other_) {
@@ -544,8 +565,7 @@ void MonitorPage::showData() {
                     theirs = valueText(o.measured, o.unit);
             cells.push_back(textItem(theirs));
         }
-        cells.push_back(textItem(qs(row.how), qs(row.how)));
-        rows.push_back(cells);
+        rows.push_back(cells); // how each was obtained: the tooltips and the formula panel
         Explanation e;
         e.key = row.key;
         e.label = row.label;
@@ -562,7 +582,6 @@ void MonitorPage::showData() {
     QStringList header{"figure", "predicted", "measured", "error"};
     if (other_)
         header << "measured in " + otherName_;
-    header << "how";
     setRows(comparison_, header, std::move(rows));
     panel_->setExplanations(explanations);
 
@@ -631,7 +650,13 @@ void MonitorPage::showTraining() {
 void MonitorPage::showMemory() {
     std::vector<MemoryBar> bars;
     for (const watch::RankMemory& m : data_.analysis.memory) {
-        MemoryBar bar{QString("rank %1").arg(m.rank), breakdownOf(m.measured), m.predicted.total()};
+        // The planner predicts the model state and the activations, not the engine's
+        // temporary buffers.
+        MemoryBar bar{QString("rank %1").arg(m.rank),
+                      breakdownOf(m.measured),
+                      m.predicted.parameters + m.predicted.gradients + m.predicted.optimizer +
+                          m.predicted.activations,
+                      {true, true, true, true, false, false}};
         bars.push_back(bar);
     }
     memory_->setBars(std::move(bars), 0, {});

@@ -179,7 +179,7 @@ void Watchdog::fire(double waited) {
     }
     if (reported.front() == rank_) { // one rank sums up for the job
         std::ostringstream text;
-        text << "shardscope-engine: the job hung and is being ended (exit 5): ";
+        text << "The job hung and is being ended (exit 5): ";
         if (dir.empty()) {
             text << "rank " << rank_ << " waited in " << mine["collective"].get<std::string>()
                  << " before the run directory existed";
@@ -194,7 +194,7 @@ void Watchdog::fire(double waited) {
                     "allowance of a checkpoint); the waiting ranks' reports are "
                  << dir.string() << "/hang-rank-*.json";
         }
-        std::fputs((text.str() + "\n").c_str(), stderr);
+        std::fputs(("shardscope-engine: " + text.str() + "\n").c_str(), stderr);
         std::fflush(stderr);
         emit({{"type", "event"},
               {"event", "hang_summary"},

@@ -195,7 +195,7 @@ private slots:
         replay.refreshNow();
         QVERIFY(replay.data().latestStep < 8);
         QCOMPARE(replay.compareRun(dir), QString());
-        QCOMPARE(replay.comparisonTable()->columnCount(), 6); // a column for the second run
+        QCOMPARE(replay.comparisonTable()->columnCount(), 5); // a column for the second run
         QVERIFY(replay.openRun(runs_.path() + "/no-such-run").contains("not a directory"));
     }
 };

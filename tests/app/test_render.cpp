@@ -30,7 +30,7 @@ private slots:
     void rendersEveryPage() {
         QTemporaryDir dir;
         for (const QString page : {"memory", "explorer", "explorer/cluster", "explorer/search",
-                                   "pipeline", "collectives"}) {
+                                   "pipeline", "collectives", "monitor"}) {
             const QString out = QDir(dir.path()).filePath(QString(page).replace('/', '-') + ".png");
             const Run r = render({page, "-o", out, "--size", "1500x900"});
             QVERIFY2(r.code == 0, qPrintable(page + ": " + r.err));
@@ -53,6 +53,38 @@ private slots:
         const Run r = render({"explorer/cluster", "--session", session, "-o", out});
         QVERIFY2(r.code == 0, qPrintable(r.err));
         QCOMPARE(QImage(out).size(), QSize(1600, 1000));
+    }
+
+    void rendersARunDirectoryOnTheMonitorAtAnyMoment() {
+        QTemporaryDir dir;
+        QDir(dir.path()).mkpath("run/telemetry");
+        for (int rank = 0; rank < 2; ++rank) {
+            QFile f(QString("%1/run/telemetry/rank-%2.jsonl").arg(dir.path()).arg(rank));
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(
+                QString("{\"type\":\"event\",\"event\":\"start\",\"rank\":%1,\"t\":0,"
+                        "\"wall_clock\":1.7e9,\"coord\":{\"dp\":%1,\"tp\":0,\"pp\":0,\"cp\":0}}\n")
+                    .arg(rank)
+                    .toUtf8());
+            for (int step = 1; step <= 10; ++step)
+                f.write(QString("{\"type\":\"step\",\"rank\":%1,\"step\":%2,\"t\":%2,"
+                                "\"loss\":%3,\"step_time\":1,\"tokens_per_s\":100}\n")
+                            .arg(rank)
+                            .arg(step)
+                            .arg(5.0 / step)
+                            .toUtf8());
+        }
+        const QString out = QDir(dir.path()).filePath("m.png");
+        Run r = render({"monitor/ranks-at-50", "--run", dir.path() + "/run", "-o", out});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        QCOMPARE(QImage(out).size(), QSize(1600, 1000));
+        r = render({"monitor", "--run", dir.path() + "/nothing", "-o", out});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("not a directory"), qPrintable(r.err));
+        r = render({"monitor/at-50", "-o", out}); // a moment needs a run to replay
+        QCOMPARE(r.code, 2);
+        r = render({"monitor/ranks-at-500", "--run", dir.path() + "/run", "-o", out});
+        QCOMPARE(r.code, 2);
     }
 
     void badInputExitsTwoWithAMessage() {

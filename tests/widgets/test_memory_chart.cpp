@@ -127,7 +127,9 @@ private slots:
         a.activations = 16e6;
         b.parameters = 4e6;
         b.activations = 20e6;
-        chart_->setBars({{"rank 0", a, 18e6}, {"rank 1", b, 24e6}}, 0, {});
+        a.temporary = 5e6; // not in the prediction
+        const std::array<bool, 6> covers{true, true, true, true, false, false};
+        chart_->setBars({{"rank 0", a, 18e6, covers}, {"rank 1", b, 24e6, covers}}, 0, {});
         QCOMPARE(chart_->plot()->yAxis->label(), QStringLiteral("MB per GPU"));
         QList<double> marked;
         for (int i = 0; i < chart_->plot()->itemCount(); ++i)
@@ -140,6 +142,7 @@ private slots:
         const QString tip = chart_->tooltipAt(pointAt(*chart_, 1, 10));
         QVERIFY2(tip.contains("predicted 18.0 MB"), qPrintable(tip));
         QVERIFY2(tip.contains("11.1 % from it"), qPrintable(tip)); // 20 / 18 - 1
+        QVERIFY2(!tip.contains("temporary"), qPrintable(tip));
     }
 
     void tooltipIsEmptyOffTheBars() {

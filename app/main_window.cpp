@@ -427,6 +427,19 @@ void MainWindow::closeEvent(QCloseEvent* event) {
         event->ignore();
         return;
     }
+    // A job this app started on this machine or over ssh ends with it (a Slurm job runs on).
+    using State = RunController::State;
+    const RunController* run = qobject_cast<MonitorPage*>(page("monitor"))->controller();
+    const bool active = run->state() == State::Starting || run->state() == State::Running ||
+                        run->state() == State::Stopping;
+    if (!quiet_ && active && run->slurmJob().isEmpty() &&
+        QMessageBox::question(this, "A run is in progress",
+                              "The training run this window started ends when it closes. Stop "
+                              "it first (it writes a checkpoint) to resume it later. Close "
+                              "anyway?") != QMessageBox::Yes) {
+        event->ignore();
+        return;
+    }
     QSettings settings;
     settings.setValue("window/geometry", saveGeometry());
     settings.setValue("window/state", saveState());

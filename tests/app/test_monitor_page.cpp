@@ -133,6 +133,18 @@ private slots:
         QVERIFY(f.health(0).detail.find("interrupted") != std::string::npos);
         QVERIFY(f.page.controller()->canResume());
         QVERIFY(f.page.findChild<QPushButton*>("resume")->isEnabled());
+
+        // Resume goes on from the checkpoint the stop wrote, in the same directory.
+        const std::int64_t stoppedAt = f.page.data().latestStep;
+        const QString dir = f.page.controller()->runDirectory();
+        QTest::mouseClick(f.page.findChild<QPushButton*>("resume"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(f.runningWithSteps(int(stoppedAt) + 2), 180000);
+        QCOMPARE(f.page.controller()->runDirectory(), dir);
+        f.page.live()->read([&](const watch::RunState& run) {
+            QCOMPARE(run.rank(0)->steps[0].step, stoppedAt + 1); // nothing before it again
+        });
+        QTest::mouseClick(f.page.findChild<QPushButton*>("stop"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Finished, 120000);
     }
 
     void aKilledRankIsShownDead() {

@@ -166,13 +166,13 @@ LaunchTarget launchTargetFromString(const std::string& s) {
 
 namespace {
 
+// The ssh and mpirun options and the engine's path on the hosts are this machine's settings,
+// never a session's: a session file someone shares must not be able to make Start run a
+// command of theirs (an ssh ProxyCommand, an mpirun program). The Monitor page keeps them.
 nlohmann::json launchJson(const LaunchSettings& l) {
     return {{"target", toString(l.target)},
             {"runs_directory", l.runsDirectory},
             {"hostfile", l.hostfile},
-            {"ssh_options", l.sshOptions},
-            {"mpi_options", l.mpiOptions},
-            {"remote_engine", l.remoteEngine},
             {"telemetry_address", l.telemetryAddress},
             {"slurm_partition", l.slurmPartition},
             {"slurm_time", l.slurmTime},
@@ -188,9 +188,6 @@ LaunchSettings readLaunch(const nlohmann::json& j) {
         l.target = launchTargetFromString(j.value("target", toString(l.target)));
         l.runsDirectory = j.value("runs_directory", l.runsDirectory);
         l.hostfile = j.value("hostfile", l.hostfile);
-        l.sshOptions = j.value("ssh_options", l.sshOptions);
-        l.mpiOptions = j.value("mpi_options", l.mpiOptions);
-        l.remoteEngine = j.value("remote_engine", l.remoteEngine);
         l.telemetryAddress = j.value("telemetry_address", l.telemetryAddress);
         l.slurmPartition = j.value("slurm_partition", l.slurmPartition);
         l.slurmTime = j.value("slurm_time", l.slurmTime);

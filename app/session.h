@@ -59,9 +59,10 @@ struct LaunchSettings {
     LaunchTarget target = LaunchTarget::Local;
     std::string runsDirectory = "runs"; // run directories go here (on a filesystem every host sees)
     std::string hostfile;               // ssh: one "HOST slots=N" per line, # starts a comment
-    std::string sshOptions;             // ssh: extra ssh arguments, e.g. "-p 2222 -i ~/.ssh/key"
-    std::string mpiOptions;             // ssh: extra mpirun arguments (--mca ...)
-    std::string remoteEngine;           // ssh, Slurm: the engine on the hosts; "": this one's path
+    // This machine's settings, not saved in session files (a shared file must not run commands):
+    std::string sshOptions;   // ssh: extra ssh arguments, e.g. "-p 2222 -i ~/.ssh/key"
+    std::string mpiOptions;   // ssh: extra mpirun arguments (--mca ...)
+    std::string remoteEngine; // ssh, Slurm: the engine on the hosts; "": this one's path
     // "" : the app listens on loopback (remote ranks reach it through ssh reverse tunnels);
     // "HOST:PORT": the app listens there and ranks connect to it (Slurm nodes, say).
     std::string telemetryAddress;

@@ -18,6 +18,7 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QSettings>
 #include <QSlider>
 #include <QSpinBox>
 #include <QStandardItemModel>
@@ -145,7 +146,7 @@ MonitorPage::MonitorPage(SessionDocument* doc, QWidget* parent)
 
     connect(start_, &QPushButton::clicked, this, [this] {
         replay_.reset();
-        controller_.start(doc_->session());
+        controller_.start(sessionToLaunch());
     });
     connect(stop_, &QPushButton::clicked, &controller_, &RunController::stop);
     connect(kill_, &QPushButton::clicked, &controller_, &RunController::kill);
@@ -293,19 +294,21 @@ void MonitorPage::buildForm() {
         "ssh; each host needs the same shardscope-engine",
         "node1 slots=8\nnode2 slots=8", [](const Session& s) { return qs(s.launch.hostfile); },
         [](Session& s, const QString& v) { s.launch.hostfile = v.toStdString(); });
-    auto* ssh = form_->addText(
-        "ssh-options", "ssh options", "Added to every ssh command (a port, a key)",
-        "-p 22 -i ~/.ssh/id_ed25519", [](const Session& s) { return qs(s.launch.sshOptions); },
-        [](Session& s, const QString& v) { s.launch.sshOptions = v.toStdString(); });
-    auto* mpi = form_->addText(
-        "mpi-options", "mpirun options", "Added to mpirun (e.g. --mca btl_tcp_if_include eth0)", "",
-        [](const Session& s) { return qs(s.launch.mpiOptions); },
-        [](Session& s, const QString& v) { s.launch.mpiOptions = v.toStdString(); });
-    auto* remote = form_->addText(
-        "remote-engine", "Engine on the hosts",
-        "The shardscope-engine to run on the hosts (empty: the same path as here)", "",
-        [](const Session& s) { return qs(s.launch.remoteEngine); },
-        [](Session& s, const QString& v) { s.launch.remoteEngine = v.toStdString(); });
+    // This machine's settings (kept in QSettings, never in a session file, which anyone may
+    // share: these words reach ssh and mpirun).
+    auto* ssh = machineSetting("ssh-options", "ssh options",
+                               "Added to every ssh command (a port, a key). This machine's "
+                               "setting: not saved in session files",
+                               "-p 22 -i ~/.ssh/id_ed25519");
+    auto* mpi = machineSetting("mpi-options", "mpirun options",
+                               "Added to mpirun (e.g. --mca btl_tcp_if_include eth0). This "
+                               "machine's setting: not saved in session files",
+                               "");
+    auto* remote = machineSetting("remote-engine", "Engine on the hosts",
+                                  "The shardscope-engine to run on the hosts (empty: the same "
+                                  "path as here). This machine's setting: not saved in session "
+                                  "files",
+                                  "");
     const auto onSsh = [](const Session& s) { return s.launch.target == LaunchTarget::Ssh; };
     for (QWidget* w : std::initializer_list<QWidget*>{hosts, ssh, mpi})
         form_->setEnabledWhen(w, onSsh);
@@ -340,6 +343,30 @@ void MonitorPage::buildForm() {
         "watchdog", "Hang timeout", "A rank blocked this long ends the job (exit 5)", 0.1, 864000,
         1, " s", [](const Session& s) { return s.launch.watchdogSeconds; },
         [](Session& s, double v) { s.launch.watchdogSeconds = v; });
+}
+
+QLineEdit* MonitorPage::machineSetting(const QString& name, const QString& label,
+                                       const QString& tip, const QString& placeholder) {
+    auto* line = new QLineEdit;
+    line->setObjectName(name);
+    line->setPlaceholderText(placeholder);
+    line->setToolTip(tip);
+    line->setText(QSettings().value("launch/" + name).toString());
+    connect(line, &QLineEdit::editingFinished, this,
+            [line, name] { QSettings().setValue("launch/" + name, line->text()); });
+    form_->addWidget(label, line);
+    return line;
+}
+
+Session MonitorPage::sessionToLaunch() const {
+    Session s = doc_->session();
+    const auto text = [this](const char* name) {
+        return findChild<QLineEdit*>(name)->text().toStdString();
+    };
+    s.launch.sshOptions = text("ssh-options");
+    s.launch.mpiOptions = text("mpi-options");
+    s.launch.remoteEngine = text("remote-engine");
+    return s;
 }
 
 std::vector<Chart*> MonitorPage::charts() const {

@@ -16,6 +16,7 @@
 #include <optional>
 
 class QLabel;
+class QLineEdit;
 class QPlainTextEdit;
 class QPushButton;
 class QSlider;
@@ -83,6 +84,10 @@ protected:
 
 private:
     void buildForm();
+    // A line for a setting of this machine's (QSettings "launch/NAME"), not the session's.
+    QLineEdit* machineSetting(const QString& name, const QString& label, const QString& tip,
+                              const QString& placeholder);
+    Session sessionToLaunch() const; // the session with this machine's settings filled in
     void scheduleFrame();
     void showData();
     void showCharts(); // the charts of the tab in view (all of them during refreshNow)

@@ -12,7 +12,9 @@ namespace {
 QStringList sshBase(const LaunchSettings& s) {
     QStringList args = splitOptions(QString::fromStdString(s.sshOptions));
     args << "-o"
-         << "BatchMode=yes";
+         << "BatchMode=yes"
+         << "-o"
+         << "ConnectTimeout=10";
     return args;
 }
 
@@ -170,10 +172,11 @@ Command sshCommand(const LaunchRequest& r) {
 
 Command tunnelCommand(const LaunchSettings& s, const HostSlots& host, int port) {
     QStringList args = sshBase(s);
-    args << "-N"
+    args << "-T"
          << "-o"
          << "ExitOnForwardFailure=yes"
-         << "-R" << QString("%1:127.0.0.1:%1").arg(port) << "--" << host.host;
+         << "-R" << QString("%1:127.0.0.1:%1").arg(port) << "--" << host.host
+         << "echo shardscope-tunnel-ready; exec sleep 2147483647";
     return {"ssh", args};
 }
 
@@ -187,7 +190,9 @@ Command remoteVersionCommand(const LaunchSettings& s, const HostSlots& host,
 
 QString slurmScript(const LaunchRequest& r) {
     // #SBATCH lines are not a shell's: a value must be one plain word.
-    static const QRegularExpression plain("^[A-Za-z0-9_,:./+=-]*$");
+    static const QRegularExpression plain(
+        QRegularExpression::anchoredPattern("[A-Za-z0-9_,:./+=-]*")); // no "$" before a '\n'
+
     const auto check = [](const QString& what, const QString& value) {
         if (!plain.match(value).hasMatch())
             throw InputError((what + " '" + value +

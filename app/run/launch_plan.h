@@ -58,7 +58,8 @@ Command localCommand(const LaunchRequest& r);
 // the token passed by name (-x), never by value. Throws InputError for a bad host list.
 Command sshCommand(const LaunchRequest& r);
 // Keeps `port` on `host`'s loopback forwarded to the app's `port` on this one, for the ranks
-// there; -N: no remote command. ExitOnForwardFailure: a port taken there fails at once.
+// there. ExitOnForwardFailure: a port taken there fails at once; otherwise the remote command
+// prints "shardscope-tunnel-ready" (the forward stands) and waits.
 Command tunnelCommand(const LaunchSettings& s, const HostSlots& host, int port);
 // Runs `shardscope-engine version --json` on `host` (every word quoted for its shell).
 Command remoteVersionCommand(const LaunchSettings& s, const HostSlots& host, const QString& engine);

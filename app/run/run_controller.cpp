@@ -42,6 +42,8 @@ QString tail(const QString& text, int lines = 12) {
     return all.join('\n');
 }
 
+constexpr const char* kTunnelReady = "shardscope-tunnel-ready";
+
 QString exitMeaning(int code) {
     switch (code) {
     case 2:
@@ -168,6 +170,18 @@ QProcess* RunController::process(const Command& command, bool withToken) {
     p->setProcessEnvironment(env);
     p->setProgram(command.program);
     p->setArguments(command.arguments);
+    // A program that is not there never finishes: say so, and what to install.
+    connect(p, &QProcess::errorOccurred, this, [this, p](QProcess::ProcessError e) {
+        if (e != QProcess::FailedToStart || state_ == State::Finished || state_ == State::Failed)
+            return;
+        const QString name = QFileInfo(p->program()).fileName();
+        const QString hint = name == "shardscope-engine"
+                                 ? "build it, or install the shardscope-engine package"
+                             : name == "ssh"    ? "install openssh-client"
+                             : name == "mpirun" ? "install openmpi-bin"
+                                                : "install Slurm's client commands (slurm-client)";
+        fail("cannot start " + p->program() + " (" + p->errorString() + "): " + hint);
+    });
     // What it prints goes to the log as it comes, and is kept for the handlers that read it.
     connect(p, &QProcess::readyReadStandardOutput, this, [this, p] {
         const QString text = QString::fromLocal8Bit(p->readAllStandardOutput());
@@ -253,6 +267,9 @@ void RunController::resume() {
 
 void RunController::begin(bool resume) {
     request_.resume = resume;
+    polling_ = false;
+    pollFailures_ = 0;
+    pendingTunnels_ = 0;
     slurmJob_.clear();
     script_.clear();
     live_->reset();
@@ -288,11 +305,6 @@ void RunController::begin(bool resume) {
 void RunController::runCheck() {
     QProcess* check = process(checkCommand(request_), false);
     helpers_.push_back(check);
-    connect(check, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
-        if (e == QProcess::FailedToStart)
-            fail("cannot start the engine (" + engine_ +
-                 "): build it, or install the shardscope-engine package");
-    });
     connect(check, &QProcess::finished, this, [this, check](int code, QProcess::ExitStatus) {
         if (state_ != State::Checking)
             return;
@@ -377,48 +389,73 @@ void RunController::checkHosts() {
 }
 
 void RunController::startTunnels() {
-    if (!request_.settings.telemetryAddress.empty())
-        return; // the ranks reach the named address themselves
     std::set<QString> seen;
     for (const HostSlots& h : request_.hosts) {
         if (isThisHost(h.host) || !seen.insert(h.host).second)
             continue;
         QProcess* tunnel = process(tunnelCommand(request_.settings, h, server_.port()), false);
         helpers_.push_back(tunnel);
-        connect(tunnel, &QProcess::finished, this, [this, h](int code, QProcess::ExitStatus) {
-            if (state_ == State::Starting || state_ == State::Running)
-                appendLog("the telemetry tunnel to " + h.host + " ended (exit " +
-                          QString::number(code) +
-                          "); its ranks' telemetry stays in their "
-                          "files\n");
+        ++pendingTunnels_;
+        // The remote command prints a line once the forward stands (ssh exits first when it
+        // cannot: ExitOnForwardFailure), so no rank starts before its telemetry has a way home,
+        // and none sends its token to whatever else holds that port there.
+        connect(tunnel, &QProcess::readyReadStandardOutput, this, [this, tunnel] {
+            if (tunnel->property("ready").toBool() ||
+                !printed(tunnel, false).contains(kTunnelReady))
+                return;
+            tunnel->setProperty("ready", true);
+            if (--pendingTunnels_ == 0 && state_ == State::Checking)
+                launchJob();
         });
+        connect(tunnel, &QProcess::finished, this,
+                [this, h, tunnel](int code, QProcess::ExitStatus) {
+                    if (!tunnel->property("ready").toBool() && state_ == State::Checking) {
+                        fail("the telemetry tunnel to " + h.host + " could not forward port " +
+                             QString::number(server_.port()) +
+                             " (taken there?): " + tail(printed(tunnel, true), 3));
+                        return;
+                    }
+                    if (state_ == State::Starting || state_ == State::Running)
+                        appendLog("the telemetry tunnel to " + h.host + " ended (exit " +
+                                  QString::number(code) +
+                                  "); its ranks' telemetry stays in their files\n");
+                });
         tunnel->start();
     }
+    if (pendingTunnels_ == 0)
+        launchJob();
+    else
+        setState(State::Checking, "opening the telemetry tunnels");
 }
 
 void RunController::launch() {
+    switch (request_.settings.target) {
+    case LaunchTarget::Local:
+        launchJob();
+        return;
+    case LaunchTarget::Ssh:
+        pendingTunnels_ = 0;
+        if (request_.settings.telemetryAddress.empty())
+            startTunnels(); // then launchJob()
+        else
+            launchJob(); // the ranks reach the named address themselves
+        return;
+    case LaunchTarget::Slurm:
+        submitSlurm();
+        return;
+    }
+}
+
+void RunController::launchJob() {
     try {
-        switch (request_.settings.target) {
-        case LaunchTarget::Local:
-            job_ = process(localCommand(request_), true);
-            break;
-        case LaunchTarget::Ssh:
-            startTunnels();
-            job_ = process(sshCommand(request_), true);
-            break;
-        case LaunchTarget::Slurm:
-            submitSlurm();
-            return;
-        }
+        job_ = process(request_.settings.target == LaunchTarget::Ssh ? sshCommand(request_)
+                                                                     : localCommand(request_),
+                       true);
     } catch (const InputError& e) {
         fail(QString::fromStdString(e.what()));
         return;
     }
     connect(job_, &QProcess::finished, this, &RunController::jobEnded);
-    connect(job_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
-        if (e == QProcess::FailedToStart)
-            fail("cannot start " + job_->program() + ": " + job_->errorString());
-    });
     setState(State::Starting, QString("starting %1 rank(s)").arg(request_.ranks));
     job_->start();
     poll_.start();
@@ -438,11 +475,6 @@ void RunController::submitSlurm() {
     }
     QProcess* sbatch = process(sbatchCommand(path), true); // the job inherits the token
     helpers_.push_back(sbatch);
-    connect(sbatch, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
-        if (e == QProcess::FailedToStart)
-            fail("cannot run sbatch: Slurm's client commands are not installed here (Debian: "
-                 "slurm-client)");
-    });
     connect(sbatch, &QProcess::finished, this, [this, sbatch](int code, QProcess::ExitStatus) {
         const QString out = printed(sbatch, false).trimmed();
         if (code != 0 || out.isEmpty()) {
@@ -460,31 +492,46 @@ void RunController::submitSlurm() {
 void RunController::pollSlurm() {
     if (state_ != State::Starting && state_ != State::Running && state_ != State::Stopping)
         return;
+    if (polling_)
+        return; // one scontrol at a time, however slow the controller is
+    polling_ = true;
     auto* scontrol = process({"scontrol", {"show", "job", slurmJob_}}, false);
+    helpers_.push_back(scontrol);
     connect(scontrol, &QProcess::finished, this, [this, scontrol](int code, QProcess::ExitStatus) {
-        scontrol->deleteLater();
+        polling_ = false;
         const QString text = printed(scontrol, false);
         const QString jobState = QRegularExpression("JobState=(\\w+)").match(text).captured(1);
-        const auto exit = QRegularExpression("ExitCode=(\\d+):(\\d+)").match(text);
-        if (code != 0 && text.isEmpty()) {
-            jobEnded(0, QProcess::NormalExit); // long gone: Slurm forgot it
+        if (code != 0 || jobState.isEmpty()) {
+            // slurmctld busy or restarting: the job's fate is unknown, so ask again. A job
+            // Slurm no longer knows at all ended out of sight: its output file has the rest.
+            if (printed(scontrol, true).contains("Invalid job id")) {
+                poll_.stop();
+                fail("Slurm no longer knows job " + slurmJob_ +
+                     "; its output: " + request_.runDirectory + ".slurm-" + slurmJob_ + ".out");
+            } else if (++pollFailures_ == 1 || pollFailures_ % 20 == 0) {
+                appendLog("scontrol could not say how job " + slurmJob_ + " is (" +
+                          tail(printed(scontrol, true), 1) + "); asking again\n");
+            }
             return;
         }
+        pollFailures_ = 0;
         if (jobState == "PENDING" && state_ == State::Starting)
             message_ = "Slurm job " + slurmJob_ + " is waiting for resources";
         static const QStringList kDone{"COMPLETED", "FAILED",    "CANCELLED",
                                        "TIMEOUT",   "NODE_FAIL", "OUT_OF_MEMORY",
                                        "PREEMPTED", "BOOT_FAIL", "DEADLINE"};
-        if (kDone.contains(jobState)) {
-            poll_.stop();
-            const int exitCode = exit.captured(1).toInt();
-            if (jobState == "COMPLETED" || (jobState == "CANCELLED" && exitCode == 0))
-                jobEnded(exitCode, QProcess::NormalExit);
-            else
-                fail("Slurm job " + slurmJob_ + " ended " + jobState + " (" +
-                     exitMeaning(exitCode) + "); its output: " + request_.runDirectory + ".slurm-" +
-                     slurmJob_ + ".out");
-        }
+        if (!kDone.contains(jobState))
+            return;
+        poll_.stop();
+        // ExitCode=status:signal of the batch script (its exec'd srun).
+        const auto exit = QRegularExpression("ExitCode=(\\d+):(\\d+)").match(text);
+        const int status = exit.captured(1).toInt(), signal = exit.captured(2).toInt();
+        if (jobState == "COMPLETED" && status == 0 && signal == 0)
+            jobEnded(0, QProcess::NormalExit);
+        else
+            fail("Slurm job " + slurmJob_ + " ended " + jobState + " (" +
+                 (signal ? "signal " + QString::number(signal) : exitMeaning(status)) +
+                 "); its output: " + request_.runDirectory + ".slurm-" + slurmJob_ + ".out");
     });
     scontrol->start();
 }
@@ -521,6 +568,10 @@ void RunController::jobEnded(int exitCode, QProcess::ExitStatus status) {
 }
 
 void RunController::stop() {
+    if (state_ == State::Checking) {
+        fail("cancelled during the checks: nothing was started");
+        return;
+    }
     if (state_ != State::Starting && state_ != State::Running)
         return;
     if (!slurmJob_.isEmpty()) {
@@ -534,6 +585,10 @@ void RunController::stop() {
 }
 
 void RunController::kill() {
+    if (state_ == State::Checking) {
+        fail("cancelled during the checks: nothing was started");
+        return;
+    }
     if (!slurmJob_.isEmpty() &&
         (state_ == State::Starting || state_ == State::Running || state_ == State::Stopping)) {
         QProcess* scancel = process({"scancel", {slurmJob_}}, false);

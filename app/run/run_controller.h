@@ -77,6 +77,7 @@ private:
     void runCheck();
     void checkHosts();
     void launch();
+    void launchJob();
     void startTunnels();
     void submitSlurm();
     void pollSlurm();
@@ -99,6 +100,9 @@ private:
     QProcess* job_ = nullptr;
     std::vector<QProcess*> helpers_; // checks and tunnels: ended with the run
     int pendingHosts_ = 0;
+    int pendingTunnels_ = 0;
+    bool polling_ = false;
+    int pollFailures_ = 0;
     QString slurmJob_, script_;
     QTimer poll_;      // Slurm's view of the job, and the ranks joining
     QTimer killTimer_; // SIGKILL when SIGTERM was not enough

@@ -5,6 +5,7 @@
 #include <QMetaObject>
 #include <QTcpServer>
 #include <QTcpSocket>
+#include <QTimer>
 #include <optional>
 
 namespace shardscope {
@@ -14,6 +15,14 @@ struct TelemetryServer::Connection {
     std::optional<watch::Hello> hello;
     bool overlong = false; // skipping the rest of a line longer than the limit
 };
+
+namespace {
+// Before its hello a connection is a stranger: it gets little room and little time, and only so
+// many of them at once, so strangers cannot crowd out the ranks.
+constexpr std::size_t kHelloBytes = 4096;
+constexpr qint64 kHelloMilliseconds = 10000;
+constexpr std::size_t kStrangers = 64;
+} // namespace
 
 TelemetryServer::TelemetryServer(LiveRun* run, QObject* parent) : QObject(parent), run_(run) {
     thread_.setObjectName("telemetry");
@@ -70,6 +79,7 @@ void TelemetryServer::stop() {
                 delete socket;
             }
             connections_.clear();
+            live_.clear();
             delete server_;
             server_ = nullptr;
             worker_->deleteLater(); // when the thread finishes; it is this call's context
@@ -83,12 +93,35 @@ void TelemetryServer::stop() {
 
 void TelemetryServer::accept() {
     while (QTcpSocket* socket = server_->nextPendingConnection()) {
+        std::size_t strangers = 0;
+        for (const auto& [s, c] : connections_)
+            strangers += !c->hello;
+        if (strangers >= kStrangers) {
+            refuse(socket, "too many connections waiting to say hello");
+            continue;
+        }
         connections_[socket] = std::make_unique<Connection>();
         QObject::connect(socket, &QTcpSocket::readyRead, socket,
                          [this, socket] { readFrom(socket); });
         QObject::connect(socket, &QTcpSocket::disconnected, socket,
                          [this, socket] { closed(socket); });
+        QTimer::singleShot(kHelloMilliseconds, socket, [this, socket] {
+            const auto it = connections_.find(socket);
+            if (it != connections_.end() && !it->second->hello)
+                refuse(socket, "no hello within 10 s");
+        });
     }
+}
+
+void TelemetryServer::refuse(QTcpSocket* socket, const std::string& why) {
+    const QString peer = socket->peerAddress().toString();
+    connections_.erase(socket);
+    socket->disconnect();
+    socket->abort();
+    socket->deleteLater();
+    if (run_->refused())
+        emit changed();
+    emit refusedConnection(peer, QString::fromStdString(why));
 }
 
 void TelemetryServer::readFrom(QTcpSocket* socket) {
@@ -104,6 +137,10 @@ void TelemetryServer::readFrom(QTcpSocket* socket) {
         const std::size_t end = nl == std::string_view::npos ? data.size() : nl;
         if (!c.overlong) {
             c.pending.append(data.substr(begin, end - begin));
+            if (!c.hello && c.pending.size() > kHelloBytes) {
+                refuse(socket, "a first line longer than a hello");
+                return;
+            }
             if (c.pending.size() > watch::kMaxEventBytes) {
                 c.pending.clear();
                 c.overlong = true; // the rest of this line is skipped, never held
@@ -131,16 +168,10 @@ void TelemetryServer::handleLine(QTcpSocket* socket, Connection& c, const std::s
     if (!c.hello) {
         if (event)
             c.hello = watch::acceptHello(*event, token_.toStdString(), &why);
-        if (!c.hello) {
-            const QString peer = socket->peerAddress().toString();
-            connections_.erase(socket);
-            socket->disconnect();
-            socket->abort();
-            socket->deleteLater();
-            if (run_->refused())
-                emit changed();
-            emit refusedConnection(peer, QString::fromStdString(why));
-        }
+        if (!c.hello)
+            refuse(socket, why);
+        else
+            ++live_[c.hello->rank];
         return;
     }
     if (!event)
@@ -160,7 +191,8 @@ void TelemetryServer::closed(QTcpSocket* socket) {
     const std::optional<watch::Hello> hello = it->second->hello;
     connections_.erase(it);
     socket->deleteLater();
-    if (hello && run_->connectionClosed(hello->rank))
+    // A rank is gone when its last connection is (an old one may close after a new one opened).
+    if (hello && --live_[hello->rank] == 0 && run_->connectionClosed(hello->rank))
         emit changed();
 }
 

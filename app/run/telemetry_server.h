@@ -45,6 +45,7 @@ private:
     void readFrom(QTcpSocket* socket);
     void closed(QTcpSocket* socket);
     void handleLine(QTcpSocket* socket, Connection& c, const std::string& line);
+    void refuse(QTcpSocket* socket, const std::string& why); // closes and counts it
 
     LiveRun* run_;
     QString token_;
@@ -53,6 +54,7 @@ private:
     QTcpServer* server_ = nullptr; // in thread_
     std::map<QTcpSocket*, std::unique_ptr<Connection>> connections_; // in thread_
     watch::EventNumbers numbers_;                                    // in thread_
+    std::map<int, int> live_; // in thread_: connections per rank that said hello
     quint16 port_ = 0;
 };
 

@@ -245,6 +245,14 @@ public:
         : c_(config), progress_(progress), world_(world),
           ops_(kernels::makeCpuOps(config.engine.threads)), memory_(*ops_) {}
 
+    ~Run() {
+        // The watchdog's thread writes stall and hang events into telemetry_, which goes first.
+        if (watchdog_)
+            watchdog_->setEvents({}, 0);
+    }
+    Run(const Run&) = delete;
+    Run& operator=(const Run&) = delete;
+
     TrainResult execute();
 
 private:

@@ -40,13 +40,28 @@ void Watchdog::setEvents(Events events, double stallSeconds) {
     stallSeconds_ = stallSeconds;
 }
 
-void Watchdog::emit(json event) const {
-    if (!events_.write)
+void Watchdog::emit(json event) {
+    Events events;
+    {
+        std::lock_guard lock(mutex_);
+        events = events_;
+    }
+    if (!events.write)
         return;
     try {
-        events_.write(std::move(event));
+        events.write(std::move(event));
     } catch (const std::exception&) { // a full disk must not stop the watchdog ending the job
     }
+}
+
+void Watchdog::drain() {
+    Events events;
+    {
+        std::lock_guard lock(mutex_);
+        events = events_;
+    }
+    if (events.drain)
+        events.drain();
 }
 
 json Watchdog::position(double waited) const {
@@ -201,13 +216,11 @@ void Watchdog::fire(double waited) {
               {"message", text.str()},
               {"reported", reported},
               {"missing", missing}});
-        if (events_.drain)
-            events_.drain();
+        drain();
         abort_(5);
         return;
     }
-    if (events_.drain)
-        events_.drain();
+    drain();
     // That rank sums up and ends the job; should it never get there, this one does.
     std::this_thread::sleep_for(std::chrono::duration<double>(std::min(timeout_, 10.0) + 5.0));
     abort_(5);

@@ -36,7 +36,8 @@ public:
     void setReportDirectory(const std::filesystem::path& dir);
     // Telemetry for stall and hang reports: `write` takes an event, `drain` gives the stream a
     // moment to deliver before the job is ended. A wait longer than `stallSeconds` (<= 0: never)
-    // is reported once as a stall. Called from the watchdog's thread.
+    // is reported once as a stall. Called from the watchdog's thread; setEvents({}, 0) before
+    // what they write to goes away.
     struct Events {
         std::function<void(nlohmann::json)> write;
         std::function<void()> drain;
@@ -78,7 +79,8 @@ private:
     void watch();
     void fire(double waited);
     nlohmann::json position(double waited) const; // with mutex_ held
-    void emit(nlohmann::json event) const;        // without mutex_ held
+    void emit(nlohmann::json event);              // without mutex_ held
+    void drain();                                 // without mutex_ held
 
     const double timeout_;
     const int rank_, worldSize_;

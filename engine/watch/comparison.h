@@ -26,7 +26,7 @@ struct ComparisonRow {
 // for that rank's pipeline stage), step time, tokens/s, MFU, pipeline bubble (against the
 // planner's closed form and against the schedule simulated with the measured op costs), and the
 // exposed communication of every axis either side has. Medians over the steps held, leaving out
-// the first step of each segment (it pays for every allocation).
+// the run's first step (it pays for every allocation).
 std::vector<ComparisonRow> predictedVsMeasured(const RunState& run);
 
 // Per rank and axis: seconds per step with a transfer in flight, seconds blocked on it, and the

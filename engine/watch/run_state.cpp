@@ -168,10 +168,13 @@ void RunState::add(const json& event, double receivedAt) {
     const double t = number(event, "t", r.lastT);
     if (std::isfinite(t)) {
         r.lastT = t;
-        latestT_ = std::max(latestT_, t);
+        if (r.segments >= newestSegment_)
+            latestT_ = std::max(latestT_, t);
     }
-    if (receivedAt >= 0)
+    if (receivedAt >= 0) {
         r.lastReceived = receivedAt;
+        r.disconnected = false; // it reconnected: whatever closed before, it is talking now
+    }
     if (const auto c = event.find("coord"); c != event.end() && c->is_object())
         r.coord = {smallInt(*c, "dp", 0), smallInt(*c, "tp", 0), smallInt(*c, "pp", 0),
                    smallInt(*c, "cp", 0)};
@@ -210,7 +213,10 @@ void RunState::onStart(RankState& r, const json& e) {
     if (e.value("resent", false) && r.started && pid == r.pid)
         return;
     r.started = true;
-    ++r.segments;
+    if (++r.segments > newestSegment_) { // a resumed run: its clock starts again
+        newestSegment_ = r.segments;
+        latestT_ = r.lastT;
+    }
     r.host = text(e, "host");
     r.pid = pid;
     r.predictedMemory = memoryOf(e, "memory_predicted");
@@ -280,7 +286,7 @@ void RunState::onSpan(RankState& r, const json& e) {
     if (s.step < keepFrom)
         return;
     r.spans.push_back(std::move(s));
-    while (!r.spans.empty() && r.spans.front().step < keepFrom)
+    while (!r.spans.empty() && (r.spans.front().step < keepFrom || r.spans.size() > kMaxSpans))
         r.spans.pop_front();
 }
 

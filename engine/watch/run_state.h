@@ -154,6 +154,7 @@ public:
     static constexpr std::size_t kSeriesCapacity = 2048; // step samples per rank, thinned beyond
     static constexpr std::size_t kActivitySteps = 512;   // StepActivity per rank
     static constexpr std::size_t kSpanSteps = 3;         // steps whose spans are kept per rank
+    static constexpr std::size_t kMaxSpans = 65536;      // and at most this many spans of them
 
     // One telemetry event. receivedAt: the receiver's clock in seconds (the app's), or < 0 when
     // read from a file. Events that are not objects or lack a rank are counted and ignored.
@@ -168,7 +169,7 @@ public:
     std::int64_t ignoredEvents() const { return ignored_; }
     // The highest step any rank has completed.
     std::int64_t latestStep() const;
-    // The highest t seen.
+    // The highest t seen in the newest segment (a resumed run's clock starts again at 0).
     double latestT() const { return latestT_; }
     // Ranks that finished the step `step` (their step event arrived).
     std::vector<const RankState*> ranksWithStep(std::int64_t step) const;
@@ -184,6 +185,7 @@ private:
     std::optional<HangSummary> hang_;
     std::int64_t ignored_ = 0;
     double latestT_ = 0;
+    int newestSegment_ = 0;
 };
 
 // Seconds covered by the union of [start, end) intervals.

@@ -93,7 +93,8 @@ TEST(LaunchPlan, HostsOverSshGoThroughMpirunWithSshAsItsAgent) {
     EXPECT_EQ(a.mid(0, 4), (QStringList{"-n", "4", "--host", "a:2,b:2"}));
     const int agent = int(a.indexOf("plm_rsh_agent"));
     ASSERT_GT(agent, 0);
-    EXPECT_EQ(a[agent + 1], "ssh -p 2222 -i '/keys/my key' -o BatchMode=yes");
+    EXPECT_EQ(a[agent + 1].toStdString(),
+              "ssh -p 2222 -i '/keys/my key' -o BatchMode=yes -o ConnectTimeout=10");
     EXPECT_EQ(a[a.indexOf("-x") + 1], "SHARDSCOPE_TELEMETRY_TOKEN"); // by name, never a value
     EXPECT_TRUE(a.contains("--allow-run-as-root"));
     EXPECT_TRUE(a.contains("btl_tcp_if_include"));
@@ -113,9 +114,10 @@ TEST(LaunchPlan, TheRemoteCommandOfSshIsQuotedWordByWord) {
         c.arguments.mid(c.arguments.indexOf("--")),
         (QStringList{"--", "node1", "'/opt/my engine/shardscope-engine' 'version' '--json'"}));
     const Command t = tunnelCommand(s, {"node1", 1}, 9400);
-    EXPECT_TRUE(t.arguments.contains("-N"));
     EXPECT_EQ(t.arguments[t.arguments.indexOf("-R") + 1], "9400:127.0.0.1:9400");
-    EXPECT_EQ(t.arguments.back(), "node1");
+    EXPECT_TRUE(t.arguments.contains("ExitOnForwardFailure=yes"));
+    EXPECT_EQ(t.arguments[t.arguments.indexOf("--") + 1], "node1");
+    EXPECT_TRUE(t.arguments.back().startsWith("echo shardscope-tunnel-ready"));
 }
 
 TEST(LaunchPlan, TheSlurmScriptStartsEveryRankWithSrunAndHoldsNoToken) {
@@ -132,6 +134,8 @@ TEST(LaunchPlan, TheSlurmScriptStartsEveryRankWithSrunAndHoldsNoToken) {
                                 "'train' '--config' '/runs/a.launch.json'"));
     EXPECT_FALSE(script.contains("TOKEN"));
     r.runDirectory = "/runs/a\n#SBATCH --uid=0";
+    EXPECT_THROW(slurmScript(r), InputError);
+    r.runDirectory = "/runs/a\n"; // a "$" anchor would let a final line break through
     EXPECT_THROW(slurmScript(r), InputError);
     r = request(LaunchTarget::Slurm);
     r.settings.slurmPartition = "debug --exclusive";

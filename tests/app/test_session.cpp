@@ -52,7 +52,6 @@ TEST(Session, JsonRoundTripKeepsEverything) {
     s.pipeline.costs.backwardWeight = 0.5;
     s.launch.target = LaunchTarget::Ssh;
     s.launch.hostfile = "node1 slots=4\nnode2 slots=4\n";
-    s.launch.sshOptions = "-p 2222";
     s.launch.telemetryAddress = "login1:9400";
     s.launch.stallSeconds = 2.5;
     const Session back = sessionFromJson(sessionToJson(s));
@@ -71,6 +70,22 @@ TEST(Session, JsonRoundTripKeepsEverything) {
     EXPECT_EQ(back.launch.hostfile, "node1 slots=4\nnode2 slots=4\n");
     EXPECT_EQ(back.launch.telemetryAddress, "login1:9400");
     EXPECT_DOUBLE_EQ(back.launch.stallSeconds, 2.5);
+}
+
+TEST(Session, AFileCannotCarryOptionsThatRunCommands) {
+    Session s = defaultSession();
+    s.launch.sshOptions = "-o ProxyCommand=touch /tmp/x";
+    s.launch.mpiOptions = ": /bin/sh";
+    s.launch.remoteEngine = "/tmp/evil";
+    const nlohmann::json j = sessionToJson(s);
+    for (const char* key : {"ssh_options", "mpi_options", "remote_engine"})
+        EXPECT_FALSE(j["launch"].contains(key)) << key;
+    nlohmann::json planted = j;
+    planted["launch"]["ssh_options"] = "-o ProxyCommand=touch /tmp/x";
+    planted["launch"]["remote_engine"] = "/tmp/evil";
+    const Session back = sessionFromJson(planted);
+    EXPECT_EQ(back.launch.sshOptions, "");
+    EXPECT_EQ(back.launch.remoteEngine, "");
 }
 
 TEST(Session, BadLaunchSettingsNameTheProblem) {

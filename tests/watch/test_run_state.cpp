@@ -136,6 +136,36 @@ TEST(RunState, EventsThatAreNotWhatTheyClaimAreCountedAndIgnored) {
     EXPECT_EQ(run.rank(0)->steps.size(), 1u);
 }
 
+TEST(RunState, AStreamThatNeverEndsItsStepStillHoldsBoundedSpans) {
+    RunState run;
+    run.add(startEvent(0, {}, pipelineLayout(PipelineSchedule::OneFOneB, 1, 1)));
+    for (int i = 0; i < 200000; ++i)
+        run.add(span(0, "forward", 7, i, 0, i, i + 0.5));
+    EXPECT_EQ(run.rank(0)->spans.size(), RunState::kMaxSpans);
+    EXPECT_EQ(run.rank(0)->spans.back().microbatch, 199999); // the newest are kept
+}
+
+TEST(RunState, ARankThatReconnectsIsNoLongerDisconnected) {
+    RunState run;
+    run.add(startEvent(0, {}, pipelineLayout(PipelineSchedule::OneFOneB, 1, 1)), 1.0);
+    run.connectionClosed(0, 2.0);
+    EXPECT_TRUE(run.rank(0)->disconnected);
+    run.add(stepEvent(0, 1, 3.0, 1.0), 3.0); // the stream came back
+    EXPECT_FALSE(run.rank(0)->disconnected);
+}
+
+TEST(RunState, AResumedSegmentMeasuresTimeOnItsOwnClock) {
+    RunState run;
+    const ParallelConfig layout = pipelineLayout(PipelineSchedule::OneFOneB, 1, 1);
+    run.add(startEvent(0, {}, layout));
+    run.add(stepEvent(0, 1, 500.0, 1.0)); // a long first segment
+    json resumed = startEvent(0, {}, layout, 0.1);
+    resumed["pid"] = 77;
+    run.add(resumed);
+    run.add(stepEvent(0, 2, 2.0, 1.0));
+    EXPECT_DOUBLE_EQ(run.latestT(), 2.0);
+}
+
 TEST(RunState, MemoryStaysBoundedOverAVeryLongRun) {
     RunState run;
     run.add(startEvent(0, {}, pipelineLayout(PipelineSchedule::OneFOneB, 1, 1)));

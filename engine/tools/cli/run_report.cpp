@@ -481,12 +481,9 @@ void printCsv(std::ostream& out, const RunFiles& files) {
         std::snprintf(text, sizeof text, "%.9g", it->get<double>());
         return text;
     };
-    auto total = [](const json& e, const char* key) -> std::string {
+    auto total = [&number](const json& e, const char* key) -> std::string {
         const auto it = e.find(key);
-        if (it == e.end() || !it->is_object())
-            return "";
-        const auto t = it->find("total");
-        return t != it->end() && t->is_number() ? std::to_string(t->get<std::int64_t>()) : "";
+        return it != e.end() && it->is_object() ? number(*it, "total") : std::string();
     };
     for (const auto& [rank, path] : files.ranks) {
         EventLineReader in(path);
@@ -521,10 +518,19 @@ int runReport(const std::string& dir, const RunReportOptions& o, std::ostream& o
             writeAtomically(o.csv, [&](std::ostream& s) { printCsv(s, r.files); });
         if (!o.html.empty())
             writeAtomically(o.html, [&](std::ostream& s) { printHtml(s, r); });
-        if (o.json)
+        if (o.json) {
             out << reportJson(r).dump(2) << "\n";
-        else
-            printText(out, r);
+        } else {
+            // Host names, messages and paths come from the telemetry: a control character in
+            // them must not reach the terminal as one.
+            std::ostringstream text;
+            printText(text, r);
+            std::string shown = text.str();
+            for (char& c : shown)
+                if ((static_cast<unsigned char>(c) < 0x20 && c != '\n') || c == 0x7f)
+                    c = '?';
+            out << shown;
+        }
         return 0;
     } catch (const InputError& e) {
         err << "error: " << e.what() << "\n";

@@ -44,15 +44,39 @@ private:
             page.controller()->setEngine(SHARDSCOPE_ENGINE_EXE);
             page.resize(1400, 900);
         }
+        // Read from the run's state directly: cheap enough to poll every few milliseconds.
         bool runningWithSteps(int steps) {
-            page.refreshNow();
-            return page.controller()->state() == State::Running && page.data().ranks.size() == 4 &&
-                   std::all_of(page.data().ranks.begin(), page.data().ranks.end(),
-                               [&](const auto& r) { return r.step >= steps; });
+            if (page.controller()->state() != State::Running)
+                return false;
+            bool all = false;
+            page.live()->read([&](const watch::RunState& run) {
+                all = run.ranks().size() == 4;
+                for (const auto& [id, r] : run.ranks())
+                    all = all && r.lastStep() >= steps;
+            });
+            return all;
         }
-        const watch::RankHealth& health(int rank) {
-            page.refreshNow();
-            return page.data().analysis.health.at(std::size_t(rank));
+        watch::RankHealth health(int rank) {
+            std::vector<watch::RankHealth> h;
+            page.live()->read([&](const watch::RunState& run) {
+                h = watch::rankHealth(run, {5.0, page.live()->now()});
+            });
+            return h.at(std::size_t(rank));
+        }
+        // Some rank says which operation it is blocked in.
+        bool someoneBlockedIn() {
+            bool blocked = false;
+            for (int r = 0; r < 4; ++r) {
+                const watch::RankHealth h = health(r);
+                blocked |= h.status == watch::RankStatus::Stalled &&
+                           h.detail.find("blocked in ") != std::string::npos;
+            }
+            return blocked;
+        }
+        // What the controller says and the end of its log, for a failure's message.
+        QByteArray why() const {
+            const RunController& c = *const_cast<MonitorPage&>(page).controller();
+            return (toString(c.state()) + ": " + c.message() + "\n" + c.log().right(1500)).toUtf8();
         }
         long pidOf(int rank) {
             long pid = 0;
@@ -65,10 +89,12 @@ private slots:
     void aFourRankRunIsLaunchedAndEveryRankShownBesideThePlan() {
         Fixture f(cpuSession(runs_.path(), 12));
         QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() != State::Checking, 60000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() != State::Checking,
+                                  f.why().constData(), 60000);
 
         // While it runs, a stranger without the token is turned away and counted.
-        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() != State::Starting, 120000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() != State::Starting,
+                                  f.why().constData(), 120000);
         QTcpSocket stranger;
         stranger.connectToHost(QHostAddress::LocalHost, f.page.controller()->telemetryPort());
         QVERIFY(stranger.waitForConnected(5000));
@@ -76,7 +102,8 @@ private slots:
         QVERIFY(stranger.waitForBytesWritten(5000));
         QTRY_COMPARE_WITH_TIMEOUT(f.page.live()->refusedConnections(), 1, 10000);
 
-        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Finished, 180000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() == State::Finished,
+                                  f.why().constData(), 180000);
         f.page.refreshNow();
         const MonitorData& d = f.page.data();
         QCOMPARE(int(d.ranks.size()), 4);
@@ -103,31 +130,26 @@ private slots:
     void aStoppedRankIsNamedWhileTheOthersSayWhereTheyWaitThenStopEndsCleanly() {
         Fixture f(cpuSession(runs_.path(), 100000));
         QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(f.runningWithSteps(3), 180000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.runningWithSteps(3), f.why().constData(), 180000);
         const long victim = f.pidOf(1);
         QVERIFY(victim > 0);
         QCOMPARE(::kill(pid_t(victim), SIGSTOP), 0);
         // Within seconds, long before the watchdog (120 s) ends anything.
-        QTRY_VERIFY_WITH_TIMEOUT(f.health(1).status == watch::RankStatus::Silent, 60000);
-        bool someoneBlocked = false;
-        QTRY_VERIFY_WITH_TIMEOUT(
-            [&] {
-                f.page.refreshNow();
-                for (const watch::RankHealth& h : f.page.data().analysis.health)
-                    someoneBlocked |= h.status == watch::RankStatus::Stalled &&
-                                      h.detail.find("blocked in ") != std::string::npos;
-                return someoneBlocked;
-            }(),
-            60000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.health(1).status == watch::RankStatus::Silent,
+                                  f.why().constData(), 60000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.someoneBlockedIn(), f.why().constData(), 60000);
+        f.page.refreshNow();
         const QString verdict = f.page.panel()->verdictText();
         QVERIFY2(verdict.contains("Rank 1 is silent"), qPrintable(verdict));
         QVERIFY2(verdict.contains("blocked"), qPrintable(verdict));
         QVERIFY(f.page.controller()->state() == State::Running);
 
         ::kill(pid_t(victim), SIGCONT);
-        QTRY_VERIFY_WITH_TIMEOUT(f.health(1).status == watch::RankStatus::Running, 60000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.health(1).status == watch::RankStatus::Running,
+                                  f.why().constData(), 60000);
         QTest::mouseClick(f.page.findChild<QPushButton*>("stop"), Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Finished, 120000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() == State::Finished,
+                                  f.why().constData(), 120000);
         for (int r = 0; r < 4; ++r)
             QVERIFY(f.health(r).status == watch::RankStatus::Finished);
         QVERIFY(f.health(0).detail.find("interrupted") != std::string::npos);
@@ -135,26 +157,31 @@ private slots:
         QVERIFY(f.page.findChild<QPushButton*>("resume")->isEnabled());
 
         // Resume goes on from the checkpoint the stop wrote, in the same directory.
-        const std::int64_t stoppedAt = f.page.data().latestStep;
+        std::int64_t stoppedAt = 0;
+        f.page.live()->read([&](const watch::RunState& run) { stoppedAt = run.latestStep(); });
         const QString dir = f.page.controller()->runDirectory();
         QTest::mouseClick(f.page.findChild<QPushButton*>("resume"), Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(f.runningWithSteps(int(stoppedAt) + 2), 180000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.runningWithSteps(int(stoppedAt) + 2), f.why().constData(),
+                                  180000);
         QCOMPARE(f.page.controller()->runDirectory(), dir);
         f.page.live()->read([&](const watch::RunState& run) {
             QCOMPARE(run.rank(0)->steps[0].step, stoppedAt + 1); // nothing before it again
         });
         QTest::mouseClick(f.page.findChild<QPushButton*>("stop"), Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Finished, 120000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() == State::Finished,
+                                  f.why().constData(), 120000);
     }
 
     void aKilledRankIsShownDead() {
         Fixture f(cpuSession(runs_.path(), 100000));
         QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(f.runningWithSteps(2), 180000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.runningWithSteps(2), f.why().constData(), 180000);
         const long victim = f.pidOf(2);
         QCOMPARE(::kill(pid_t(victim), SIGKILL), 0);
-        QTRY_VERIFY_WITH_TIMEOUT(f.health(2).status == watch::RankStatus::Dead, 60000);
-        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Failed, 60000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.health(2).status == watch::RankStatus::Dead,
+                                  f.why().constData(), 60000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() == State::Failed,
+                                  f.why().constData(), 60000);
         f.page.refreshNow();
         const QString verdict = f.page.panel()->verdictText();
         QVERIFY2(verdict.contains("without an end event"), qPrintable(verdict));
@@ -167,7 +194,8 @@ private slots:
         s.parallel.pp = 1;
         Fixture f(s);
         QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Failed, 60000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() == State::Failed,
+                                  f.why().constData(), 60000);
         const QString message = f.page.controller()->message();
         QVERIFY2(message.contains("pre-launch check refused"), qPrintable(message));
         QVERIFY2(message.contains("tp"), qPrintable(message));
@@ -188,13 +216,15 @@ private slots:
         QVERIFY2(f.page.controller()->state() != State::Failed,
                  qPrintable(f.page.controller()->message()));
         QTest::mouseClick(f.page.findChild<QPushButton*>("kill"), Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Failed, 60000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() == State::Failed,
+                                  f.why().constData(), 60000);
     }
 
     void aFinishedRunOpensFromItsDirectoryAndReplays() {
         Fixture f(cpuSession(runs_.path(), 8));
         QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
-        QTRY_VERIFY_WITH_TIMEOUT(f.page.controller()->state() == State::Finished, 180000);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() == State::Finished,
+                                  f.why().constData(), 180000);
         const QString dir = f.page.controller()->runDirectory();
 
         SessionDocument doc;

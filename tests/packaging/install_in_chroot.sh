@@ -15,7 +15,7 @@ command -v debootstrap >/dev/null || skip "no debootstrap (Debian: debootstrap)"
 work=$(mktemp -d /tmp/shardscope-chroot-XXXXXX)
 root=$work/root
 cleanup() {
-  for m in dev/shm dev/pts dev proc; do umount -l "$root/$m" 2>/dev/null || true; done
+  for m in dev/shm dev proc; do umount "$root/$m" 2>/dev/null || umount -l "$root/$m" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -28,7 +28,14 @@ echo "== a clean Debian 12 root from $mirror"
 debootstrap --variant=minbase bookworm "$root" "$mirror" > "$work/debootstrap.log" 2>&1 \
   || skip "debootstrap failed (no network to $mirror?): $(tail -3 "$work/debootstrap.log")"
 mount -t proc proc "$root/proc"
-mount --bind /dev "$root/dev"
+# A /dev of its own, not a bind of this machine's: with shared mount propagation a tmpfs mounted
+# on a bound /dev/shm would replace this machine's /dev/shm, under every MPI job running here.
+mount -t tmpfs -o mode=755 tmpfs "$root/dev"
+for node in "null c 1 3" "zero c 1 5" "full c 1 7" "random c 1 8" "urandom c 1 9" "tty c 5 0"; do
+  set -- $node
+  mknod -m 666 "$root/dev/$1" "$2" "$3" "$4"
+done
+mkdir -p "$root/dev/shm" "$root/dev/pts"
 mount -t tmpfs tmpfs "$root/dev/shm"
 cp "$work"/debs/*.deb "$root/tmp/"
 engine_deb=/tmp/$(basename "$work"/debs/shardscope-engine_*.deb)

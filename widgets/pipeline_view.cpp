@@ -78,6 +78,12 @@ void PipelineView::setTimeline(const PipelineTimeline& t, int virtualStages,
     makespanLabel_ = QString::number(makespan_, 'g', 4);
     playhead_ = makespan_;
     waits_.clear();
+    transfers_.clear();
+    update();
+}
+
+void PipelineView::setTransfers(std::vector<std::vector<std::pair<double, double>>> transfers) {
+    transfers_ = std::move(transfers);
     update();
 }
 
@@ -202,16 +208,23 @@ void PipelineView::renderTo(QPainter& p, const QSize& size) {
         }
     }
 
-    // Time blocked on a receive or a collective, along the bottom of each row.
-    const QColor waiting(0xD5, 0x5E, 0x00);
-    for (std::size_t r = 0; r < waits_.size() && int(r) < ranks_; ++r)
-        for (const auto& [start, end] : waits_[r]) {
-            const double from = std::max(0.0, start), to = std::min(makespan_, end);
-            if (to <= from)
-                continue; // outside the pipeline's span (a wait for gradients after it)
-            const QRectF rect = f.cellRect(int(r), from, to);
-            p.fillRect(QRectF(rect.left(), rect.bottom() - 3, rect.width(), 3), waiting);
-        }
+    // Time blocked on a receive or a collective along the bottom of each row, transfers in
+    // flight along the top; only what falls inside the pipeline's span.
+    const auto strips = [&](const std::vector<std::vector<std::pair<double, double>>>& rows,
+                            const QColor& color, bool top) {
+        for (std::size_t r = 0; r < rows.size() && int(r) < ranks_; ++r)
+            for (const auto& [start, end] : rows[r]) {
+                const double from = std::max(0.0, start), to = std::min(makespan_, end);
+                if (to <= from)
+                    continue;
+                const QRectF rect = f.cellRect(int(r), from, to);
+                p.fillRect(
+                    QRectF(rect.left(), top ? rect.top() : rect.bottom() - 3, rect.width(), 3),
+                    color);
+            }
+    };
+    strips(waits_, QColor(0xD5, 0x5E, 0x00), false);
+    strips(transfers_, QColor(0x56, 0x56, 0x56), true);
 
     // The playhead and the time axis.
     p.setPen(pal.color(QPalette::Text));

@@ -23,6 +23,9 @@ public:
     // Intervals each rank spent blocked (a measured timeline's wait spans), drawn as a red strip
     // along the bottom of its row; setTimeline clears them.
     void setWaits(std::vector<std::vector<std::pair<double, double>>> waits);
+    // Transfers to and from neighbouring ranks (sends and receives, posted to complete), drawn
+    // as a dark strip along the top of each row; setTimeline clears them.
+    void setTransfers(std::vector<std::vector<std::pair<double, double>>> transfers);
     // Time shown on the shared axis (to compare two schedules on one scale); <= 0: own makespan.
     void setTimeScale(double seconds);
 
@@ -66,7 +69,7 @@ private:
     double playhead_ = 0;
     QString caption_;
     QString message_;
-    std::vector<std::vector<std::pair<double, double>>> waits_;
+    std::vector<std::vector<std::pair<double, double>>> waits_, transfers_;
     std::vector<QString> rankLabels_; // "rank 3", made once
     QString makespanLabel_;
 };

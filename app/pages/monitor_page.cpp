@@ -75,10 +75,11 @@ MemoryBreakdown breakdownOf(const watch::MemoryBytes& m) {
     return b;
 }
 
-// Intervals for the pipeline view's wait strips.
-std::vector<std::vector<std::pair<double, double>>> waitsOf(const watch::MeasuredPipeline& m) {
+// Intervals for the pipeline view's strips.
+std::vector<std::vector<std::pair<double, double>>>
+stripsOf(const std::vector<std::vector<watch::Interval>>& rows) {
     std::vector<std::vector<std::pair<double, double>>> out;
-    for (const auto& rank : m.waits) {
+    for (const auto& rank : rows) {
         std::vector<std::pair<double, double>> row;
         for (const watch::Interval& i : rank)
             row.emplace_back(i.start, i.end);
@@ -697,12 +698,15 @@ void MonitorPage::showPipeline() {
         const double scale = std::max(a.pipeline.measured.makespan, a.pipeline.simulated.makespan);
         const int v =
             d.info.parallel.schedule == PipelineSchedule::Interleaved ? d.info.parallel.vpp : 1;
-        measured_->setTimeline(a.pipeline.measured, v,
-                               QString("Measured, step %1: bubble %2, %3 (red: blocked)")
-                                   .arg(a.pipeline.step)
-                                   .arg(qs(formatPercent(a.pipeline.measured.bubbleFraction)),
-                                        qs(formatSeconds(a.pipeline.measured.makespan))));
-        measured_->setWaits(waitsOf(a.pipeline));
+        measured_->setTimeline(
+            a.pipeline.measured, v,
+            QString("Measured, step %1: bubble %2, %3 (grey above: transfers in flight; red below: "
+                    "blocked)")
+                .arg(a.pipeline.step)
+                .arg(qs(formatPercent(a.pipeline.measured.bubbleFraction)),
+                     qs(formatSeconds(a.pipeline.measured.makespan))));
+        measured_->setWaits(stripsOf(a.pipeline.waits));
+        measured_->setTransfers(stripsOf(a.pipeline.transfers));
         measured_->setTimeScale(scale);
         simulated_->setTimeline(
             a.pipeline.simulated, v,

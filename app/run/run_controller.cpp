@@ -473,6 +473,7 @@ void RunController::submitSlurm() {
         fail(error);
         return;
     }
+    appendLog("the batch script, " + path + ":\n" + script_);
     QProcess* sbatch = process(sbatchCommand(path), true); // the job inherits the token
     helpers_.push_back(sbatch);
     connect(sbatch, &QProcess::finished, this, [this, sbatch](int code, QProcess::ExitStatus) {

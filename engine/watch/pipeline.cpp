@@ -93,6 +93,7 @@ MeasuredPipeline measurePipeline(const RunState& run, std::int64_t step, int rep
     std::vector<std::map<Key, TimedOp>> ops(static_cast<std::size_t>(p));
     double origin = std::numeric_limits<double>::infinity();
     m.waits.resize(std::size_t(p));
+    m.transfers.resize(std::size_t(p));
     for (int pp = 0; pp < p; ++pp) {
         const RankState* r = ranks[std::size_t(pp)];
         if (!r) {
@@ -104,6 +105,10 @@ MeasuredPipeline measurePipeline(const RunState& run, std::int64_t step, int rep
         for (const Span& s : r->spans) {
             if (s.step != step)
                 continue;
+            if (s.kind == SpanKind::Communication && s.axis == "pp") {
+                m.transfers[std::size_t(pp)].push_back({s.start, s.end});
+                continue;
+            }
             if (s.kind == SpanKind::Wait) {
                 m.waits[std::size_t(pp)].push_back({s.start, s.end});
                 continue;
@@ -167,10 +172,11 @@ MeasuredPipeline measurePipeline(const RunState& run, std::int64_t step, int rep
         }
         std::sort(mine.begin(), mine.end(),
                   [](const TimedOp& x, const TimedOp& y) { return x.start < y.start; });
-        for (Interval& i : m.waits[std::size_t(pp)]) {
-            i.start -= origin;
-            i.end -= origin;
-        }
+        for (auto* intervals : {&m.waits[std::size_t(pp)], &m.transfers[std::size_t(pp)]})
+            for (Interval& i : *intervals) {
+                i.start -= origin;
+                i.end -= origin;
+            }
         costs.perRank.push_back({median(f), median(b), median(w)});
     }
     fillIdle(m.measured);

@@ -24,6 +24,8 @@ struct MeasuredPipeline {
     PipelineTimeline measured;
     std::vector<std::vector<Interval>>
         waits; // per pipeline rank: blocked on a receive or collective
+    std::vector<std::vector<Interval>>
+        transfers; // per pipeline rank: its sends and receives to neighbours, posted to complete
     // The schedule's program (engine/sched) with each rank's median measured F, B and W costs and
     // no transfer time: what the schedule alone would leave idle with these costs.
     PipelineTimeline simulated;

@@ -69,7 +69,8 @@ private slots:
         QVERIFY(script.contains("#SBATCH --time=10:00"));
         QVERIFY(script.contains("'srun' '--mpi=pmix'"));
         QVERIFY(
-            !script.contains(f.run()->token())); // the job inherits it from sbatch's environment
+            !script.contains(f.run()->token()));  // the job inherits it from sbatch's environment
+        QVERIFY(f.run()->log().contains(script)); // shown before it is submitted
         QTRY_VERIFY_WITH_TIMEOUT(
             f.run()->state() == State::Finished || f.run()->state() == State::Failed, 240000);
         QVERIFY2(f.run()->state() == State::Finished, qPrintable(f.run()->message()));

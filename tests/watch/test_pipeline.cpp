@@ -102,6 +102,38 @@ TEST(MeasuredPipeline, ASlowerStageShowsInTheMeasuredAndSimulatedBubble) {
     EXPECT_NEAR(measured.simulated.bubble[0], measured.measured.bubble[0], 1e-9);
 }
 
+TEST(MeasuredPipeline, TransfersAndWaitsAreOnTheTimelinesClock) {
+    const ParallelConfig layout = pipelineLayout(PipelineSchedule::GPipe, 2, 2);
+    PipelineCosts costs;
+    costs.perRank = {{1.0, 1.0, 1.0}};
+    const PipelineTimeline truth =
+        simulate(buildPipelineProgram({layout.schedule, 2, 2, 1}), costs);
+    RunState run = runOf(layout, truth);
+    // A second step whose first op starts at 200: rank 0 sends activation 0 as F0 ends.
+    for (int pp = 0; pp < 2; ++pp)
+        addOpSpans(run, truth, pp, pp, 2, 200.0);
+    json send = span(0, "communication", 2, 0, 0, 201.0, 201.25);
+    send["axis"] = "pp";
+    send["collective"] = "send";
+    run.add(send);
+    json wait = span(1, "wait", 2, 0, 0, 200.0, 201.25);
+    wait["axis"] = "pp";
+    run.add(wait);
+    json dp = span(0, "communication", 2, -1, 0, 205.0, 206.0); // not a pipeline transfer
+    dp["axis"] = "dp";
+    run.add(dp);
+    for (int pp = 0; pp < 2; ++pp)
+        run.add(stepEvent(pp, 2, 210.0, 10.0));
+    const MeasuredPipeline m = measurePipeline(run, 2);
+    ASSERT_TRUE(m.ok()) << m.problem;
+    ASSERT_EQ(m.transfers[0].size(), 1u);
+    EXPECT_DOUBLE_EQ(m.transfers[0][0].start, 1.0);
+    EXPECT_DOUBLE_EQ(m.transfers[0][0].end, 1.25);
+    EXPECT_TRUE(m.transfers[1].empty());
+    ASSERT_EQ(m.waits[1].size(), 1u);
+    EXPECT_DOUBLE_EQ(m.waits[1][0].end, 1.25);
+}
+
 TEST(MeasuredPipeline, AStepWithMissingSpansSaysSoInsteadOfDrawingHalfATimeline) {
     const ParallelConfig layout = pipelineLayout(PipelineSchedule::OneFOneB, 2, 4);
     PipelineCosts costs;

@@ -71,7 +71,15 @@ private slots:
         const QColor waiting(0xD5, 0x5E, 0x00);
         QCOMPARE(image.pixelColor(64 + int(1.5 * perSecond), bottom), waiting);
         QVERIFY(image.pixelColor(64 + int(5.5 * perSecond), bottom) != waiting);
-        // A new timeline forgets the old waits.
+        // Transfers along the top of the row.
+        view.setTransfers({{{1.0, 2.0}}});
+        {
+            QPainter painter(&image);
+            view.renderTo(painter, image.size());
+        }
+        const int top = int(24 + 2 + 1.5); // inside rank 0's top strip
+        QCOMPARE(image.pixelColor(64 + int(1.5 * perSecond), top), QColor(0x56, 0x56, 0x56));
+        // A new timeline forgets the old waits and transfers.
         view.setTimeline(oneFOneB(4, 8), 1, "again");
         {
             QPainter painter(&image);

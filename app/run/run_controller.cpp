@@ -216,8 +216,16 @@ void RunController::start(const Session& session, const QString& name) {
     session_ = session;
     const LaunchSettings& l = session.launch;
     const QString runs = QDir(QString::fromStdString(l.runsDirectory)).absolutePath();
-    const QString runName =
-        name.isEmpty() ? QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss") : name;
+    QString runName = name;
+    if (runName.isEmpty()) {
+        // Named by the date and time; a second run within the same second gets a suffix.
+        const QString stamp = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss");
+        runName = stamp;
+        for (int n = 2; QFileInfo::exists(runs + "/" + runName) ||
+                        QFileInfo::exists(runs + "/" + runName + ".launch.json");
+             ++n)
+            runName = stamp + "-" + QString::number(n);
+    }
     request_ = LaunchRequest{};
     request_.settings = l;
     request_.engine = engine_;

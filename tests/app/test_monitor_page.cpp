@@ -187,6 +187,19 @@ private slots:
         QVERIFY2(verdict.contains("without an end event"), qPrintable(verdict));
     }
 
+    void runsStartedWithinOneSecondGetTheirOwnDirectories() {
+        Fixture f(cpuSession(runs_.path() + "/same-second", 4));
+        Session s = f.doc.session();
+        s.parallel.tp = 3; // refused by the check, so both start within milliseconds
+        f.page.controller()->start(s);
+        const QString first = f.page.controller()->runDirectory();
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() == State::Failed,
+                                  f.why().constData(), 60000);
+        QDir().mkpath(first); // as if that run had made it
+        f.page.controller()->start(s);
+        QVERIFY(f.page.controller()->runDirectory() != first); // "-2" within the same second
+    }
+
     void theEnginesCheckRefusesABadLayoutAndNothingStarts() {
         Session s = cpuSession(runs_.path(), 10);
         s.parallel.tp = 3; // 2 heads cannot be split 3 ways

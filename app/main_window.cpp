@@ -127,8 +127,14 @@ void MainWindow::buildMenus() {
     file->addAction("&Import Hugging Face config.json...", QKeySequence(Qt::CTRL | Qt::Key_I), this,
                     &MainWindow::importDialog);
     file->addAction("Open run &directory...", QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O), this,
-                    [this] { openRunDialog(false); });
-    file->addAction("Compare with run directory...", this, [this] { openRunDialog(true); });
+                    [this] {
+                        showPage("monitor");
+                        qobject_cast<MonitorPage*>(page("monitor"))->chooseRunDirectory(false);
+                    });
+    file->addAction("Compare with run directory...", this, [this] {
+        showPage("monitor");
+        qobject_cast<MonitorPage*>(page("monitor"))->chooseRunDirectory(true);
+    });
     file->addSeparator();
     exportChartMenu_ = file->addMenu("Export &chart");
     exportTableMenu_ = file->addMenu("Export &table as CSV");
@@ -256,16 +262,6 @@ QString MainWindow::openRun(const QString& dir, bool compare) {
         statusBar()->showMessage((compare ? "Comparing with " : "Opened run ") + dir, 5000);
     }
     return error;
-}
-
-void MainWindow::openRunDialog(bool compare) {
-    const QString dir = QFileDialog::getExistingDirectory(
-        this, compare ? "Compare with run directory" : "Open run directory",
-        QString::fromStdString(doc_.session().launch.runsDirectory));
-    if (dir.isEmpty())
-        return;
-    if (const QString error = openRun(dir, compare); !error.isEmpty())
-        showError("Cannot open " + dir, error);
 }
 
 void MainWindow::openFile(const QString& path) {

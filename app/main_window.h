@@ -67,7 +67,6 @@ private:
     void newSession();
     void openDialog();
     void importDialog();
-    void openRunDialog(bool compare);
     bool save();
     bool saveAsDialog();
     void exportReportDialog();

@@ -52,6 +52,8 @@ public:
     RunController* controller() { return &controller_; }
     LiveRun* live() { return &live_; }
 
+    // Asks for a run directory to open (or to compare with); an error shows in the verdict.
+    void chooseRunDirectory(bool compare);
     // A run directory, replayed from its files (its end by default); the error or "".
     QString openRun(const QString& dir);
     // A second run directory, drawn beside the first; the error or "".
@@ -95,7 +97,6 @@ private:
     void showMemory();
     void showPipeline();
     void updateButtons();
-    void chooseRunDirectory(bool compare);
 
     SessionDocument* doc_;
     LiveRun live_;

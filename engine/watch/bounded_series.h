@@ -30,8 +30,6 @@ public:
     const T& operator[](std::size_t i) const { return items_[i]; }
     typename std::vector<T>::const_iterator begin() const { return items_.begin(); }
     typename std::vector<T>::const_iterator end() const { return items_.end(); }
-    // How many samples were thinned away so far.
-    std::size_t thinned() const { return thinned_; }
 
 private:
     void thin() {
@@ -40,13 +38,11 @@ private:
         for (std::size_t i = 0; i < items_.size(); ++i)
             if (i >= older || i % 2 == 0)
                 items_[kept++] = std::move(items_[i]);
-        thinned_ += items_.size() - kept;
         items_.erase(items_.begin() + std::ptrdiff_t(kept), items_.end());
     }
 
     std::size_t capacity_;
     std::vector<T> items_;
-    std::size_t thinned_ = 0;
 };
 
 } // namespace shardscope::watch

@@ -138,17 +138,6 @@ std::int64_t RunState::latestStep() const {
     return latest;
 }
 
-std::vector<const RankState*> RunState::ranksWithStep(std::int64_t step) const {
-    std::vector<const RankState*> out;
-    for (const auto& [r, state] : ranks_)
-        for (auto it = state.activity.rbegin(); it != state.activity.rend(); ++it)
-            if (it->step == step) {
-                out.push_back(&state);
-                break;
-            }
-    return out;
-}
-
 void RunState::add(const json& event, double receivedAt) {
     if (!event.is_object() || !event.contains("rank") || !event["rank"].is_number_integer()) {
         ++ignored_;
@@ -277,7 +266,6 @@ void RunState::onSpan(RankState& r, const json& e) {
         s.peer = smallInt(e, "peer", -1);
         s.bytes = number(e, "bytes");
     }
-    r.lastProgressT = std::max(r.lastProgressT, s.end);
     if (r.blocked && s.end > r.blocked->at && !r.blocked->hang)
         r.blocked.reset();
     // Spans of the newest kSpanSteps steps stay; a span of a newer step pushes the oldest out.
@@ -345,7 +333,6 @@ void RunState::onStep(RankState& r, const json& e) {
     while (r.activity.size() > kActivitySteps)
         r.activity.pop_front();
 
-    r.lastProgressT = std::max(r.lastProgressT, s.t);
     if (r.blocked && !r.blocked->hang)
         r.blocked.reset();
     r.steps.push_back(std::move(s));

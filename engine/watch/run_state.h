@@ -113,7 +113,6 @@ struct RankState {
     std::optional<std::string> endStatus; // completed, interrupted, failed
     std::vector<std::string> errors;
     double lastT = 0;           // t of the newest event
-    double lastProgressT = 0;   // t of the newest span or step
     double lastReceived = -1;   // receiver's clock at the newest event, -1 for files
     bool disconnected = false;  // the stream closed without an end event
     std::int64_t lastSeq = 0;   // in the current segment
@@ -171,8 +170,6 @@ public:
     std::int64_t latestStep() const;
     // The highest t seen in the newest segment (a resumed run's clock starts again at 0).
     double latestT() const { return latestT_; }
-    // Ranks that finished the step `step` (their step event arrived).
-    std::vector<const RankState*> ranksWithStep(std::int64_t step) const;
 
 private:
     void onStart(RankState& r, const nlohmann::json& e);

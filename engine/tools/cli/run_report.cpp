@@ -183,7 +183,8 @@ void printText(std::ostream& out, const Report& r) {
         dropped += s.droppedEvents;
     }
     out << "\nTelemetry: " << r.counts.events << " events read, " << r.counts.badLines
-        << " unreadable lines, " << missed << " events missing from the numbering\n";
+        << " unreadable lines, " << missed << " events missing from the numbering; the streams "
+        << "dropped " << dropped << " (the files have them)\n";
 }
 
 // ------------------------------------------------------------------------------------- JSON

@@ -2,8 +2,12 @@
 // code is written against. MpiCommunicator implements it between CPU processes; an NCCL
 // implementation on GPUs takes the same calls. Buffers are device pointers of the backend the
 // communicator belongs to (host memory for MPI). Every operation is non-blocking and returns a
-// Request; nothing may touch the buffers until the request has been waited on.
+// Request; nothing may touch the buffers until the request has been waited on. Operations on
+// device buffers are ordered after the compute stream's work (orderAfter), so a collective never
+// reads a gradient the backward has enqueued but not yet run.
 #pragma once
+
+#include "kernels/ops.h"
 
 #include <cstddef>
 #include <memory>
@@ -81,6 +85,10 @@ public:
     virtual Request send(const float* data, std::size_t n, int peer, int tag) = 0;
     virtual Request receive(float* data, std::size_t n, int peer, int tag) = 0;
     virtual void barrier() = 0;
+    // Every operation posted from now on starts after the work `compute` had enqueued when it
+    // was posted; subgroups made later inherit it. A host library (MPI) waits for that work
+    // before it posts; a device library (NCCL) makes its own stream wait for an event instead.
+    virtual void orderAfter(kernels::Stream& compute) = 0;
     // Ends every rank of the job at once with `code` (a hang that cannot be recovered from).
     virtual void abortJob(int code) = 0;
 

@@ -28,7 +28,8 @@ std::int64_t MemoryUsage::total() const {
 
 Buffer::Buffer(Buffer&& other) noexcept
     : owner_(std::exchange(other.owner_, nullptr)), data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)), category_(other.category_) {}
+      bytes_(std::exchange(other.bytes_, 0)), category_(other.category_),
+      streams_(std::move(other.streams_)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
     if (this != &other) {
@@ -37,6 +38,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
         data_ = std::exchange(other.data_, nullptr);
         bytes_ = std::exchange(other.bytes_, 0);
         category_ = other.category_;
+        streams_ = std::move(other.streams_);
     }
     return *this;
 }
@@ -47,9 +49,21 @@ void Buffer::reset() {
     owner_ = nullptr;
     data_ = nullptr;
     bytes_ = 0;
+    streams_.clear();
+}
+
+void Buffer::recordStream(kernels::Stream& stream) {
+    if (std::find(streams_.begin(), streams_.end(), &stream) == streams_.end())
+        streams_.push_back(&stream);
 }
 
 DeviceAllocator::~DeviceAllocator() {
+    for (InUseElsewhere& block : inUseElsewhere_) {
+        for (auto& event : block.events)
+            event->wait();
+        cache_[block.bytes].push_back(block.data);
+    }
+    ops_.computeStream().synchronize(); // no block goes back while a kernel may still use it
     for (const auto& [bytes, blocks] : cache_)
         for (void* p : blocks)
             ops_.release(p, bytes);
@@ -60,6 +74,8 @@ Buffer DeviceAllocator::allocate(MemoryCategory category, std::size_t bytes) {
     b.owner_ = this;
     b.bytes_ = bytes;
     b.category_ = category;
+    if (!inUseElsewhere_.empty())
+        reclaimFinished();
     if (const auto it = cache_.find(bytes); it != cache_.end() && !it->second.empty()) {
         b.data_ = it->second.back();
         it->second.pop_back();
@@ -77,8 +93,44 @@ Buffer DeviceAllocator::allocate(MemoryCategory category, std::size_t bytes) {
 
 void DeviceAllocator::giveBack(Buffer& b) {
     live_.bytes[std::size_t(b.category_)] -= std::int64_t(b.bytes_);
-    cache_[b.bytes_].push_back(b.data_);
     cachedBytes_ += std::int64_t(b.bytes_);
+    if (b.streams_.empty()) {
+        cache_[b.bytes_].push_back(b.data_);
+        return;
+    }
+    InUseElsewhere block{b.data_, b.bytes_, {}};
+    for (kernels::Stream* stream : b.streams_) {
+        std::unique_ptr<kernels::Event> event;
+        if (spareEvents_.empty()) {
+            event = ops_.createEvent();
+        } else {
+            event = std::move(spareEvents_.back());
+            spareEvents_.pop_back();
+        }
+        stream->record(*event);
+        block.events.push_back(std::move(event));
+    }
+    inUseElsewhere_.push_back(std::move(block));
+}
+
+void DeviceAllocator::reclaimFinished() {
+    auto finished = [](InUseElsewhere& block) {
+        return std::all_of(block.events.begin(), block.events.end(),
+                           [](const auto& event) { return event->done(); });
+    };
+    auto kept = inUseElsewhere_.begin();
+    for (auto it = inUseElsewhere_.begin(); it != inUseElsewhere_.end(); ++it) {
+        if (!finished(*it)) {
+            if (kept != it)
+                *kept = std::move(*it);
+            ++kept;
+            continue;
+        }
+        cache_[it->bytes].push_back(it->data);
+        for (auto& event : it->events)
+            spareEvents_.push_back(std::move(event));
+    }
+    inUseElsewhere_.erase(kept, inUseElsewhere_.end());
 }
 
 } // namespace shardscope

@@ -1,6 +1,8 @@
 // Every byte the engine puts on a device comes from here, counted by what it is for, so measured
 // memory can stand beside the planner's prediction category by category. Freed blocks are kept
 // for reuse by exact size: after the first step a training step asks the backend for nothing.
+// Work on the compute stream runs in order, so a block it let go can go to the next request at
+// once; a block another stream used (a transfer) waits until that stream is done with it.
 #pragma once
 
 #include "kernels/ops.h"
@@ -9,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +48,9 @@ public:
     std::size_t bytes() const { return bytes_; }
     explicit operator bool() const { return data_ != nullptr; }
     void reset();
+    // Work enqueued on `stream` (not the compute stream) uses the buffer: once let go, the block
+    // is reused only after what `stream` has enqueued by then has run.
+    void recordStream(kernels::Stream& stream);
 
 private:
     friend class DeviceAllocator;
@@ -52,12 +58,13 @@ private:
     void* data_ = nullptr;
     std::size_t bytes_ = 0;
     MemoryCategory category_ = MemoryCategory::Workspace;
+    std::vector<kernels::Stream*> streams_;
 };
 
 class DeviceAllocator {
 public:
     explicit DeviceAllocator(kernels::Ops& ops) : ops_(ops) {}
-    ~DeviceAllocator(); // every Buffer must be gone by now
+    ~DeviceAllocator(); // every Buffer must be gone by now; waits for the device first
     DeviceAllocator(const DeviceAllocator&) = delete;
     DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
@@ -71,15 +78,25 @@ public:
     std::int64_t peakTotal() const { return peakTotal_; } // highest sum, at one moment
     std::int64_t backendAllocations() const { return backendAllocations_; }
     std::int64_t cachedBytes() const { return cachedBytes_; }
+    // Blocks let go while another stream may still use them.
+    std::size_t blocksInUseElsewhere() const { return inUseElsewhere_.size(); }
 
 private:
     friend class Buffer;
     void giveBack(Buffer& b);
+    void reclaimFinished(); // blocks whose streams are done go back to the cache
 
     kernels::Ops& ops_;
     // Free blocks by size. Vectors keep their capacity, so once every size has been seen a
     // free and a reuse touch no host allocator either.
     std::map<std::size_t, std::vector<void*>> cache_;
+    struct InUseElsewhere {
+        void* data;
+        std::size_t bytes;
+        std::vector<std::unique_ptr<kernels::Event>> events; // one per stream that used it
+    };
+    std::vector<InUseElsewhere> inUseElsewhere_;
+    std::vector<std::unique_ptr<kernels::Event>> spareEvents_;
     MemoryUsage live_, peak_;
     std::int64_t peakTotal_ = 0;
     std::int64_t backendAllocations_ = 0;

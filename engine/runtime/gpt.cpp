@@ -580,11 +580,13 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, B
     return dx;
 }
 
-double GptModel::crossEntropy(float* logits, const std::int32_t* targets,
-                              float lossGradScale) const {
+void GptModel::crossEntropy(float* logits, const std::int32_t* targets, float lossGradScale,
+                            double* lossSum) const {
     const int N = rows(), V = localVocab_;
-    if (tp_.size == 1)
-        return ops_.crossEntropyForwardBackward(logits, targets, N, V, lossGradScale);
+    if (tp_.size == 1) {
+        ops_.crossEntropyForwardBackward(logits, targets, N, V, lossGradScale, lossSum);
+        return;
+    }
     // Vocabulary-parallel (Megatron-LM): the row maximum, the sum of exponentials and the
     // target's logit are the only things a rank cannot know alone.
     const std::size_t n = std::size_t(N);
@@ -594,20 +596,13 @@ double GptModel::crossEntropy(float* logits, const std::int32_t* targets,
     tp_.group->allReduceMax(max.f(), n).wait();
     ops_.softmaxShardSums(logits, max.f(), targets, N, V, vocabStart_, sums.f(), sums.f() + n);
     sumOverTensorParallel(sums.f(), 2 * n);
-    std::vector<float> hostMax(n), hostSums(2 * n);
-    ops_.copyToHost(hostMax.data(), max.f(), n * sizeof(float));
-    ops_.copyToHost(hostSums.data(), sums.f(), 2 * n * sizeof(float));
-    double loss = 0;
-    for (std::size_t i = 0; i < n; ++i)
-        loss += std::log(double(hostSums[i])) + double(hostMax[i]) - double(hostSums[n + i]);
+    ops_.crossEntropyShardLoss(max.f(), sums.f(), sums.f() + n, N, lossSum);
     ops_.crossEntropyShardBackward(logits, max.f(), sums.f(), targets, N, V, vocabStart_,
                                    lossGradScale);
-    return loss;
 }
 
-double GptModel::headForward(MicrobatchState* state, const float* input,
-                             const std::int32_t* targets, float lossGradScale,
-                             std::vector<float>* logits) {
+void GptModel::headForward(MicrobatchState* state, const float* input, const std::int32_t* targets,
+                           float lossGradScale, double* lossSum, std::vector<float>* logits) {
     const int N = rows(), Ns = tokenRows(), C = shape_.channels, V = localVocab_;
     const std::size_t NC = std::size_t(N) * std::size_t(C);
     const MemoryCategory kept = state ? MemoryCategory::Activations : MemoryCategory::Workspace;
@@ -626,7 +621,7 @@ double GptModel::headForward(MicrobatchState* state, const float* input,
         logits->resize(std::size_t(N) * std::size_t(V));
         ops_.copyToHost(logits->data(), lg.f(), logits->size() * sizeof(float));
     }
-    const double loss = crossEntropy(lg.f(), targets, lossGradScale);
+    crossEntropy(lg.f(), targets, lossGradScale, lossSum);
     if (state) {
         // The logits' gradient is known now; folding it into the head here keeps one
         // [N, C] gradient per microbatch instead of [N, V] logits (llm.c does the same).
@@ -647,7 +642,18 @@ double GptModel::headForward(MicrobatchState* state, const float* input,
         state->finalMean = std::move(mean);
         state->finalRstd = std::move(rstd);
     }
-    return loss;
+}
+
+Buffer GptModel::lossAccumulator() const {
+    Buffer sum = memory_.allocate(MemoryCategory::Workspace, sizeof(double));
+    ops_.zeroDoubles(sum.as<double>(), 1);
+    return sum;
+}
+
+double GptModel::readScalar(const Buffer& scalar) const {
+    double value = 0;
+    ops_.copyToHost(&value, scalar.as<double>(), sizeof(double));
+    return value;
 }
 
 namespace {
@@ -656,12 +662,12 @@ struct ScopedSpan {
     const char* kind;
     const char* block;
     int layer;
-    double start;
+    std::unique_ptr<kernels::Event> start;
     ScopedSpan(SpanSink* s, const char* k, const char* b, int l)
-        : sink(s), kind(k), block(b), layer(l), start(s ? s->now() : 0.0) {}
+        : sink(s), kind(k), block(b), layer(l), start(s ? s->mark() : nullptr) {}
     ~ScopedSpan() {
         if (sink)
-            sink->span(kind, block, layer, start, sink->now());
+            sink->span(kind, block, layer, std::move(start));
     }
     ScopedSpan(const ScopedSpan&) = delete;
     ScopedSpan& operator=(const ScopedSpan&) = delete;
@@ -733,7 +739,10 @@ double GptModel::forward(MicrobatchState& state, const std::int32_t* inputs,
                          std::vector<float>* logits) {
     if (chunks_.size() != 1 || !chunks_[0].embedding || !chunks_[0].head)
         throw std::logic_error("forward() runs a whole model; a pipeline rank runs forwardChunk()");
-    return forwardChunk(state, 0, inputs, targets, Buffer{}, lossGradScale, sink, logits);
+    const Buffer loss = lossAccumulator();
+    forwardChunk(state, 0, inputs, targets, Buffer{}, lossGradScale, loss.as<double>(), sink,
+                 logits);
+    return readScalar(loss);
 }
 
 void GptModel::backward(MicrobatchState& state, bool deferWeights, SpanSink* sink) {
@@ -744,14 +753,14 @@ double GptModel::evaluate(const std::int32_t* inputs, const std::int32_t* target
     if (chunks_.size() != 1 || !chunks_[0].embedding || !chunks_[0].head)
         throw std::logic_error("evaluate() runs a whole model; a pipeline rank runs "
                                "evaluateChunk()");
-    double loss = 0;
-    evaluateChunk(0, inputs, targets, Buffer{}, &loss);
-    return loss;
+    const Buffer loss = lossAccumulator();
+    evaluateChunk(0, inputs, targets, Buffer{}, loss.as<double>());
+    return readScalar(loss);
 }
 
-double GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int32_t* inputs,
-                              const std::int32_t* targets, Buffer input, float lossGradScale,
-                              SpanSink* sink, std::vector<float>* logits) {
+void GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int32_t* inputs,
+                            const std::int32_t* targets, Buffer input, float lossGradScale,
+                            double* lossSum, SpanSink* sink, std::vector<float>* logits) {
     if (state.forwardDone)
         throw std::logic_error("forward ran twice on one microbatch state");
     const ModelChunk& c = chunkAt(chunk);
@@ -785,7 +794,6 @@ double GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int3
             layerForward(l, state.layers[k], state.layerInput[k].f(), out.f(), next);
         }
     }
-    double loss = 0;
     if (c.head) {
         ScopedSpan span(sink, "forward", "head", -1);
         Buffer uploaded;
@@ -799,15 +807,14 @@ double GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int3
                               std::size_t(N) * sizeof(std::int32_t));
             deviceTargets = uploaded.as<std::int32_t>();
         }
-        loss = headForward(&state, state.layerInput[std::size_t(L)].f(), deviceTargets,
-                           lossGradScale, logits);
+        headForward(&state, state.layerInput[std::size_t(L)].f(), deviceTargets, lossGradScale,
+                    lossSum, logits);
     }
     state.forwardDone = true;
-    return loss;
 }
 
 Buffer GptModel::evaluateChunk(int chunk, const std::int32_t* inputs, const std::int32_t* targets,
-                               Buffer input, double* loss) {
+                               Buffer input, double* lossSum) {
     const ModelChunk& c = chunkAt(chunk);
     const int N = rows();
     Buffer tokens, x;
@@ -829,7 +836,7 @@ Buffer GptModel::evaluateChunk(int chunk, const std::int32_t* inputs, const std:
     }
     if (!c.head)
         return x;
-    *loss += headForward(nullptr, x.f(), tokens.as<std::int32_t>() + N, 0.0f, nullptr);
+    headForward(nullptr, x.f(), tokens.as<std::int32_t>() + N, 0.0f, lossSum, nullptr);
     return Buffer{};
 }
 

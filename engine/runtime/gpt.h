@@ -80,15 +80,19 @@ struct ParameterTensor {
     TpSplit split = TpSplit::None;
 };
 
-// Receives a timed span for each operator group of a microbatch.
+// Receives a span for each operator group of a microbatch, timed by events on the compute stream
+// (the device's clock, not the host's around a launch that returns before the work runs).
 class SpanSink {
 public:
     virtual ~SpanSink() = default;
-    virtual double now() const = 0;
     // The microbatch, model chunk and op ("forward", "backward", ...) the next spans belong to.
     virtual void setMicrobatch(int /*microbatch*/, int /*chunk*/ = 0, const char* /*op*/ = "") {}
-    // kind: forward | backward | backward_input | backward_weight; block: embedding|layer|head
-    virtual void span(const char* kind, const char* block, int layer, double start, double end) = 0;
+    // An event recorded where the compute stream is now: a span's start.
+    virtual std::unique_ptr<kernels::Event> mark() = 0;
+    // kind: forward | backward | backward_input | backward_weight; block: embedding|layer|head.
+    // The span ends where the compute stream is now; it is written once both events complete.
+    virtual void span(const char* kind, const char* block, int layer,
+                      std::unique_ptr<kernels::Event> start) = 0;
 };
 
 // What one layer keeps from its forward for its backward (all empty under full recompute).
@@ -176,10 +180,12 @@ public:
     // Runs the forward of one microbatch of microBatch x seqLen tokens (host arrays) and the
     // loss; the loss gradient, scaled by lossGradScale, flows back into the head's weights at
     // once and leaves only the gradient at the final norm's output in the state. Returns the
-    // summed token losses. logits (host, optional) receives the [B*T, V] logits before the loss.
+    // summed token losses, read back from the device at once (tests and tools; a training step
+    // runs forwardChunk and reads its loss once). logits (host, optional) receives the [B*T, V]
+    // logits before the loss.
     double forward(MicrobatchState& state, const std::int32_t* inputs, const std::int32_t* targets,
                    float lossGradScale, SpanSink* sink, std::vector<float>* logits = nullptr);
-    // The loss only, keeping nothing and touching no gradient (validation).
+    // The loss only, keeping nothing and touching no gradient (validation), read back at once.
     double evaluate(const std::int32_t* inputs, const std::int32_t* targets);
     // Gradients of everything; deferWeights leaves the linear layers' weight gradients for
     // backwardWeights and keeps what they need.
@@ -188,18 +194,23 @@ public:
 
     // The same for one chunk of a pipeline rank. `input` is the previous stage's output (empty
     // for the embedding chunk, which reads `inputs`); a chunk without the head leaves its output
-    // in state.output. Only the head chunk reads `targets` and returns a loss (0 otherwise).
-    double forwardChunk(MicrobatchState& state, int chunk, const std::int32_t* inputs,
-                        const std::int32_t* targets, Buffer input, float lossGradScale,
-                        SpanSink* sink, std::vector<float>* logits = nullptr);
+    // in state.output. Only the head chunk reads `targets` and adds its summed token losses to
+    // lossSum[0], a device double (the caller reads it when the step's work is enqueued).
+    void forwardChunk(MicrobatchState& state, int chunk, const std::int32_t* inputs,
+                      const std::int32_t* targets, Buffer input, float lossGradScale,
+                      double* lossSum, SpanSink* sink, std::vector<float>* logits = nullptr);
     // outputGrad: the next stage's gradient at this chunk's output (empty for the head chunk).
     // A chunk without the embedding leaves the gradient at its input in state.inputGrad.
     void backwardChunk(MicrobatchState& state, int chunk, Buffer outputGrad, bool deferWeights,
                        SpanSink* sink);
     // Validation through one chunk: returns the output, or for the head chunk adds the summed
-    // token losses to *loss and returns nothing.
+    // token losses to lossSum[0] (a device double) and returns nothing.
     Buffer evaluateChunk(int chunk, const std::int32_t* inputs, const std::int32_t* targets,
-                         Buffer input, double* loss);
+                         Buffer input, double* lossSum);
+    // A device double for loss sums, zeroed (Workspace: the caller lets it go after reading it).
+    Buffer lossAccumulator() const;
+    // Reads a device double: the host waits for the work before it.
+    double readScalar(const Buffer& scalar) const;
     // A buffer of one microbatch's activations ([microBatch x seqLen, channels], or this rank's
     // token rows of it with sequence parallelism), what a stage receives: Activations when kept
     // for the backward, Workspace when used and let go.
@@ -240,8 +251,8 @@ private:
                       int prefetch = -1);
     Buffer layerBackward(int layer, LayerActivations& a, const float* input, Buffer dout,
                          bool deferWeights, MicrobatchState& state, int prefetch);
-    double headForward(MicrobatchState* state, const float* input, const std::int32_t* targets,
-                       float lossGradScale, std::vector<float>* logits);
+    void headForward(MicrobatchState* state, const float* input, const std::int32_t* targets,
+                     float lossGradScale, double* lossSum, std::vector<float>* logits);
     // grads: the layer's gradient storage, holding flat offsets from origin.
     void weightGradient(int layer, float* grads, std::size_t origin, std::size_t weight,
                         std::size_t bias, Buffer dout, const float* input, int N, int C, int OC,
@@ -267,9 +278,11 @@ private:
     // Sums a partial result over the tensor-parallel group (nothing with one rank).
     void sumOverTensorParallel(float* x, std::size_t n) const;
     void tensorParallelCollective(const char* collective, std::size_t bytes, Request request) const;
-    // The loss of logits[N, vocab shard], which become its gradient (scaled); the vocabulary-
-    // parallel form sums over the group what one rank cannot know.
-    double crossEntropy(float* logits, const std::int32_t* targets, float lossGradScale) const;
+    // The loss of logits[N, vocab shard], added to lossSum[0], and the logits become its
+    // gradient (scaled); the vocabulary-parallel form sums over the group what one rank cannot
+    // know.
+    void crossEntropy(float* logits, const std::int32_t* targets, float lossGradScale,
+                      double* lossSum) const;
 
     GptShape shape_;
     TensorParallel tp_;

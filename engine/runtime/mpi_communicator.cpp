@@ -81,24 +81,28 @@ public:
     std::string name() const override { return name_; }
 
     Request allReduceSum(float* data, std::size_t n) override {
+        waitForCompute();
         MPI_Request r;
         check(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, &r),
               "MPI_Iallreduce");
         return started(r);
     }
     Request allReduceMax(float* data, std::size_t n) override {
+        waitForCompute();
         MPI_Request r;
         check(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_MAX, comm_, &r),
               "MPI_Iallreduce");
         return started(r);
     }
     Request allGather(const float* in, float* out, std::size_t n) override {
+        waitForCompute();
         MPI_Request r;
         check(MPI_Iallgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_, &r),
               "MPI_Iallgather");
         return started(r);
     }
     Request reduceScatterSum(const float* in, float* out, std::size_t n) override {
+        waitForCompute();
         MPI_Request r;
         check(MPI_Ireduce_scatter_block(in, out, count(n), MPI_FLOAT, MPI_SUM, comm_, &r),
               "MPI_Ireduce_scatter_block");
@@ -106,12 +110,14 @@ public:
     }
     Request reduceScatterSumV(const float* in, float* out,
                               const std::vector<std::size_t>& counts) override {
+        waitForCompute();
         auto p = std::make_unique<MpiPending>(counts);
         check(MPI_Ireduce_scatter(in, out, p->counts(), MPI_FLOAT, MPI_SUM, comm_, p->request()),
               "MPI_Ireduce_scatter");
         return Request(std::move(p));
     }
     Request allGatherVInPlace(float* data, const std::vector<std::size_t>& counts) override {
+        waitForCompute();
         auto p = std::make_unique<MpiPending>(counts);
         check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, p->counts(),
                               p->displacements(), MPI_FLOAT, comm_, p->request()),
@@ -119,16 +125,19 @@ public:
         return Request(std::move(p));
     }
     Request send(const float* data, std::size_t n, int peer, int tag) override {
+        waitForCompute();
         MPI_Request r;
         check(MPI_Isend(data, count(n), MPI_FLOAT, peer, tag, comm_, &r), "MPI_Isend");
         return started(r);
     }
     Request receive(float* data, std::size_t n, int peer, int tag) override {
+        waitForCompute();
         MPI_Request r;
         check(MPI_Irecv(data, count(n), MPI_FLOAT, peer, tag, comm_, &r), "MPI_Irecv");
         return started(r);
     }
     void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+    void orderAfter(kernels::Stream& compute) override { compute_ = &compute; }
     void abortJob(int code) override { MPI_Abort(comm_, code); }
 
     std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
@@ -136,14 +145,24 @@ public:
         // Colour by the group's first rank: every member computes the same one.
         MPI_Comm sub;
         check(MPI_Comm_split(comm_, ranks.front(), rank_, &sub), "MPI_Comm_split");
-        return std::make_unique<MpiCommunicator>(sub, name, true);
+        auto group = std::make_unique<MpiCommunicator>(sub, name, true);
+        group->compute_ = compute_;
+        return group;
     }
 
 private:
+    // MPI reads and writes device memory from the host, so the host waits for the compute
+    // stream's work first.
+    void waitForCompute() const {
+        if (compute_)
+            compute_->synchronize();
+    }
+
     MPI_Comm comm_;
     std::string name_;
     bool owned_;
     int rank_ = 0, size_ = 1;
+    kernels::Stream* compute_ = nullptr;
 };
 
 } // namespace

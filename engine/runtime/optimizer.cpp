@@ -20,7 +20,7 @@ double learningRateAt(const TrainConfig& t, std::int64_t step, std::int64_t tota
 
 AdamW::AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train,
              std::size_t begin, std::size_t end)
-    : model_(model), ops_(ops), train_(train), begin_(begin),
+    : model_(model), ops_(ops), memory_(memory), train_(train), begin_(begin),
       end_(std::min(end, model.parameterCount())),
       m_(memory.floats(MemoryCategory::Optimizer, end_ - begin_)),
       v_(memory.floats(MemoryCategory::Optimizer, end_ - begin_)) {
@@ -33,30 +33,37 @@ double AdamW::gradientNorm() const {
 }
 
 double AdamW::gradientSquares(const std::function<bool(const ParameterTensor&)>& counted) const {
-    if (!counted)
-        return ops_.sumOfSquares(model_.gradientAt(begin_), size());
-    // Runs of adjacent counted tensors, each summed in one call.
-    double sum = 0;
-    std::size_t runBegin = 0, runEnd = 0;
-    auto flush = [&] {
-        const std::size_t a = std::max(runBegin, begin_), b = std::min(runEnd, end_);
+    // Summed on the device, run by run, and read once.
+    Buffer sum = memory_.allocate(MemoryCategory::Workspace, sizeof(double));
+    ops_.zeroDoubles(sum.as<double>(), 1);
+    auto add = [&](std::size_t a, std::size_t b) {
         if (a < b)
-            sum += ops_.sumOfSquares(model_.gradientAt(a), b - a);
-        runBegin = runEnd = 0;
+            ops_.sumOfSquaresAccumulate(model_.gradientAt(a), b - a, sum.as<double>());
     };
-    for (const ParameterTensor& t : model_.tensors()) {
-        if (!counted(t)) {
-            flush();
-            continue;
+    if (!counted) {
+        add(begin_, end_);
+    } else { // runs of adjacent counted tensors, each summed in one call
+        std::size_t runBegin = 0, runEnd = 0;
+        auto flush = [&] {
+            add(std::max(runBegin, begin_), std::min(runEnd, end_));
+            runBegin = runEnd = 0;
+        };
+        for (const ParameterTensor& t : model_.tensors()) {
+            if (!counted(t)) {
+                flush();
+                continue;
+            }
+            if (runEnd != t.offset)
+                flush();
+            if (runBegin == runEnd)
+                runBegin = t.offset;
+            runEnd = t.offset + t.count;
         }
-        if (runEnd != t.offset)
-            flush();
-        if (runBegin == runEnd)
-            runBegin = t.offset;
-        runEnd = t.offset + t.count;
+        flush();
     }
-    flush();
-    return sum;
+    double squares = 0;
+    ops_.copyToHost(&squares, sum.as<double>(), sizeof(double));
+    return squares;
 }
 
 double AdamW::clipScale(double norm) const {

@@ -24,7 +24,8 @@ public:
 
     double gradientNorm() const; // L2 norm of all gradients
     // Sum of squares of the owned gradients of the tensors `counted` says yes to (all when it is
-    // empty), for a global norm summed over ranks that counts each shared tensor once.
+    // empty), for a global norm summed over ranks that counts each shared tensor once. Summed on
+    // the device and read once (the host waits for the step's work here).
     double gradientSquares(const std::function<bool(const ParameterTensor&)>& counted) const;
     std::size_t begin() const { return begin_; }
     std::size_t size() const { return end_ - begin_; } // floats of each moment
@@ -41,6 +42,7 @@ public:
 private:
     GptModel& model_;
     kernels::Ops& ops_;
+    DeviceAllocator& memory_;
     TrainConfig train_;
     std::size_t begin_, end_;
     Buffer m_, v_;

@@ -115,7 +115,7 @@ double ScheduleExecutor::runStep(const Feed& feed, SpanSink* sink, Communication
     const double tokens = double(inputs_.size()) * m * dataParallel_;
     const float lossGradScale = static_cast<float>(1.0 / tokens);
     model_.zeroGradients();
-    double lossSum = 0;
+    const Buffer lossSum = model_.lossAccumulator();
     for (const PipelineOp& op : program_.ranks[std::size_t(rank_)]) {
         MicrobatchState& state = stateOf(op);
         const ModelChunk& chunk = model_.chunks()[std::size_t(op.chunk)];
@@ -133,8 +133,8 @@ double ScheduleExecutor::runStep(const Feed& feed, SpanSink* sink, Communication
                 input = receive(op, MemoryCategory::Activations, comms);
             if (chunk.embedding || chunk.head)
                 feed(op.microbatch, inputs_.data(), targets_.data());
-            lossSum += model_.forwardChunk(state, op.chunk, inputs_.data(), targets_.data(),
-                                           std::move(input), lossGradScale, sink);
+            model_.forwardChunk(state, op.chunk, inputs_.data(), targets_.data(), std::move(input),
+                                lossGradScale, lossSum.as<double>(), sink);
             if (op.send)
                 send(op, std::move(state.output), comms);
             break;
@@ -163,12 +163,13 @@ double ScheduleExecutor::runStep(const Feed& feed, SpanSink* sink, Communication
     model_.setGradientListener(nullptr);
     if (sink)
         sink->setMicrobatch(-1);
-    return lossSum / tokens;
+    // The one read of the step: every op is enqueued by now.
+    return model_.readScalar(lossSum) / tokens;
 }
 
 double ScheduleExecutor::evaluate(int batches, const Feed& feed) {
     const int p = program_.spec.stages, stages = program_.virtualStageCount();
-    double loss = 0;
+    const Buffer loss = model_.lossAccumulator();
     for (int b = 0; b < batches; ++b)
         for (int stage = rank_; stage < stages; stage += p) {
             PipelineOp op; // the transfers of a forward at this virtual stage
@@ -184,14 +185,14 @@ double ScheduleExecutor::evaluate(int batches, const Feed& feed) {
             if (chunk.embedding || chunk.head)
                 feed(b, inputs_.data(), targets_.data());
             Buffer output = model_.evaluateChunk(op.chunk, inputs_.data(), targets_.data(),
-                                                 std::move(input), &loss);
+                                                 std::move(input), loss.as<double>());
             if (stage + 1 < stages) {
                 op.send = Transfer{(stage + 1) % p, TensorKind::Activation};
                 send(op, std::move(output), nullptr);
                 reapSends(true, nullptr);
             }
         }
-    return loss;
+    return model_.readScalar(loss);
 }
 
 } // namespace shardscope

@@ -77,6 +77,11 @@ double TelemetryWriter::now() const {
            offset_.load(std::memory_order_relaxed);
 }
 
+double TelemetryWriter::timeOfSteadyClock(double steadySeconds) const {
+    const double epoch = std::chrono::duration<double>(epoch_.time_since_epoch()).count();
+    return steadySeconds - epoch + offset_.load(std::memory_order_relaxed);
+}
+
 void TelemetryWriter::write(json event) {
     if (!event.is_object())
         throw std::invalid_argument(std::string("a telemetry event must be a JSON object, not ") +

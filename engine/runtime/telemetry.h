@@ -55,6 +55,8 @@ public:
     // Seconds since the writer was created, from the monotonic clock, plus the clock offset:
     // every timestamp in events.
     double now() const;
+    // The same clock at a moment given as seconds of std::chrono::steady_clock (an event's).
+    double timeOfSteadyClock(double steadySeconds) const;
     // Shifts now() onto another clock (rank 0's, clock_sync.h); set before the first event.
     void setClockOffset(double seconds) { offset_.store(seconds, std::memory_order_relaxed); }
     // Adds "v" (schema version), "rank", "seq" (1, 2, ... in this process) and, when absent,

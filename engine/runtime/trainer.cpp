@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <deque>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -57,8 +58,8 @@ namespace {
 // microbatch and chunk running now.
 class TelemetrySpans final : public SpanSink, public CommunicationSink {
 public:
-    TelemetrySpans(TelemetryWriter& writer, Watchdog* watchdog)
-        : writer_(writer), watchdog_(watchdog) {}
+    TelemetrySpans(TelemetryWriter& writer, Watchdog* watchdog, kernels::Ops& ops)
+        : writer_(writer), watchdog_(watchdog), ops_(ops) {}
     std::int64_t step = 0;
     int microbatch = -1, chunk = 0;
     double now() const override { return writer_.now(); }
@@ -94,12 +95,45 @@ public:
             write(std::move(e));
         }
     }
-    void span(const char* kind, const char* block, int layer, double start, double end) override {
-        json e = spanEvent(kind, start, end);
-        e["block"] = block;
+    std::unique_ptr<kernels::Event> mark() override {
+        std::unique_ptr<kernels::Event> event;
+        if (spare_.empty()) {
+            event = ops_.createEvent();
+        } else {
+            event = std::move(spare_.back());
+            spare_.pop_back();
+        }
+        ops_.computeStream().record(*event);
+        return event;
+    }
+    // Written once the device has run the span's work; times are the events', on the
+    // telemetry clock.
+    void span(const char* kind, const char* block, int layer,
+              std::unique_ptr<kernels::Event> start) override {
+        json e = spanEvent(kind, 0, 0);
+        if (*block)
+            e["block"] = block;
         if (layer >= 0)
             e["layer"] = layer;
-        write(std::move(e));
+        pending_.push_back({std::move(e), std::move(start), mark()});
+        writeFinished(false);
+    }
+    // Writes the spans whose events completed, in the order they were enqueued; with `wait`,
+    // every one (the step's end: no span of a step is written after its step event).
+    void writeFinished(bool wait) noexcept {
+        while (!pending_.empty()) {
+            DeviceSpan& s = pending_.front();
+            if (wait)
+                s.end->wait();
+            else if (!s.end->done())
+                return;
+            s.event["start"] = writer_.timeOfSteadyClock(s.start->seconds());
+            s.event["end"] = writer_.timeOfSteadyClock(s.end->seconds());
+            write(std::move(s.event));
+            spare_.push_back(std::move(s.start));
+            spare_.push_back(std::move(s.end));
+            pending_.pop_front();
+        }
     }
     // A span of the step and microbatch running now; callers add what is particular to it.
     json spanEvent(const char* kind, double start, double end) const {
@@ -117,7 +151,7 @@ public:
         }
     }
     std::string error;
-    // A span around work that is not a model block (data, optimizer, eval, checkpoint).
+    // A span around host work that is not a model block (data, eval, checkpoint).
     template <typename Work> auto timed(const char* kind, Work&& work) {
         const double start = now();
         struct Emit {
@@ -128,10 +162,27 @@ public:
         } emit{this, kind, start};
         return work();
     }
+    // The same around work enqueued on the device (gradient norm, optimizer): timed by events.
+    template <typename Work> auto timedOnDevice(const char* kind, Work&& work) {
+        struct Emit {
+            TelemetrySpans* self;
+            const char* kind;
+            std::unique_ptr<kernels::Event> start;
+            ~Emit() { self->span(kind, "", -1, std::move(start)); }
+        } emit{this, kind, mark()};
+        return work();
+    }
 
 private:
+    struct DeviceSpan {
+        json event;
+        std::unique_ptr<kernels::Event> start, end;
+    };
     TelemetryWriter& writer_;
     Watchdog* watchdog_;
+    kernels::Ops& ops_;
+    std::deque<DeviceSpan> pending_;
+    std::vector<std::unique_ptr<kernels::Event>> spare_;
 };
 
 // The settings the engine's executable gives OpenMP and OpenBLAS before they load (main.cpp),
@@ -241,9 +292,10 @@ void checkResumable(const RunConfig& c, const std::string& data, const json& met
 
 class Run {
 public:
-    Run(const RunConfig& config, std::ostream& progress, Communicator* world)
+    Run(const RunConfig& config, std::ostream& progress, Communicator* world, kernels::Ops* device)
         : c_(config), progress_(progress), world_(world),
-          ops_(kernels::makeCpuOps(config.engine.threads)), memory_(*ops_) {}
+          ownedOps_(device ? nullptr : kernels::makeCpuOps(config.engine.threads)),
+          ops_(device ? device : ownedOps_.get()), memory_(*ops_) {}
 
     ~Run() {
         // The watchdog's thread writes stall and hang events into telemetry_, which goes first.
@@ -310,7 +362,8 @@ private:
     FlatShards zeroShards_;
     double standaloneReduction_ = 0; // seconds the step's gradient reduction takes alone
     bool leader_ = true;             // rank 0 writes the config, checkpoints, summary and progress
-    std::unique_ptr<kernels::Ops> ops_;
+    std::unique_ptr<kernels::Ops> ownedOps_; // the backend, unless the caller gave one
+    kernels::Ops* ops_;
     DeviceAllocator memory_;
     std::unique_ptr<GptModel> model_;
     std::unique_ptr<AdamW> optimizer_;
@@ -463,7 +516,7 @@ StepRecord Run::trainStep(std::int64_t step) {
     if (world_ && world_->size() > 1)
         r.loss = sumOver(world_, tpRank_ == 0 ? r.loss : 0.0);
     spans_->at("gradient norm");
-    r.gradNorm = spans_->timed("grad_norm", [&] {
+    r.gradNorm = spans_->timedOnDevice("grad_norm", [&] {
         // Each stage's squares, the copy of a split tied embedding counted once; replicas hold
         // the same gradients after the all-reduce.
         const bool tiedCopy =
@@ -489,12 +542,15 @@ StepRecord Run::trainStep(std::int64_t step) {
     r.learningRate = learningRateAt(c_.train, step, totalSteps_);
     if (std::isfinite(r.loss) && std::isfinite(r.gradNorm)) {
         const double scale = optimizer_->clipScale(r.gradNorm);
-        spans_->timed("optimizer", [&] { optimizer_->step(r.learningRate, scale); });
+        spans_->timedOnDevice("optimizer", [&] { optimizer_->step(r.learningRate, scale); });
         if (zero_ && !model_->shardsParameters()) { // ZeRO-3 gathers them layer by layer
             spans_->at("parameter all-gather");
             gatherParameters();
         }
     }
+    // The step ends when the device has run it; its spans are written before its step event.
+    ops_->computeStream().synchronize();
+    spans_->writeFinished(true);
     r.seconds = telemetry_->now() - start;
     return r;
 }
@@ -756,6 +812,7 @@ TrainResult Run::execute() {
                                        [inner](int code) { inner->abortJob(code); });
         watchedWorld_ = std::make_unique<WatchedCommunicator>(*world_, *watchdog_);
         world_ = watchedWorld_.get();
+        world_->orderAfter(ops_->computeStream()); // every group made below inherits it
         mesh_ = std::make_unique<ProcessMesh>(c_.parallel, *world_);
         rank_ = world_->rank();
         leader_ = rank_ == 0;
@@ -845,7 +902,7 @@ TrainResult Run::execute() {
         topts.token = token;
     topts.hello = {{"pid", ::getpid()}, {"host", hostName()}, {"world_size", worldSize()}};
     telemetry_ = std::make_unique<TelemetryWriter>(topts);
-    spans_ = std::make_unique<TelemetrySpans>(*telemetry_, watchdog_.get());
+    spans_ = std::make_unique<TelemetrySpans>(*telemetry_, watchdog_.get(), *ops_);
     model_->setCommunicationSink(spans_.get());
     if (watchdog_) {
         watchdog_->setReportDirectory(runDir_ / "telemetry");
@@ -1025,8 +1082,9 @@ TrainResult Run::execute() {
 
 } // namespace
 
-TrainResult train(const RunConfig& config, std::ostream& progress, Communicator* world) {
-    Run run(config, progress, world);
+TrainResult train(const RunConfig& config, std::ostream& progress, Communicator* world,
+                  kernels::Ops* device) {
+    Run run(config, progress, world, device);
     return run.execute();
 }
 

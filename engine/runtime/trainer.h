@@ -4,6 +4,7 @@
 #pragma once
 
 #include "communicator.h"
+#include "kernels/ops.h"
 #include "run_config.h"
 
 #include <cstdint>
@@ -41,7 +42,9 @@ struct TrainResult {
 // Throws InputError for a config the engine cannot run, bad data, an unusable run directory or
 // checkpoint; CheckpointError for a checkpoint that fails verification on resume. `world` is the
 // job's communicator when it has several ranks (every rank calls train with the same config);
-// null for one process.
-TrainResult train(const RunConfig& config, std::ostream& progress, Communicator* world = nullptr);
+// null for one process. `device`: the backend to run on (the caller keeps it); null for the CPU
+// backend with config.engine.threads.
+TrainResult train(const RunConfig& config, std::ostream& progress, Communicator* world = nullptr,
+                  kernels::Ops* device = nullptr);
 
 } // namespace shardscope

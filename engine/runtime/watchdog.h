@@ -124,6 +124,7 @@ public:
     Request send(const float* data, std::size_t n, int peer, int tag) override;
     Request receive(float* data, std::size_t n, int peer, int tag) override;
     void barrier() override;
+    void orderAfter(kernels::Stream& compute) override { inner_.orderAfter(compute); }
     void abortJob(int code) override { inner_.abortJob(code); }
     std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
                                            const std::string& name) override;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cblas.h>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -162,9 +163,36 @@ private:
     int threads_;
 };
 
+// Work runs when it is called, so an event is complete when recorded: it keeps the time.
+class CpuEvent final : public Event {
+public:
+    bool done() override { return true; }
+    void wait() override {}
+    double seconds() override { return seconds_; }
+    void stamp() {
+        seconds_ =
+            std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                .count();
+    }
+
+private:
+    double seconds_ = 0;
+};
+
+class CpuStream final : public Stream {
+public:
+    void record(Event& event) override { static_cast<CpuEvent&>(event).stamp(); }
+    void waitFor(Event&) override {}
+    void synchronize() override {}
+};
+
 class CpuOps final : public Ops {
 public:
     explicit CpuOps(int threads) : threads_(threads) {}
+
+    Stream& computeStream() override { return compute_; }
+    std::unique_ptr<Stream> createStream() override { return std::make_unique<CpuStream>(); }
+    std::unique_ptr<Event> createEvent() override { return std::make_unique<CpuEvent>(); }
 
     std::string name() const override {
         return std::string("cpu (") + openblas_get_config() + ", " + std::to_string(threads_) +
@@ -446,8 +474,8 @@ public:
 
     // Sums are taken over fixed chunks and then added in chunk order, so a loss or a norm does
     // not depend on how many threads computed it or which finished first.
-    double crossEntropyForwardBackward(float* logits, const std::int32_t* targets, int N, int V,
-                                       float gradScale) override {
+    void crossEntropyForwardBackward(float* logits, const std::int32_t* targets, int N, int V,
+                                     float gradScale, double* lossSum) override {
         std::vector<double>& rowLoss = partials(size_t(N));
 #pragma omp parallel for
         for (int n = 0; n < N; ++n) {
@@ -469,7 +497,15 @@ public:
                 row[i] = row[i] * inv * gradScale;
             row[target] -= gradScale;
         }
-        return std::accumulate(rowLoss.begin(), rowLoss.begin() + N, 0.0);
+        lossSum[0] += std::accumulate(rowLoss.begin(), rowLoss.begin() + N, 0.0);
+    }
+
+    void crossEntropyShardLoss(const float* max, const float* sumExp, const float* targetLogit,
+                               int N, double* lossSum) override {
+        double loss = 0;
+        for (int n = 0; n < N; ++n)
+            loss += std::log(double(sumExp[n])) + double(max[n]) - double(targetLogit[n]);
+        lossSum[0] += loss;
     }
 
     void rowMax(const float* x, int N, int V, float* out) override {
@@ -512,7 +548,7 @@ public:
         }
     }
 
-    double sumOfSquares(const float* x, size_t n) override {
+    void sumOfSquaresAccumulate(const float* x, size_t n, double* sum) override {
         constexpr size_t kChunk = 65536;
         const size_t chunks = (n + kChunk - 1) / kChunk;
         std::vector<double>& chunkSum = partials(chunks);
@@ -524,7 +560,10 @@ public:
                 s += double(x[i]) * double(x[i]);
             chunkSum[size_t(c)] = s;
         }
-        return std::accumulate(chunkSum.begin(), chunkSum.begin() + std::ptrdiff_t(chunks), 0.0);
+        sum[0] += std::accumulate(chunkSum.begin(), chunkSum.begin() + std::ptrdiff_t(chunks), 0.0);
+    }
+    void zeroDoubles(double* x, size_t n) override {
+        std::fill(x, x + n, 0.0);
     }
 
     void adamwUpdate(float* param, const float* grad, float* m, float* v, size_t n, float lr,
@@ -555,6 +594,7 @@ private:
         return scratch_;
     }
     int threads_;
+    CpuStream compute_;
     std::vector<float> scratch_;
     std::vector<double> partials_;
 };

@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_ops.h"
 
+#include <chrono>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <random>
@@ -86,13 +87,14 @@ TEST(CpuOps, AttentionIsCausalSoftmaxAttention) {
             }
 }
 
-TEST(CpuOps, CrossEntropyReturnsTheLossAndLeavesItsGradient) {
+TEST(CpuOps, CrossEntropyAddsTheLossAndLeavesItsGradient) {
     auto ops = makeCpuOps(1);
     std::vector<float> logits = {1.0f, 2.0f, 3.0f, 0.5f, 0.5f, 0.5f};
     const std::int32_t targets[2] = {2, 0};
-    const double loss = ops->crossEntropyForwardBackward(logits.data(), targets, 2, 3, 0.5f);
+    double loss = 10.0; // the sum is added to what the accumulator holds
+    ops->crossEntropyForwardBackward(logits.data(), targets, 2, 3, 0.5f, &loss);
     const double l0 = -std::log(std::exp(3.0) / (std::exp(1.0) + std::exp(2.0) + std::exp(3.0)));
-    EXPECT_NEAR(loss, l0 + std::log(3.0), 1e-6);
+    EXPECT_NEAR(loss - 10.0, l0 + std::log(3.0), 1e-6);
     EXPECT_NEAR(logits[3], 0.5 * (1.0 / 3 - 1), 1e-6);
     EXPECT_NEAR(logits[4], 0.5 / 3, 1e-6);
     EXPECT_NEAR(logits[0] + logits[1] + logits[2], 0.0, 1e-6);
@@ -125,7 +127,8 @@ TEST(CpuOps, VocabularyShardsOfTheCrossEntropyEqualTheWholeOne) {
                             whole.begin() + n * V + (r + 1) * half);
     const float scale = 0.25f;
     std::vector<float> fused = whole;
-    const double want = ops->crossEntropyForwardBackward(fused.data(), targets.data(), N, V, scale);
+    double want = 0;
+    ops->crossEntropyForwardBackward(fused.data(), targets.data(), N, V, scale, &want);
 
     std::vector<float> max(N), max1(N),
         sums[2] = {std::vector<float>(2 * N), std::vector<float>(2 * N)};
@@ -140,9 +143,7 @@ TEST(CpuOps, VocabularyShardsOfTheCrossEntropyEqualTheWholeOne) {
     for (std::size_t i = 0; i < total.size(); ++i)
         total[i] = sums[0][i] + sums[1][i];
     double loss = 0;
-    for (int n = 0; n < N; ++n)
-        loss += std::log(double(total[std::size_t(n)])) + max[std::size_t(n)] -
-                total[std::size_t(N + n)];
+    ops->crossEntropyShardLoss(max.data(), total.data(), total.data() + N, N, &loss);
     EXPECT_NEAR(loss, want, 1e-5 * std::fabs(want));
     for (int r = 0; r < 2; ++r) {
         ops->crossEntropyShardBackward(shard[r].data(), max.data(), total.data(), targets.data(), N,
@@ -177,6 +178,45 @@ TEST(CpuOps, VocabularyShardsOfTheEmbeddingSumToTheWholeOne) {
     for (int i = 0; i < 3 * C; ++i)
         EXPECT_FLOAT_EQ(dshard[std::size_t(i)], dwte[std::size_t(3 * C + i)]) << i;
     EXPECT_EQ(dpos, dwpe);
+}
+
+// The global norm's squares accumulate on the device across calls, each call's sum taken in
+// double whatever the thread count.
+TEST(CpuOps, SumOfSquaresAccumulatesInDouble) {
+    auto ops = makeCpuOps(2);
+    const std::size_t n = 200003; // several of the chunks the threads share, and a remainder
+    std::vector<float> x(n);
+    double want = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        x[i] = float(i % 7) * 0.25f - 0.5f;
+        want += double(x[i]) * double(x[i]);
+    }
+    double sum = 0;
+    ops->zeroDoubles(&sum, 1);
+    ops->sumOfSquaresAccumulate(x.data(), n, &sum);
+    ops->sumOfSquaresAccumulate(x.data(), 3, &sum);
+    // the second call adds the squares of -0.5, -0.25 and 0
+    EXPECT_NEAR(sum - want, 0.3125, 1e-6);
+}
+
+// On the CPU, work runs when it is called: an event is complete once recorded, and its time lies
+// between the host's clock before and after the recording.
+TEST(CpuOps, EventsCompleteWhenRecordedAndKeepTheTime) {
+    auto ops = makeCpuOps(1);
+    auto event = ops->createEvent();
+    auto steady = [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    };
+    const double before = steady();
+    ops->computeStream().record(*event);
+    const double after = steady();
+    EXPECT_TRUE(event->done());
+    EXPECT_GE(event->seconds(), before);
+    EXPECT_LE(event->seconds(), after);
+    auto side = ops->createStream();
+    side->waitFor(*event); // never blocks on the CPU
+    side->synchronize();
 }
 
 TEST(CpuOps, PeakEstimateStatesItsFormula) {

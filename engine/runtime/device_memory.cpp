@@ -99,17 +99,8 @@ void DeviceAllocator::giveBack(Buffer& b) {
         return;
     }
     InUseElsewhere block{b.data_, b.bytes_, {}};
-    for (kernels::Stream* stream : b.streams_) {
-        std::unique_ptr<kernels::Event> event;
-        if (spareEvents_.empty()) {
-            event = ops_.createEvent();
-        } else {
-            event = std::move(spareEvents_.back());
-            spareEvents_.pop_back();
-        }
-        stream->record(*event);
-        block.events.push_back(std::move(event));
-    }
+    for (kernels::Stream* stream : b.streams_)
+        block.events.push_back(events_.record(*stream));
     inUseElsewhere_.push_back(std::move(block));
 }
 
@@ -128,7 +119,7 @@ void DeviceAllocator::reclaimFinished() {
         }
         cache_[it->bytes].push_back(it->data);
         for (auto& event : it->events)
-            spareEvents_.push_back(std::move(event));
+            events_.giveBack(std::move(event));
     }
     inUseElsewhere_.erase(kept, inUseElsewhere_.end());
 }

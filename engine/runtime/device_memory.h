@@ -5,6 +5,7 @@
 // once; a block another stream used (a transfer) waits until that stream is done with it.
 #pragma once
 
+#include "event_pool.h"
 #include "kernels/ops.h"
 
 #include <array>
@@ -63,7 +64,7 @@ private:
 
 class DeviceAllocator {
 public:
-    explicit DeviceAllocator(kernels::Ops& ops) : ops_(ops) {}
+    explicit DeviceAllocator(kernels::Ops& ops) : ops_(ops), events_(ops) {}
     ~DeviceAllocator(); // every Buffer must be gone by now; waits for the device first
     DeviceAllocator(const DeviceAllocator&) = delete;
     DeviceAllocator& operator=(const DeviceAllocator&) = delete;
@@ -96,7 +97,7 @@ private:
         std::vector<std::unique_ptr<kernels::Event>> events; // one per stream that used it
     };
     std::vector<InUseElsewhere> inUseElsewhere_;
-    std::vector<std::unique_ptr<kernels::Event>> spareEvents_;
+    EventPool events_;
     MemoryUsage live_, peak_;
     std::int64_t peakTotal_ = 0;
     std::int64_t backendAllocations_ = 0;

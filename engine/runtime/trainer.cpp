@@ -6,6 +6,7 @@
 #include "core/json_io.h"
 #include "data.h"
 #include "device_memory.h"
+#include "event_pool.h"
 #include "gpt.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "optimizer.h"
@@ -59,7 +60,7 @@ namespace {
 class TelemetrySpans final : public SpanSink, public CommunicationSink {
 public:
     TelemetrySpans(TelemetryWriter& writer, Watchdog* watchdog, kernels::Ops& ops)
-        : writer_(writer), watchdog_(watchdog), ops_(ops) {}
+        : writer_(writer), watchdog_(watchdog), ops_(ops), events_(ops) {}
     std::int64_t step = 0;
     int microbatch = -1, chunk = 0;
     double now() const override { return writer_.now(); }
@@ -95,17 +96,7 @@ public:
             write(std::move(e));
         }
     }
-    std::unique_ptr<kernels::Event> mark() override {
-        std::unique_ptr<kernels::Event> event;
-        if (spare_.empty()) {
-            event = ops_.createEvent();
-        } else {
-            event = std::move(spare_.back());
-            spare_.pop_back();
-        }
-        ops_.computeStream().record(*event);
-        return event;
-    }
+    std::unique_ptr<kernels::Event> mark() override { return events_.record(ops_.computeStream()); }
     // Written once the device has run the span's work; times are the events', on the
     // telemetry clock.
     void span(const char* kind, const char* block, int layer,
@@ -130,8 +121,8 @@ public:
             s.event["start"] = writer_.timeOfSteadyClock(s.start->seconds());
             s.event["end"] = writer_.timeOfSteadyClock(s.end->seconds());
             write(std::move(s.event));
-            spare_.push_back(std::move(s.start));
-            spare_.push_back(std::move(s.end));
+            events_.giveBack(std::move(s.start));
+            events_.giveBack(std::move(s.end));
             pending_.pop_front();
         }
     }
@@ -182,7 +173,7 @@ private:
     Watchdog* watchdog_;
     kernels::Ops& ops_;
     std::deque<DeviceSpan> pending_;
-    std::vector<std::unique_ptr<kernels::Event>> spare_;
+    EventPool events_;
 };
 
 // The settings the engine's executable gives OpenMP and OpenBLAS before they load (main.cpp),

@@ -6,6 +6,7 @@
 // before the compute stream had run the work it depends on would read NaN or stale values.
 #include "../deferred_device.h"
 #include "../engine_test_support.h"
+#include "mpi_test_main.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/trainer.h"
 
@@ -15,8 +16,6 @@
 
 namespace shardscope {
 namespace {
-
-std::unique_ptr<MpiSession> session;
 
 struct Layout {
     const char* name;
@@ -35,7 +34,7 @@ std::filesystem::path sharedDirectory(Communicator& world) {
 }
 
 TEST(LateDevice, EveryLayoutTrainsAsOnTheCpu) {
-    auto world = session->world();
+    auto world = testing::mpiSession()->world();
     ASSERT_EQ(world->size(), 4) << "run with mpirun -n 4";
     const std::filesystem::path root = sharedDirectory(*world);
     const Layout layouts[] = {
@@ -89,15 +88,5 @@ TEST(LateDevice, EveryLayoutTrainsAsOnTheCpu) {
 } // namespace shardscope
 
 int main(int argc, char** argv) {
-    shardscope::session = std::make_unique<shardscope::MpiSession>(&argc, &argv);
-    ::testing::InitGoogleTest(&argc, argv);
-    const int failed = RUN_ALL_TESTS();
-    // Every rank's verdict counts: one failing rank fails the job.
-    auto world = shardscope::session->world();
-    float flag = float(failed != 0);
-    world->allReduceSum(&flag, 1).wait();
-    const int anyFailed = flag > 0;
-    world.reset();
-    shardscope::session.reset();
-    return anyFailed;
+    return shardscope::testing::runMpiTests(argc, argv);
 }

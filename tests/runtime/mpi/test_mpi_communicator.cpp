@@ -1,6 +1,7 @@
 // Run under mpirun with 4 ranks (CTest does): every collective and transfer of MpiCommunicator
 // checked against the same arithmetic done locally, and the process mesh's groups against
 // plan/layout's rank coordinates.
+#include "mpi_test_main.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/process_mesh.h"
 
@@ -10,14 +11,12 @@
 namespace shardscope {
 namespace {
 
-std::unique_ptr<MpiSession> session;
-
 float valueOf(int rank, std::size_t i) {
     return float(rank * 1000) + float(i) * 0.5f;
 }
 
 TEST(MpiCommunicator, AllReduceSumsEveryRanksValues) {
-    auto world = session->world();
+    auto world = testing::mpiSession()->world();
     const std::size_t n = 1000;
     std::vector<float> data(n);
     for (std::size_t i = 0; i < n; ++i)
@@ -32,7 +31,7 @@ TEST(MpiCommunicator, AllReduceSumsEveryRanksValues) {
 }
 
 TEST(MpiCommunicator, AllGatherAndReduceScatterAreInverseHalves) {
-    auto world = session->world();
+    auto world = testing::mpiSession()->world();
     const int P = world->size();
     const std::size_t n = 7;
     std::vector<float> mine(n), all(n * std::size_t(P));
@@ -52,7 +51,7 @@ TEST(MpiCommunicator, AllGatherAndReduceScatterAreInverseHalves) {
 
 // ZeRO's slices are uneven (and may be empty): rank i's part has counts[i] floats.
 TEST(MpiCommunicator, VariableCountCollectivesSumAndGatherUnevenParts) {
-    auto world = session->world();
+    auto world = testing::mpiSession()->world();
     const int P = world->size(), r = world->rank();
     std::vector<std::size_t> counts;
     std::size_t total = 0;
@@ -86,7 +85,7 @@ TEST(MpiCommunicator, VariableCountCollectivesSumAndGatherUnevenParts) {
 }
 
 TEST(MpiCommunicator, NonBlockingTransfersAroundARing) {
-    auto world = session->world();
+    auto world = testing::mpiSession()->world();
     const int P = world->size(), r = world->rank();
     std::vector<float> out(64, float(r)), in(64, -1.0f);
     std::vector<Request> pending;
@@ -98,7 +97,7 @@ TEST(MpiCommunicator, NonBlockingTransfersAroundARing) {
 }
 
 TEST(ProcessMesh, GroupsFollowMegatronsRankOrder) {
-    auto world = session->world();
+    auto world = testing::mpiSession()->world();
     ASSERT_EQ(world->size(), 4) << "run with mpirun -n 4";
     ParallelConfig p;
     p.dp = 2;
@@ -123,7 +122,7 @@ TEST(ProcessMesh, GroupsFollowMegatronsRankOrder) {
 }
 
 TEST(ProcessMesh, AWrongWorldSizeSaysHowToLaunch) {
-    auto world = session->world();
+    auto world = testing::mpiSession()->world();
     ParallelConfig p;
     p.dp = 3;
     try {
@@ -150,16 +149,5 @@ TEST(GroupRanks, AreStridedByTheFasterAxes) {
 } // namespace shardscope
 
 int main(int argc, char** argv) {
-    shardscope::session = std::make_unique<shardscope::MpiSession>(&argc, &argv);
-    ::testing::InitGoogleTest(&argc, argv);
-    const int failed = RUN_ALL_TESTS();
-    // Every rank's verdict counts: one failing rank fails the job.
-    int anyFailed = failed;
-    auto world = shardscope::session->world();
-    float flag = float(failed != 0);
-    world->allReduceSum(&flag, 1).wait();
-    anyFailed = flag > 0;
-    world.reset();
-    shardscope::session.reset();
-    return anyFailed;
+    return shardscope::testing::runMpiTests(argc, argv);
 }

@@ -5,7 +5,7 @@
 // round trip with the least delay, whose half bounds the error.
 #pragma once
 
-#include "communicator.h"
+#include "control_channel.h"
 
 #include <functional>
 
@@ -17,7 +17,7 @@ struct ClockOffset {
 };
 
 // Collective over `world`: every rank calls it at the same point with its own clock.
-ClockOffset measureClockOffset(Communicator& world, const std::function<double()>& clock,
+ClockOffset measureClockOffset(ControlChannel& world, const std::function<double()>& clock,
                                int rounds = 8);
 
 } // namespace shardscope

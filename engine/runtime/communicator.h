@@ -7,6 +7,7 @@
 // reads a gradient the backward has enqueued but not yet run.
 #pragma once
 
+#include "control_channel.h"
 #include "kernels/ops.h"
 
 #include <cstddef>
@@ -89,6 +90,9 @@ public:
     // was posted; subgroups made later inherit it. A host library (MPI) waits for that work
     // before it posts; a device library (NCCL) makes its own stream wait for an event instead.
     virtual void orderAfter(kernels::Stream& compute) = 0;
+    // A channel for host values among this group's ranks (control_channel.h), apart from the
+    // data collectives. Every rank of the group calls it at the same point.
+    virtual std::unique_ptr<ControlChannel> controlChannel() = 0;
     // Ends every rank of the job at once with `code` (a hang that cannot be recovered from).
     virtual void abortJob(int code) = 0;
 

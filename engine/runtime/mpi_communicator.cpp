@@ -62,6 +62,38 @@ Request started(MPI_Request r) {
     return Request(std::move(p));
 }
 
+// Control values on a duplicate of the group's communicator: MPI matches messages per
+// communicator, so they never meet the data transfers.
+class MpiControlChannel final : public ControlChannel {
+public:
+    explicit MpiControlChannel(MPI_Comm group) {
+        check(MPI_Comm_dup(group, &comm_), "MPI_Comm_dup");
+        MPI_Comm_rank(comm_, &rank_);
+        MPI_Comm_size(comm_, &size_);
+    }
+    ~MpiControlChannel() override { MPI_Comm_free(&comm_); }
+    MpiControlChannel(const MpiControlChannel&) = delete;
+    MpiControlChannel& operator=(const MpiControlChannel&) = delete;
+
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    void sum(double* values, std::size_t n) override {
+        check(MPI_Allreduce(MPI_IN_PLACE, values, count(n), MPI_DOUBLE, MPI_SUM, comm_),
+              "MPI_Allreduce");
+    }
+    void send(const double* values, std::size_t n, int peer) override {
+        check(MPI_Send(values, count(n), MPI_DOUBLE, peer, 0, comm_), "MPI_Send");
+    }
+    void receive(double* values, std::size_t n, int peer) override {
+        check(MPI_Recv(values, count(n), MPI_DOUBLE, peer, 0, comm_, MPI_STATUS_IGNORE),
+              "MPI_Recv");
+    }
+
+private:
+    MPI_Comm comm_;
+    int rank_ = 0, size_ = 1;
+};
+
 class MpiCommunicator final : public Communicator {
 public:
     MpiCommunicator(MPI_Comm comm, std::string name, bool owned)
@@ -138,6 +170,9 @@ public:
     }
     void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
     void orderAfter(kernels::Stream& compute) override { compute_ = &compute; }
+    std::unique_ptr<ControlChannel> controlChannel() override {
+        return std::make_unique<MpiControlChannel>(comm_);
+    }
     void abortJob(int code) override { MPI_Abort(comm_, code); }
 
     std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,

@@ -314,7 +314,11 @@ private:
             world_->barrier();
     }
     int worldSize() const { return world_ ? world_->size() : 1; }
-    double sumOver(Communicator* group, double local) const;
+    // The sum of every rank's value, on the control channel.
+    double totalOverRanks(double local) const;
+    // Whether this rank holds the one copy of a value its tensor-parallel peers and data-parallel
+    // replicas also hold.
+    bool countsReplicatedValues() const { return tpRank_ == 0 && dpRank() == 0; }
     bool agreeOnStop(bool mine) const;
     bool everyoneSucceeded(bool mine) const;
     void synchronizeSharedEmbedding();
@@ -339,10 +343,11 @@ private:
     // With more than one rank every wait is watched (the watchdog outlives every group).
     std::unique_ptr<Watchdog> watchdog_;
     std::unique_ptr<WatchedCommunicator> watchedWorld_;
-    std::unique_ptr<ProcessMesh> mesh_;      // with more than one rank
-    Communicator* dataParallel_ = nullptr;   // the dp group, when dp > 1
-    Communicator* pipeline_ = nullptr;       // the pp group, when pp > 1
-    Communicator* tensorParallel_ = nullptr; // the tp group, when tp > 1
+    std::unique_ptr<ControlChannel> control_; // votes and sums, with more than one rank
+    std::unique_ptr<ProcessMesh> mesh_;       // with more than one rank
+    Communicator* dataParallel_ = nullptr;    // the dp group, when dp > 1
+    Communicator* pipeline_ = nullptr;        // the pp group, when pp > 1
+    Communicator* tensorParallel_ = nullptr;  // the tp group, when tp > 1
     // The first and last pipeline stage, summing the gradient of a tied embedding split between
     // them; a group of one on the other ranks.
     std::unique_ptr<Communicator> embeddingGroup_;
@@ -504,8 +509,7 @@ StepRecord Run::trainStep(std::int64_t step) {
     }
     // The loss lives on the last stage of each replica (every tensor-parallel rank of it has
     // it; rank 0 counts it); every rank reports the step's.
-    if (world_ && world_->size() > 1)
-        r.loss = sumOver(world_, tpRank_ == 0 ? r.loss : 0.0);
+    r.loss = totalOverRanks(tpRank_ == 0 ? r.loss : 0.0);
     spans_->at("gradient norm");
     r.gradNorm = spans_->timedOnDevice("grad_norm", [&] {
         // Each stage's squares, the copy of a split tied embedding counted once; replicas hold
@@ -522,13 +526,9 @@ StepRecord Run::trainStep(std::int64_t step) {
                 return &t != copy && (countReplicated || t.split != TpSplit::None);
             })
                                      : optimizer_->gradientSquares({});
-        if (tensorParallel_)
-            squares = sumOver(tensorParallel_, squares);
-        if (zero_) // each replica holds the summed gradients of its own slice only
-            squares = sumOver(dataParallel_, squares);
-        if (pipeline_)
-            squares = sumOver(pipeline_, squares);
-        return std::sqrt(squares);
+        // Replicas hold the same gradients after the all-reduce, except under ZeRO, where each
+        // holds the summed gradients of its own slice only.
+        return std::sqrt(totalOverRanks(zero_ || dpRank() == 0 ? squares : 0.0));
     });
     r.learningRate = learningRateAt(c_.train, step, totalSteps_);
     if (std::isfinite(r.loss) && std::isfinite(r.gradNorm)) {
@@ -549,22 +549,18 @@ StepRecord Run::trainStep(std::int64_t step) {
 // Every rank stops after the same step, even when a signal reached only some of them: a rank
 // that left the loop alone would leave the others waiting in a collective.
 bool Run::agreeOnStop(bool mine) const {
-    if (!world_ || world_->size() == 1)
+    if (!control_)
         return mine;
     spans_->at("agreeing on a stop or a checkpoint");
-    float vote = mine ? 1.0f : 0.0f;
-    world_->allReduceSum(&vote, 1).wait();
-    return vote > 0.0f;
+    return control_->any(mine);
 }
 
 bool Run::everyoneSucceeded(bool mine) const {
     return !agreeOnStop(!mine);
 }
 
-double Run::sumOver(Communicator* group, double local) const {
-    float value = static_cast<float>(local);
-    group->allReduceSum(&value, 1).wait();
-    return double(value);
+double Run::totalOverRanks(double local) const {
+    return control_ ? control_->total(local) : local;
 }
 
 // With tied embeddings on different stages, the first stage's wte and the last stage's copy
@@ -648,8 +644,8 @@ double Run::validationLoss(std::int64_t step) {
             c_.train.evalBatches, [&](int i, std::int32_t* inputs, std::int32_t* targets) {
                 data_->batch(Split::Validation, 0, i, B, inputs, targets);
             });
-        if (pipeline_) // the last stage has it
-            sum = sumOver(pipeline_, sum);
+        // The last stage has it; its tensor-parallel peers and replicas have copies.
+        sum = totalOverRanks(countsReplicatedValues() ? sum : 0.0);
         return sum / (double(N) * c_.train.evalBatches);
     });
 }
@@ -804,6 +800,7 @@ TrainResult Run::execute() {
         watchedWorld_ = std::make_unique<WatchedCommunicator>(*world_, *watchdog_);
         world_ = watchedWorld_.get();
         world_->orderAfter(ops_->computeStream()); // every group made below inherits it
+        control_ = world_->controlChannel();
         mesh_ = std::make_unique<ProcessMesh>(c_.parallel, *world_);
         rank_ = world_->rank();
         leader_ = rank_ == 0;
@@ -912,7 +909,7 @@ TrainResult Run::execute() {
         const char* skew = std::getenv("SHARDSCOPE_TEST_CLOCK_SKEW");
         const double skewed = skew ? std::atof(skew) * rank_ : 0.0;
         telemetry_->setClockOffset(skewed);
-        clock = measureClockOffset(*world_, [&] { return telemetry_->now(); });
+        clock = measureClockOffset(*control_, [&] { return telemetry_->now(); });
         clock.offset += skewed;
         telemetry_->setClockOffset(clock.offset);
     }

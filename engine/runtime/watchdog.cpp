@@ -304,4 +304,37 @@ std::unique_ptr<Communicator> WatchedCommunicator::subgroup(const std::vector<in
     return std::make_unique<WatchedCommunicator>(inner_.subgroup(ranks, name), dog_);
 }
 
+namespace {
+
+class WatchedControlChannel final : public ControlChannel {
+public:
+    WatchedControlChannel(std::unique_ptr<ControlChannel> inner, Watchdog& dog)
+        : inner_(std::move(inner)), dog_(dog) {}
+    int rank() const override { return inner_->rank(); }
+    int size() const override { return inner_->size(); }
+    void sum(double* values, std::size_t n) override {
+        const Watchdog::Wait guard(dog_, "control_sum", "control", ++sequence_);
+        inner_->sum(values, n);
+    }
+    void send(const double* values, std::size_t n, int peer) override {
+        const Watchdog::Wait guard(dog_, "control_send", "control", ++sequence_);
+        inner_->send(values, n, peer);
+    }
+    void receive(double* values, std::size_t n, int peer) override {
+        const Watchdog::Wait guard(dog_, "control_recv", "control", ++sequence_);
+        inner_->receive(values, n, peer);
+    }
+
+private:
+    std::unique_ptr<ControlChannel> inner_;
+    Watchdog& dog_;
+    std::uint64_t sequence_ = 0;
+};
+
+} // namespace
+
+std::unique_ptr<ControlChannel> WatchedCommunicator::controlChannel() {
+    return std::make_unique<WatchedControlChannel>(inner_.controlChannel(), dog_);
+}
+
 } // namespace shardscope

@@ -125,6 +125,8 @@ public:
     Request receive(float* data, std::size_t n, int peer, int tag) override;
     void barrier() override;
     void orderAfter(kernels::Stream& compute) override { inner_.orderAfter(compute); }
+    // The inner group's channel, its every call watched as a wait on the axis "control".
+    std::unique_ptr<ControlChannel> controlChannel() override;
     void abortJob(int code) override { inner_.abortJob(code); }
     std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks,
                                            const std::string& name) override;

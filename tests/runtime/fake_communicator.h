@@ -24,6 +24,7 @@ public:
     Request receive(float*, std::size_t, int, int) override { return {}; }
     void barrier() override {}
     void orderAfter(kernels::Stream&) override {}
+    std::unique_ptr<ControlChannel> controlChannel() override { return nullptr; }
     void abortJob(int) override {}
     std::unique_ptr<Communicator> subgroup(const std::vector<int>&, const std::string&) override {
         return nullptr;

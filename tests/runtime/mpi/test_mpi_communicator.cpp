@@ -96,6 +96,40 @@ TEST(MpiCommunicator, NonBlockingTransfersAroundARing) {
     EXPECT_EQ(in.back(), float((r + P - 1) % P));
 }
 
+// Control values are doubles (a float would lose the 1e-9 below) and travel apart from the data:
+// a data receive posted first is not satisfied by a control message from the same peer.
+TEST(ControlChannel, SumsDoublesAndKeepsApartFromTheData) {
+    auto world = testing::mpiSession()->world();
+    auto control = world->controlChannel();
+    const int P = world->size(), r = world->rank();
+    ASSERT_EQ(control->size(), P);
+    ASSERT_EQ(control->rank(), r);
+    double values[2] = {1.0 + 1e-9 * r, double(r)};
+    control->sum(values, 2);
+    EXPECT_DOUBLE_EQ(values[0], P + 1e-9 * P * (P - 1) / 2);
+    EXPECT_EQ(values[1], P * (P - 1) / 2);
+    EXPECT_TRUE(control->any(r == P - 1));
+    EXPECT_FALSE(control->any(false));
+
+    const int next = (r + 1) % P, previous = (r + P - 1) % P;
+    float data = -1.0f;
+    Request dataIn = world->receive(&data, 1, previous, 0);
+    double message = 1e10 + r, received = 0;
+    if (r % 2 == 0) { // blocking sends and receives, paired so that the ring cannot deadlock
+        control->send(&message, 1, next);
+        control->receive(&received, 1, previous);
+    } else {
+        control->receive(&received, 1, previous);
+        control->send(&message, 1, next);
+    }
+    EXPECT_EQ(received, 1e10 + previous);
+    EXPECT_FALSE(dataIn.done()) << "a control message reached a data receive";
+    const float sent = float(r);
+    world->send(&sent, 1, next, 0).wait();
+    dataIn.wait();
+    EXPECT_EQ(data, float(previous));
+}
+
 TEST(ProcessMesh, GroupsFollowMegatronsRankOrder) {
     auto world = testing::mpiSession()->world();
     ASSERT_EQ(world->size(), 4) << "run with mpirun -n 4";

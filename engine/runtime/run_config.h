@@ -29,6 +29,9 @@ struct EngineOptions {
     double watchdogSeconds = 300; // a rank blocked this long in one collective ends the job
     double stallSeconds = 5;      // a wait this long is reported as a stall event (0: never)
     bool quiet = false;           // no progress lines (events still go to telemetry)
+    // Debugging: rank r's clock is shifted by r x this many seconds before the ranks' clocks are
+    // aligned, as on hosts whose clocks disagree (--debug-clock-skew; never in a config file).
+    double debugClockSkew = 0;
 };
 
 struct RunConfig {

@@ -904,10 +904,9 @@ TrainResult Run::execute() {
     }
     ClockOffset clock;
     if (mesh_) { // before the first event, so every timestamp is on rank 0's clock
-        // Ranks on one host share a clock; tests skew them (seconds per rank) to check that
-        // the alignment really happens, as it must across hosts.
-        const char* skew = std::getenv("SHARDSCOPE_TEST_CLOCK_SKEW");
-        const double skewed = skew ? std::atof(skew) * rank_ : 0.0;
+        // Ranks on one host share a clock; --debug-clock-skew shifts them apart to show the
+        // alignment at work, as it must across hosts.
+        const double skewed = c_.engine.debugClockSkew * rank_;
         telemetry_->setClockOffset(skewed);
         clock = measureClockOffset(*control_, [&] { return telemetry_->now(); });
         clock.offset += skewed;

@@ -41,10 +41,9 @@ std::string writeConfig(const TempDir& dir, const std::string& name, const json&
     return path.string();
 }
 
-int runEngine(const std::string& args, const std::filesystem::path& log,
-              const std::string& environment = "") {
+int runEngine(const std::string& args, const std::filesystem::path& log) {
     const std::string cmd =
-        environment + SHARDSCOPE_ENGINE_EXE + " train -q " + args + " > " + log.string() + " 2>&1";
+        std::string(SHARDSCOPE_ENGINE_EXE) + " train -q " + args + " > " + log.string() + " 2>&1";
     return std::system(cmd.c_str());
 }
 
@@ -176,8 +175,8 @@ TEST(EngineLayouts, PipelineTelemetryMeasuresTransfersOnRankZerosClock) {
     // Each rank's own clock runs 7 s behind the previous rank's: only the alignment puts
     // receives after their sends.
     ASSERT_EQ(runEngine("--config " + writeConfig(dir, "c", c) + " --out " + out.string() +
-                            " --pp 4 --schedule 1f1b --ranks 4",
-                        dir / "log", "SHARDSCOPE_TEST_CLOCK_SKEW=-7 "),
+                            " --pp 4 --schedule 1f1b --ranks 4 --debug-clock-skew -7",
+                        dir / "log"),
               0)
         << readText(dir / "log");
     const std::size_t activationBytes = 1 * 16 * 32 * sizeof(float);

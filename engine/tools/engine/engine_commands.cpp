@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -38,7 +39,7 @@ struct Overrides {
     std::string config;
     std::optional<std::string> out, data, dataFormat, telemetry, recompute, schedule;
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
-    std::optional<double> lr, peakTflops, bucketMb, watchdog, stallReport;
+    std::optional<double> lr, peakTflops, bucketMb, watchdog, stallReport, clockSkew;
     std::optional<std::uint64_t> seed;
     std::optional<int> microBatch, globalBatch, threads, logEvery, dp, tp, pp, vpp, zero;
     bool quiet = false;
@@ -101,6 +102,11 @@ struct Overrides {
         app.add_option("--log-every", logEvery, "steps between progress lines")
             ->check(CLI::PositiveNumber);
         app.add_flag("--quiet,-q", quiet, "no progress lines");
+        app.add_option("--debug-clock-skew", clockSkew,
+                       "debugging: shift rank r's clock by r x SECONDS before the ranks' clocks "
+                       "are aligned, as on hosts whose clocks disagree (telemetry shows whether "
+                       "the alignment undoes it)")
+            ->group("Debugging");
     }
 
     RunConfig resolve() const {
@@ -144,6 +150,12 @@ struct Overrides {
             c.engine.watchdogSeconds = *watchdog;
         if (stallReport)
             c.engine.stallSeconds = *stallReport;
+        if (clockSkew) {
+            if (!std::isfinite(*clockSkew) || std::fabs(*clockSkew) > 86400)
+                throw InputError("--debug-clock-skew " + std::to_string(*clockSkew) +
+                                 ": give seconds between -86400 and 86400");
+            c.engine.debugClockSkew = *clockSkew;
+        }
         if (recompute)
             c.parallel.recompute = recomputeFromString(*recompute);
         if (schedule)

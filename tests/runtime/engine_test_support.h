@@ -3,6 +3,7 @@
 
 #include "core/model_spec.h"
 #include "runtime/run_config.h"
+#include "support/temp_dir.h"
 
 #include <atomic>
 #include <filesystem>
@@ -44,28 +45,5 @@ inline RunConfig tinyRun(const std::filesystem::path& dir, int steps = 6) {
     c.engine.quiet = true;
     return c;
 }
-
-// A directory under the system temp dir, removed with everything in it at the end of scope.
-class TempDir {
-public:
-    TempDir() {
-        static std::atomic<int> counter{0};
-        path_ = std::filesystem::temp_directory_path() /
-                ("shardscope-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
-                 "-" + std::to_string(std::random_device{}()));
-        std::filesystem::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    const std::filesystem::path& path() const { return path_; }
-    std::filesystem::path operator/(const std::string& s) const { return path_ / s; }
-
-private:
-    std::filesystem::path path_;
-};
 
 } // namespace shardscope::testing

@@ -1,5 +1,6 @@
 #include "core/error.h"
 #include "runtime/data.h"
+#include "support/temp_dir.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,29 +19,7 @@ namespace shardscope {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh directory per test, removed afterwards, so parallel ctest runs never share files.
-class TempDir {
-public:
-    TempDir() {
-        static std::atomic<int> counter{0};
-        path_ = fs::temp_directory_path() /
-                ("shardscope_test_data_" + std::to_string(::getpid()) + "_" +
-                 std::to_string(counter++) + "_" + std::to_string(std::random_device{}()));
-        fs::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-
-    std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-private:
-    fs::path path_;
-};
+using testing::TempDir;
 
 void writeBytes(const std::string& path, const std::vector<unsigned char>& bytes) {
     std::ofstream out(path, std::ios::binary);

@@ -1,6 +1,7 @@
 #include "core/error.h"
 #include "runtime/tcp_event_stream.h"
 #include "runtime/telemetry.h"
+#include "support/temp_dir.h"
 
 #include <arpa/inet.h>
 #include <atomic>
@@ -25,6 +26,7 @@ namespace shardscope {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::TempDir;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -32,24 +34,6 @@ using namespace std::chrono_literals;
 double secondsSince(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-class TempDir {
-public:
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "shardscope-telemetry-XXXXXX").string();
-        if (::mkdtemp(pattern.data()) == nullptr)
-            throw std::runtime_error("mkdtemp failed");
-        path_ = pattern;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    const fs::path& path() const { return path_; }
-
-private:
-    fs::path path_;
-};
 
 std::vector<std::string> readLines(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);

@@ -1,4 +1,5 @@
 // Reading telemetry from disk: line limits (untrusted input), run directories, and the replay.
+#include "support/temp_dir.h"
 #include "telemetry_fixtures.h"
 #include "watch/run_files.h"
 #include "watch/run_trace.h"
@@ -14,24 +15,6 @@ namespace {
 
 using namespace shardscope::testing;
 namespace fs = std::filesystem;
-
-class TempDir {
-public:
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "shardscope-watch-XXXXXX").string();
-        if (::mkdtemp(pattern.data()) == nullptr)
-            throw std::runtime_error("mkdtemp failed");
-        path_ = pattern;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    const fs::path& path() const { return path_; }
-
-private:
-    fs::path path_;
-};
 
 TEST(EventLine, DeepNestingIsRefusedWithoutBeingBuilt) {
     // 80,000 levels crashed readers that recursed (issue 15); here it is counted, not parsed.

@@ -8,15 +8,26 @@
 // A GptModel holds one pipeline rank's share of the model: one or more chunks (virtual stages),
 // each a contiguous run of layers. The same code runs the whole model (one chunk with the
 // embedding and the head) and every pipeline layout; tensors keep the whole model's names.
+//
+// Each parallelism axis lives in its own file under parallel/ and is composed here: tensor
+// parallelism cuts the layers (tensor_parallel.h), sequence parallelism sits at the edges of each
+// tensor-parallel block (sequence_parallel.h), the vocabulary is cut for the embedding and the
+// loss (vocab_parallel.h), ZeRO-2/3 keep slices of the flat buffers (zero_store.h), and pipeline
+// ranks hold chunks (pipeline_chunks.h).
 #pragma once
 
 #include "communicator.h"
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "device_memory.h"
-#include "flat_store.h"
-#include "gradient_buckets.h"
+#include "gpt_parameters.h"
 #include "kernels/ops.h"
+#include "parallel/gradient_buckets.h"
+#include "parallel/pipeline_chunks.h"
+#include "parallel/sequence_parallel.h"
+#include "parallel/tensor_parallel.h"
+#include "parallel/vocab_parallel.h"
+#include "parallel/zero_store.h"
 
 #include <cstdint>
 #include <memory>
@@ -24,61 +35,6 @@
 #include <vector>
 
 namespace shardscope {
-
-// The sizes the kernels need. Throws InputError listing everything in the ModelSpec that is not
-// a GPT-2 architecture (gated MLP, RMSNorm, rotary positions, GQA, MoE, dropout, missing biases,
-// seq_len > max_positions, hidden not divisible by heads).
-struct GptShape {
-    int layers = 0, channels = 0, heads = 0, ffn = 0, vocab = 0, maxPositions = 0, seqLen = 0;
-    bool tied = true;
-    static GptShape of(const ModelSpec& model);
-};
-
-// One virtual pipeline stage: a contiguous run of layers; the first stage of the model also embeds
-// the tokens, and the last has the final norm, the LM head and the loss.
-struct ModelChunk {
-    int firstLayer = 0, layers = 0;
-    bool embedding = false, head = false;
-};
-
-// The chunks pipeline rank `rank` of `pp` holds with `vpp` chunks each: virtual stage
-// chunk * pp + rank, engine/sched's numbering, with layers dealt as plan/layout's layersOnStage
-// deals them (the remainder to the first virtual stages). Throws InputError when a virtual
-// stage would get no layer.
-std::vector<ModelChunk> pipelineChunks(const GptShape& shape, int pp, int vpp, int rank);
-
-// Megatron-LM tensor parallelism: this rank's share of the heads, the MLP columns and the
-// vocabulary. Column-parallel layers (QKV, MLP up) hold rows of the weight, row-parallel ones
-// (attention and MLP output projections) columns; each block sums its partial outputs over the
-// group once forward and its input gradient once backward.
-//
-// With sequence parallelism the residual stream between blocks, the norms and their inputs are
-// sharded over the group by token (rank r holds rows [r N/t, (r+1) N/t) of the microbatch's N
-// token rows; Megatron-LM cuts [T, B] by sequence, and per-token operations do not care which
-// tokens a rank holds): each block all-gathers its normed input and reduce-scatters its output
-// instead of summing it.
-struct TensorParallel {
-    int size = 1, rank = 0;
-    Communicator* group = nullptr; // the tp group, when size > 1
-    bool sequenceParallel = false;
-};
-
-// How a tensor is cut across tensor-parallel ranks, from the whole model's tensor.
-enum class TpSplit {
-    None,    // replicated: norms, position embedding, row-parallel biases
-    Rows,    // rank r holds rows [r R/t, (r+1) R/t): column-parallel weights and biases, vocab
-    Columns, // rank r holds columns [r K/t, (r+1) K/t) of every row: row-parallel weights
-    QkvRows, // rows of each of the q, k and v blocks: the fused QKV projection
-};
-
-struct ParameterTensor {
-    std::string name;       // "h.3.attn.qkv.weight"
-    std::size_t offset = 0; // in floats, into the flat parameter buffer
-    std::size_t count = 0;
-    std::vector<int> shape;
-    bool decay = false; // matrices and embeddings decay; norms and biases do not
-    TpSplit split = TpSplit::None;
-};
 
 // Receives a span for each operator group of a microbatch, timed by events on the compute stream
 // (the device's clock, not the host's around a launch that returns before the work runs).
@@ -143,10 +99,9 @@ public:
 
     const GptShape& shape() const { return shape_; }
     const std::vector<ModelChunk>& chunks() const { return chunks_; }
-    const TensorParallel& tensorParallel() const { return tp_; }
-    // Receives a span for each tensor-parallel collective the layers run.
+    // Receives a span for each tensor-parallel and ZeRO collective the layers run.
     void setCommunicationSink(CommunicationSink* sink) {
-        comms_ = sink;
+        tp_.setCommunicationSink(sink);
         store_->setCommunicationSink(sink);
     }
     int microBatch() const { return microBatch_; }
@@ -170,10 +125,9 @@ public:
     static constexpr std::size_t npos = std::size_t(-1);
     std::size_t sharedTensor() const { return shared_; }
 
-    // GPT-2's initialisation, deterministic for a seed: N(0, 0.02) weights, residual output
-    // projections N(0, 0.02 / sqrt(2 L)), zero biases, unit norm weights. Every rank draws the
-    // whole model's values in the same order and keeps its own, so any layout starts from the
-    // weights of a single process.
+    // GPT-2's initialisation for a seed (initialParameters): every rank draws the whole
+    // model's values in the same order and keeps its own, so any layout starts from the weights
+    // of a single process.
     void initialize(std::uint64_t seed);
     void zeroGradients();
 
@@ -259,15 +213,7 @@ private:
                         bool defer, MicrobatchState& state);
     int rows() const { return microBatch_ * shape_.seqLen; }
     // The token rows of the residual stream this rank holds: all, or its sequence shard.
-    int tokenRows() const { return sequenceParallel_ ? rows() / tp_.size : rows(); }
-    // Sequence parallelism: the whole [rows, C] from every rank's token rows, and a partial
-    // [rows, C] summed over the group with this rank's token rows kept.
-    Buffer gatherTokens(const float* shard) const;
-    const float* finishRowParallel(Buffer& partial, Buffer& shard) const;
-    // A layer norm's backward; with sequence parallelism its weight and bias gradients come
-    // from this rank's tokens only, and are summed over the group before they accumulate.
-    void layerNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
-                           const float* weight, const float* mean, const float* rstd) const;
+    int tokenRows() const { return sp_.tokenRows(); }
     void reportReady(std::size_t firstTensor, std::size_t lastTensor) const;
     // Inputs then targets of one microbatch, copied to the device.
     Buffer uploadTokens(MemoryCategory category, const std::int32_t* inputs,
@@ -275,32 +221,23 @@ private:
     const ModelChunk& chunkAt(int chunk) const;
     void embed(float* out, const Buffer& tokens) const; // token + position embeddings
     void embeddingBackward(const float* dout, const Buffer& tokens) const;
-    // Sums a partial result over the tensor-parallel group (nothing with one rank).
-    void sumOverTensorParallel(float* x, std::size_t n) const;
-    void tensorParallelCollective(const char* collective, std::size_t bytes, Request request) const;
-    // The loss of logits[N, vocab shard], added to lossSum[0], and the logits become its
-    // gradient (scaled); the vocabulary-parallel form sums over the group what one rank cannot
-    // know.
-    void crossEntropy(float* logits, const std::int32_t* targets, float lossGradScale,
-                      double* lossSum) const;
 
     GptShape shape_;
-    TensorParallel tp_;
-    // This rank's share: attention channels (heads x head size), MLP columns, vocabulary rows.
-    int localChannels_ = 0, localHeads_ = 0, localFfn_ = 0, localVocab_ = 0, vocabStart_ = 0;
-    bool sequenceParallel_ = false;
-
-    CommunicationSink* comms_ = nullptr;
     int microBatch_;
+    TensorParallelGroup tp_;
+    // This rank's share of the attention channels (heads x head size), heads and MLP columns.
+    int localChannels_ = 0, localHeads_ = 0, localFfn_ = 0;
     kernels::Ops& ops_;
     DeviceAllocator& memory_;
     Recompute recompute_;
     bool storeProbs_;
+    SequenceParallel sp_;
+    VocabParallel vocab_;
     std::vector<ModelChunk> chunks_;
     std::vector<ParameterTensor> tensors_;
     std::vector<std::size_t> layerTensor_; // per model layer: its first tensor, or npos
     std::size_t parameterCount_ = 0;
-    std::unique_ptr<FlatStore> store_; // parameters and gradients, whole or ZeRO-2/3 slices
+    std::unique_ptr<ZeroStore> store_; // parameters and gradients, whole or ZeRO-2/3 slices
     GradientListener* listener_ = nullptr;
     // Tensor indices of the embeddings, the final norm and the LM head (npos when not held).
     std::size_t wte_ = npos, wpe_ = npos, lnfWeight_ = npos, lnfBias_ = npos, lmHead_ = npos,

@@ -1,14 +1,12 @@
 #include "core/error.h"
 #include "engine_test_support.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "plan/layout.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
 
 #include <cmath>
 #include <cstring>
 #include <gtest/gtest.h>
-#include <tuple>
 #include <vector>
 
 namespace shardscope {
@@ -194,40 +192,6 @@ TEST(GptModel, InitialisationIsDeterministicAndGpt2Like) {
     }
 }
 
-// The engine deals layers to virtual stages exactly as the planner does (its memory prediction
-// counts them), in engine/sched's numbering: virtual stage chunk * pp + rank.
-TEST(GptModel, PipelineChunksDealLayersAsThePlannerDoes) {
-    for (const auto& [layers, pp, vpp] : std::vector<std::tuple<int, int, int>>{
-             {8, 2, 1}, {7, 2, 1}, {8, 4, 2}, {9, 4, 2}, {5, 1, 1}, {6, 3, 2}}) {
-        SCOPED_TRACE(std::to_string(layers) + " layers, pp " + std::to_string(pp) + " vpp " +
-                     std::to_string(vpp));
-        const ModelSpec m = tinyGpt(layers, 16, 2, 32, 8);
-        ParallelConfig p;
-        p.pp = pp;
-        p.vpp = vpp;
-        std::vector<int> owner(std::size_t(layers), -1);
-        for (int rank = 0; rank < pp; ++rank) {
-            const std::vector<ModelChunk> chunks = pipelineChunks(GptShape::of(m), pp, vpp, rank);
-            ASSERT_EQ(int(chunks.size()), vpp);
-            int held = 0;
-            for (int v = 0; v < vpp; ++v) {
-                const ModelChunk& c = chunks[std::size_t(v)];
-                EXPECT_EQ(c.embedding, v == 0 && rank == 0);
-                EXPECT_EQ(c.head, v == vpp - 1 && rank == pp - 1);
-                for (int l = c.firstLayer; l < c.firstLayer + c.layers; ++l) {
-                    EXPECT_EQ(owner[std::size_t(l)], -1) << "layer " << l << " dealt twice";
-                    owner[std::size_t(l)] = v * pp + rank;
-                }
-                held += c.layers;
-            }
-            EXPECT_EQ(held, layersOnStage(m, p, rank));
-        }
-        for (int l = 1; l < layers; ++l) // virtual stages hold the layers in model order
-            EXPECT_LE(owner[std::size_t(l - 1)], owner[std::size_t(l)]);
-    }
-    EXPECT_THROW(pipelineChunks(GptShape::of(tinyGpt(3, 16, 2, 32, 8)), 2, 2, 0), InputError);
-}
-
 // A pipeline rank starts from the single process's weights for its own tensors; the last stage's
 // copy of a tied embedding starts equal to the first stage's, and is the shared tensor.
 TEST(GptModel, PipelineRanksStartFromTheWholeModelsWeights) {
@@ -248,7 +212,7 @@ TEST(GptModel, PipelineRanksStartFromTheWholeModelsWeights) {
         std::size_t total = 0;
         for (int rank = 0; rank < 2; ++rank) {
             GptModel part(m, 1, *ops, memory, Recompute::None, false,
-                          pipelineChunks(whole.shape(), 2, 2, rank));
+                          pipelineChunks(whole.shape().layers, 2, 2, rank));
             part.initialize(9);
             for (const ParameterTensor& t : part.tensors()) {
                 const bool copy = tied && t.name == "lm_head.weight";

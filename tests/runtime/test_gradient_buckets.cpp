@@ -1,6 +1,6 @@
 #include "fake_communicator.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "runtime/gradient_buckets.h"
+#include "runtime/parallel/gradient_buckets.h"
 
 #include <gtest/gtest.h>
 #include <stdexcept>

@@ -6,10 +6,10 @@
 // 1 keep everything whole here (ZeRO-1 shards only the optimizer, outside the model).
 #pragma once
 
-#include "communicator.h"
-#include "device_memory.h"
 #include "gradient_buckets.h"
 #include "kernels/ops.h"
+#include "runtime/communicator.h"
+#include "runtime/device_memory.h"
 
 #include <cstddef>
 
@@ -20,9 +20,9 @@ struct ZeroSharding {
     Communicator* group = nullptr; // the dp group, for stages 2 and 3
 };
 
-class FlatStore {
+class ZeroStore {
 public:
-    FlatStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops, DeviceAllocator& memory);
+    ZeroStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops, DeviceAllocator& memory);
 
     std::size_t count() const { return count_; }
     bool shardsGradients() const { return stage_ >= 2; }

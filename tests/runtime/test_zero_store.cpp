@@ -1,6 +1,6 @@
 #include "fake_communicator.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "runtime/flat_store.h"
+#include "runtime/parallel/zero_store.h"
 
 #include <gtest/gtest.h>
 
@@ -33,11 +33,11 @@ std::vector<float> iota(std::size_t n) {
     return v;
 }
 
-TEST(FlatStore, WithoutShardingEverythingIsStoredWhole) {
+TEST(ZeroStore, WithoutShardingEverythingIsStoredWhole) {
     auto ops = kernels::makeCpuOps(1);
     DeviceAllocator memory(*ops);
     SecondOfTwo group;
-    FlatStore store(10, ZeroSharding{1, &group}, *ops, memory); // ZeRO-1: not the store's job
+    ZeroStore store(10, ZeroSharding{1, &group}, *ops, memory); // ZeRO-1: not the store's job
     EXPECT_FALSE(store.shardsGradients());
     EXPECT_EQ(store.ownedBegin(), 0u);
     EXPECT_EQ(store.ownedEnd(), 10u);
@@ -51,11 +51,11 @@ TEST(FlatStore, WithoutShardingEverythingIsStoredWhole) {
     EXPECT_EQ(memory.live()[MemoryCategory::Gradients], 40);
 }
 
-TEST(FlatStore, ZeroThreeKeepsTheSliceAndGathersRangesAroundIt) {
+TEST(ZeroStore, ZeroThreeKeepsTheSliceAndGathersRangesAroundIt) {
     auto ops = kernels::makeCpuOps(1);
     DeviceAllocator memory(*ops);
     SecondOfTwo group;
-    FlatStore store(10, ZeroSharding{3, &group}, *ops, memory);
+    ZeroStore store(10, ZeroSharding{3, &group}, *ops, memory);
     EXPECT_EQ(store.ownedBegin(), 5u); // replica 1 of 2 owns [5, 10)
     EXPECT_EQ(memory.live()[MemoryCategory::Parameters], 20);
     EXPECT_EQ(memory.live()[MemoryCategory::Gradients], 20);

@@ -1,10 +1,10 @@
-#include "flat_store.h"
+#include "zero_store.h"
 
 #include <algorithm>
 
 namespace shardscope {
 
-FlatStore::FlatStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops,
+ZeroStore::ZeroStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops,
                      DeviceAllocator& memory)
     : count_(count),
       stage_(zero.stage >= 2 && zero.group && zero.group->size() > 1 ? zero.stage : 0),
@@ -23,26 +23,26 @@ FlatStore::FlatStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops,
     ops_.zero(grads_.f(), gradFloats);
 }
 
-float* FlatStore::parameterAt(std::size_t offset) const {
+float* ZeroStore::parameterAt(std::size_t offset) const {
     return params_.f() + (shardsParameters() ? offset - ownedBegin_ : offset);
 }
 
-float* FlatStore::gradientAt(std::size_t offset) const {
+float* ZeroStore::gradientAt(std::size_t offset) const {
     return grads_.f() + (shardsGradients() ? offset - ownedBegin_ : offset);
 }
 
-void FlatStore::setParameters(const float* whole) {
+void ZeroStore::setParameters(const float* whole) {
     const std::size_t from = shardsParameters() ? ownedBegin_ : 0,
                       to = shardsParameters() ? ownedEnd_ : count_;
     ops_.copyToDevice(params_.f(), whole + from, (to - from) * sizeof(float));
 }
 
-void FlatStore::zeroGradients() {
+void ZeroStore::zeroGradients() {
     ops_.zero(grads_.f(), shardsGradients() ? ownedEnd_ - ownedBegin_ : count_);
 }
 
 // The other replicas' parts of the range land around this one's, which sits in its slice.
-Request FlatStore::startGather(std::size_t offset, std::size_t n, float* into) const {
+Request ZeroStore::startGather(std::size_t offset, std::size_t n, float* into) const {
     const std::vector<std::size_t> counts = shards_.countsOf(offset, n);
     const int me = group_->rank();
     std::size_t before = 0;
@@ -54,7 +54,7 @@ Request FlatStore::startGather(std::size_t offset, std::size_t n, float* into) c
     return group_->allGatherVInPlace(into, counts);
 }
 
-void FlatStore::prefetch(std::size_t offset, std::size_t n) const {
+void ZeroStore::prefetch(std::size_t offset, std::size_t n) const {
     if (!shardsParameters())
         return;
     prefetched_.request.wait(); // an unused earlier one completes before its buffer goes
@@ -65,7 +65,7 @@ void FlatStore::prefetch(std::size_t offset, std::size_t n) const {
     prefetched_.request = startGather(offset, n, prefetched_.buffer.f());
 }
 
-float* FlatStore::parametersOf(std::size_t offset, std::size_t n, Buffer& holder) const {
+float* ZeroStore::parametersOf(std::size_t offset, std::size_t n, Buffer& holder) const {
     if (!shardsParameters())
         return params_.f() + offset;
     if (prefetched_.buffer && prefetched_.offset == offset && prefetched_.count == n) {
@@ -79,7 +79,7 @@ float* FlatStore::parametersOf(std::size_t offset, std::size_t n, Buffer& holder
     return holder.f();
 }
 
-float* FlatStore::gradientsFor(std::size_t offset, std::size_t n, Buffer& holder) const {
+float* ZeroStore::gradientsFor(std::size_t offset, std::size_t n, Buffer& holder) const {
     if (!shardsGradients())
         return grads_.f() + offset;
     holder = memory_.floats(MemoryCategory::Workspace, n);
@@ -87,7 +87,7 @@ float* FlatStore::gradientsFor(std::size_t offset, std::size_t n, Buffer& holder
     return holder.f();
 }
 
-void FlatStore::gradientsDone(std::size_t offset, std::size_t n, Buffer& holder) const {
+void ZeroStore::gradientsDone(std::size_t offset, std::size_t n, Buffer& holder) const {
     if (!shardsGradients())
         return;
     const std::vector<std::size_t> counts = shards_.countsOf(offset, n);

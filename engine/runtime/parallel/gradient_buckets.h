@@ -6,8 +6,8 @@
 // of the part of the bucket that lies in its own shard.
 #pragma once
 
-#include "communicator.h"
-#include "device_memory.h"
+#include "runtime/communicator.h"
+#include "runtime/device_memory.h"
 
 #include <cstddef>
 #include <vector>

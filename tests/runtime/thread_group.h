@@ -1,0 +1,118 @@
+// An in-process group for unit tests of the parallel code: `size` threads, each a rank with its
+// own communicator. Collectives meet at a barrier and each rank reads the others' buffers, so
+// every rank computes on its own data as MPI ranks would, without starting processes. Only the
+// blocking collectives the tensor-parallel code uses are here; anything else throws.
+#pragma once
+
+#include "fake_communicator.h"
+
+#include <algorithm>
+#include <barrier>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace shardscope::testing {
+
+class ThreadGroup {
+public:
+    explicit ThreadGroup(int size) : size_(size), sync_(size), inputs_(std::size_t(size)) {}
+
+    // Runs body(rank, communicator) on `size` threads and joins them; rethrows the first
+    // exception a rank threw (a rank that throws must not leave the others at a barrier, so
+    // bodies throw only from assertions after their last collective).
+    void run(const std::function<void(int rank, Communicator& group)>& body) {
+        std::vector<std::thread> threads;
+        std::exception_ptr failure;
+        std::mutex lock;
+        for (int r = 0; r < size_; ++r)
+            threads.emplace_back([&, r] {
+                Rank communicator(*this, r);
+                try {
+                    body(r, communicator);
+                } catch (...) {
+                    const std::lock_guard<std::mutex> guard(lock);
+                    if (!failure)
+                        failure = std::current_exception();
+                }
+            });
+        for (std::thread& t : threads)
+            t.join();
+        if (failure)
+            std::rethrow_exception(failure);
+    }
+
+private:
+    class Rank final : public FakeCommunicator {
+    public:
+        Rank(ThreadGroup& g, int rank) : FakeCommunicator(rank, g.size_), g_(g) {}
+        std::string name() const override { return "tp"; }
+
+        Request allReduceSum(float* data, std::size_t n) override {
+            return reduce(data, n, [](float a, float b) { return a + b; });
+        }
+        Request allReduceMax(float* data, std::size_t n) override {
+            return reduce(data, n, [](float a, float b) { return std::max(a, b); });
+        }
+        Request allGather(const float* in, float* out, std::size_t n) override {
+            publish(in);
+            for (int r = 0; r < size(); ++r)
+                std::copy(g_.inputs_[std::size_t(r)], g_.inputs_[std::size_t(r)] + n,
+                          out + std::size_t(r) * n);
+            g_.sync_.arrive_and_wait();
+            return {};
+        }
+        Request reduceScatterSum(const float* in, float* out, std::size_t n) override {
+            publish(in);
+            const std::size_t begin = std::size_t(rank()) * n;
+            for (std::size_t i = 0; i < n; ++i) {
+                float sum = 0;
+                for (int r = 0; r < size(); ++r)
+                    sum += g_.inputs_[std::size_t(r)][begin + i];
+                out[i] = sum;
+            }
+            g_.sync_.arrive_and_wait();
+            return {};
+        }
+        Request reduceScatterSumV(const float*, float*, const std::vector<std::size_t>&) override {
+            throw std::logic_error("ThreadGroup has no reduceScatterSumV");
+        }
+        Request allGatherVInPlace(float*, const std::vector<std::size_t>&) override {
+            throw std::logic_error("ThreadGroup has no allGatherVInPlace");
+        }
+        Request send(const float*, std::size_t, int, int) override {
+            throw std::logic_error("ThreadGroup has no send");
+        }
+        Request receive(float*, std::size_t, int, int) override {
+            throw std::logic_error("ThreadGroup has no receive");
+        }
+        void barrier() override { g_.sync_.arrive_and_wait(); }
+
+    private:
+        // Every rank's buffers are visible to all once this returns.
+        void publish(const float* in) {
+            g_.inputs_[std::size_t(rank())] = in;
+            g_.sync_.arrive_and_wait();
+        }
+        template <typename Op> Request reduce(float* data, std::size_t n, Op op) {
+            publish(data);
+            std::vector<float> result(g_.inputs_[0], g_.inputs_[0] + n);
+            for (int r = 1; r < size(); ++r)
+                for (std::size_t i = 0; i < n; ++i)
+                    result[i] = op(result[i], g_.inputs_[std::size_t(r)][i]);
+            g_.sync_.arrive_and_wait(); // everyone has read every input before any is overwritten
+            std::copy(result.begin(), result.end(), data);
+            return {};
+        }
+        ThreadGroup& g_;
+    };
+
+    int size_;
+    std::barrier<> sync_;
+    std::vector<const float*> inputs_; // each rank's buffer in the collective under way
+};
+
+} // namespace shardscope::testing

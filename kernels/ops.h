@@ -1,9 +1,16 @@
 // The operators a GPT training step is made of, behind one interface. The model code calls only
 // these, on pointers the backend allocated, so the same model runs on any backend: kernels/cpu
-// (OpenBLAS and vectorised loops) now, kernels/cuda next. All tensors are fp32, row-major and
-// contiguous; shapes are given in the names (B batch, T sequence, C channels, NH heads, V
-// vocabulary, N = B*T rows, OC output channels). Functions named ...Accumulate add into their
-// outputs, so gradients of several microbatches sum in place.
+// (OpenBLAS and vectorised loops) now, kernels/cuda next. Tensors are row-major and contiguous;
+// shapes are given in the names (B batch, T sequence, C channels, NH heads, V vocabulary, N = B*T
+// rows, OC output channels). Functions named ...Accumulate add into their outputs, so gradients of
+// several microbatches sum in place.
+//
+// Weights, activations and gradients are typed pointers (Ptr, ConstPtr): fp32 or bf16, chosen per
+// tensor by the precision policy, and an operator takes any mix. Arithmetic is fp32 whatever the
+// storage (bf16 is widened on load and rounded to nearest even on store); a GEMM with a bf16
+// operand multiplies in bf16 with fp32 accumulation (an fp32 operand is rounded to bf16 first, as
+// PyTorch's autocast casts it). The loss side (logits, row statistics) and the optimizer's
+// master weights and moments are fp32 only.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +19,43 @@
 #include <string>
 
 namespace shardscope::kernels {
+
+enum class DType : std::uint8_t { F32, BF16 };
+constexpr std::size_t sizeOf(DType t) {
+    return t == DType::F32 ? 4 : 2;
+}
+inline std::string toString(DType t) {
+    return t == DType::F32 ? "fp32" : "bf16";
+}
+
+// A device pointer and the type of its elements; a float* converts to one (fp32).
+struct Ptr {
+    void* data = nullptr;
+    DType type = DType::F32;
+    constexpr Ptr() = default;
+    constexpr Ptr(std::nullptr_t) {}
+    constexpr Ptr(float* p) : data(p) {}
+    constexpr Ptr(void* p, DType t) : data(p), type(t) {}
+    explicit operator bool() const { return data != nullptr; }
+    // `elements` further on.
+    Ptr operator+(std::size_t elements) const {
+        return {static_cast<char*>(data) + elements * sizeOf(type), type};
+    }
+};
+
+struct ConstPtr {
+    const void* data = nullptr;
+    DType type = DType::F32;
+    constexpr ConstPtr() = default;
+    constexpr ConstPtr(std::nullptr_t) {}
+    constexpr ConstPtr(const float* p) : data(p) {}
+    constexpr ConstPtr(Ptr p) : data(p.data), type(p.type) {}
+    constexpr ConstPtr(const void* p, DType t) : data(p), type(t) {}
+    explicit operator bool() const { return data != nullptr; }
+    ConstPtr operator+(std::size_t elements) const {
+        return {static_cast<const char*>(data) + elements * sizeOf(type), type};
+    }
+};
 
 // A point in a stream: complete once the work enqueued before it has run.
 class Event {
@@ -57,62 +101,62 @@ public:
     virtual void copyToDevice(void* dst, const void* src, std::size_t bytes) = 0;
     // Waits for the compute stream's work so far, then copies: the host's one way to read.
     virtual void copyToHost(void* dst, const void* src, std::size_t bytes) = 0;
-    virtual void copy(float* dst, const float* src, std::size_t n) = 0;
-    virtual void zero(float* x, std::size_t n) = 0;
+    // n elements; converts when the types differ (fp32 to bf16 rounds to nearest even).
+    virtual void copy(Ptr dst, ConstPtr src, std::size_t n) = 0;
+    virtual void zero(Ptr x, std::size_t n) = 0;
 
     // ---- embedding: out[N,C] = wte[token] + wpe[t]
-    virtual void embeddingForward(float* out, const std::int32_t* tokens, const float* wte,
-                                  const float* wpe, int B, int T, int C) = 0;
-    virtual void embeddingBackwardAccumulate(float* dwte, float* dwpe, const float* dout,
+    virtual void embeddingForward(Ptr out, const std::int32_t* tokens, ConstPtr wte, ConstPtr wpe,
+                                  int B, int T, int C) = 0;
+    virtual void embeddingBackwardAccumulate(Ptr dwte, Ptr dwpe, ConstPtr dout,
                                              const std::int32_t* tokens, int B, int T, int C) = 0;
 
     // ---- vocabulary-parallel embedding (Megatron-LM): this rank holds rows [vocabStart,
     // vocabStart + vocabCount) of wte. out[N,C] = wte row of the token when this rank holds it,
     // else 0, plus wpe[t] when wpe is given (one rank adds it); the tensor-parallel group sums.
-    virtual void embeddingShardForward(float* out, const std::int32_t* tokens, const float* wte,
-                                       int vocabStart, int vocabCount, const float* wpe, int B,
-                                       int T, int C) = 0;
+    virtual void embeddingShardForward(Ptr out, const std::int32_t* tokens, ConstPtr wte,
+                                       int vocabStart, int vocabCount, ConstPtr wpe, int B, int T,
+                                       int C) = 0;
     // dwte (this rank's rows) += dout of the tokens it holds; dwpe += dout (every rank).
-    virtual void embeddingShardBackwardAccumulate(float* dwte, int vocabStart, int vocabCount,
-                                                  float* dwpe, const float* dout,
+    virtual void embeddingShardBackwardAccumulate(Ptr dwte, int vocabStart, int vocabCount,
+                                                  Ptr dwpe, ConstPtr dout,
                                                   const std::int32_t* tokens, int B, int T,
                                                   int C) = 0;
 
     // ---- layer norm over C, eps 1e-5; mean and rstd [N] are kept for the backward
-    virtual void layerNormForward(float* out, float* mean, float* rstd, const float* inp,
-                                  const float* weight, const float* bias, int N, int C) = 0;
+    virtual void layerNormForward(Ptr out, float* mean, float* rstd, ConstPtr inp, ConstPtr weight,
+                                  ConstPtr bias, int N, int C) = 0;
     // dinp += ..., dweight += ..., dbias += ...
-    virtual void layerNormBackwardAccumulate(float* dinp, float* dweight, float* dbias,
-                                             const float* dout, const float* inp,
-                                             const float* weight, const float* mean,
+    virtual void layerNormBackwardAccumulate(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout,
+                                             ConstPtr inp, ConstPtr weight, const float* mean,
                                              const float* rstd, int N, int C) = 0;
 
     // ---- linear layer, PyTorch's layout: out[N,OC] = inp[N,C] weight[OC,C]^T + bias[OC]
-    virtual void matmulForward(float* out, const float* inp, const float* weight, const float* bias,
-                               int N, int C, int OC) = 0;
+    virtual void matmulForward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
+                               int OC) = 0;
     // dinp[N,C] = dout[N,OC] weight[OC,C] (overwrites; accumulate = true adds instead)
-    virtual void matmulBackwardInput(float* dinp, const float* dout, const float* weight, int N,
-                                     int C, int OC, bool accumulate) = 0;
+    virtual void matmulBackwardInput(Ptr dinp, ConstPtr dout, ConstPtr weight, int N, int C, int OC,
+                                     bool accumulate) = 0;
     // dweight[OC,C] += dout^T inp, dbias[OC] += column sums of dout (bias may be null)
-    virtual void matmulBackwardWeightAccumulate(float* dweight, float* dbias, const float* dout,
-                                                const float* inp, int N, int C, int OC) = 0;
+    virtual void matmulBackwardWeightAccumulate(Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
+                                                int N, int C, int OC) = 0;
 
     // ---- causal multi-head attention on qkv[B,T,3C] (q, k, v each [B,T,NH,C/NH]) -> out[B,T,C].
     // probs[B,NH,T,T] keeps the softmax for the backward; when null it is not stored and the
     // backward recomputes each row with the same code, so results are bit-identical.
-    virtual void attentionForward(float* out, float* probs, const float* qkv, int B, int T, int C,
+    virtual void attentionForward(Ptr out, Ptr probs, ConstPtr qkv, int B, int T, int C,
                                   int NH) = 0;
     // dqkv[B,T,3C] = gradient (overwrites)
-    virtual void attentionBackward(float* dqkv, const float* dout, const float* qkv,
-                                   const float* probs, int B, int T, int C, int NH) = 0;
+    virtual void attentionBackward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr probs, int B,
+                                   int T, int C, int NH) = 0;
 
     // ---- GELU, tanh approximation (GPT-2)
-    virtual void geluForward(float* out, const float* inp, std::size_t n) = 0;
-    virtual void geluBackward(float* dinp, const float* inp, const float* dout, std::size_t n) = 0;
+    virtual void geluForward(Ptr out, ConstPtr inp, std::size_t n) = 0;
+    virtual void geluBackward(Ptr dinp, ConstPtr inp, ConstPtr dout, std::size_t n) = 0;
 
     // ---- out = a + b, and x += y
-    virtual void add(float* out, const float* a, const float* b, std::size_t n) = 0;
-    virtual void addInPlace(float* x, const float* y, std::size_t n) = 0;
+    virtual void add(Ptr out, ConstPtr a, ConstPtr b, std::size_t n) = 0;
+    virtual void addInPlace(Ptr x, ConstPtr y, std::size_t n) = 0;
 
     // ---- loss: logits[N,V] become dloss/dlogits * gradScale in place (softmax - onehot), and
     // the sum over rows of -log softmax(logits)[target] is added to lossSum[0], a device double
@@ -140,13 +184,15 @@ public:
     // ---- optimizer
     // sum[0] += the sum of x[i]^2, a device double: a global norm is summed on the device and
     // read once.
-    virtual void sumOfSquaresAccumulate(const float* x, std::size_t n, double* sum) = 0;
+    virtual void sumOfSquaresAccumulate(ConstPtr x, std::size_t n, double* sum) = 0;
     // Device doubles (loss and norm sums) set to zero.
     virtual void zeroDoubles(double* x, std::size_t n) = 0;
     // AdamW with bias correction at step t (1-based); weightDecay already 0 for excluded tensors.
-    virtual void adamwUpdate(float* param, const float* grad, float* m, float* v, std::size_t n,
+    // param: the fp32 (master) weights; working, when given, the lower-precision weights the
+    // model computes with, rewritten from param after the update (mixed precision).
+    virtual void adamwUpdate(float* param, ConstPtr grad, float* m, float* v, std::size_t n,
                              float lr, float beta1, float beta2, float eps, float weightDecay,
-                             float gradScale, int t) = 0;
+                             float gradScale, int t, Ptr working) = 0;
 };
 
 } // namespace shardscope::kernels

@@ -83,7 +83,7 @@ void AdamW::step(double lr, double gradScale) {
                          v_.f() + (a - begin_), b - a, static_cast<float>(lr),
                          static_cast<float>(train_.beta1), static_cast<float>(train_.beta2),
                          static_cast<float>(train_.epsilon), decay, static_cast<float>(gradScale),
-                         static_cast<int>(t_));
+                         static_cast<int>(t_), nullptr);
     }
 }
 

@@ -1,5 +1,7 @@
 #include "cpu_ops.h"
 
+#include "bf16.h"
+
 #include <algorithm>
 #include <bit>
 #include <cblas.h>
@@ -89,15 +91,65 @@ struct AdamStep {
     float lr, beta1, beta2, eps, weightDecay, gradScale, c1, c2;
 };
 
-SHARDSCOPE_SIMD_CLONES
-void adamwRange(float* param, const float* grad, float* m, float* v, size_t n, AdamStep a) {
+inline float load(const float* p, size_t i) {
+    return p[i];
+}
+inline float load(const std::uint16_t* p, size_t i) {
+    return bf16ToFloat(p[i]);
+}
+
+inline void store(float* p, size_t i, float v) {
+    p[i] = v;
+}
+inline void store(std::uint16_t* p, size_t i, float v) {
+    p[i] = floatToBf16(v);
+}
+
+// Calls f with the elements of p as what they are: float* or std::uint16_t* (bf16).
+template <typename F> void withElements(ConstPtr p, F f) {
+    if (p.type == DType::F32)
+        f(static_cast<const float*>(p.data));
+    else
+        f(static_cast<const std::uint16_t*>(p.data));
+}
+template <typename F> void withElements(Ptr p, F f) {
+    if (p.type == DType::F32)
+        f(static_cast<float*>(p.data));
+    else
+        f(static_cast<std::uint16_t*>(p.data));
+}
+
+template <typename Grad>
+inline void adamwBody(float* param, const Grad* grad, float* m, float* v, size_t n, AdamStep a) {
     for (size_t i = 0; i < n; ++i) {
-        const float g = grad[i] * a.gradScale;
+        const float g = load(grad, i) * a.gradScale;
         m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * g;
         v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
         const float mhat = m[i] / a.c1, vhat = v[i] / a.c2;
         param[i] -= a.lr * (mhat / (std::sqrt(vhat) + a.eps) + a.weightDecay * param[i]);
     }
+}
+
+SHARDSCOPE_SIMD_CLONES
+void adamwRange(float* param, const float* grad, float* m, float* v, size_t n, AdamStep a) {
+    adamwBody(param, grad, m, v, n, a);
+}
+
+SHARDSCOPE_SIMD_CLONES
+void adamwRange(float* param, const std::uint16_t* grad, float* m, float* v, size_t n, AdamStep a) {
+    adamwBody(param, grad, m, v, n, a);
+}
+
+SHARDSCOPE_SIMD_CLONES
+void widenRange(float* out, const std::uint16_t* in, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        out[i] = bf16ToFloat(in[i]);
+}
+
+SHARDSCOPE_SIMD_CLONES
+void narrowRange(std::uint16_t* out, const float* in, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        out[i] = floatToBf16(in[i]);
 }
 
 // Runs work(lo, hi) over [0, n) in chunks spread across the OpenMP threads.
@@ -110,6 +162,95 @@ template <typename Work> void parallelChunks(size_t n, Work work) {
         work(lo, std::min(n, lo + kChunk));
     }
 }
+
+SHARDSCOPE_SIMD_CLONES
+void roundToBf16Range(float* out, const float* in, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        out[i] = bf16ToFloat(floatToBf16(in[i]));
+}
+
+void roundToBf16(float* out, const float* in, size_t n) {
+    parallelChunks(n, [&](size_t lo, size_t hi) { roundToBf16Range(out + lo, in + lo, hi - lo); });
+}
+
+void widen(float* out, const std::uint16_t* in, size_t n) {
+    parallelChunks(n, [&](size_t lo, size_t hi) { widenRange(out + lo, in + lo, hi - lo); });
+}
+
+void narrow(std::uint16_t* out, const float* in, size_t n) {
+    parallelChunks(n, [&](size_t lo, size_t hi) { narrowRange(out + lo, in + lo, hi - lo); });
+}
+
+const std::uint16_t* bf16(ConstPtr p) {
+    return static_cast<const std::uint16_t*>(p.data);
+}
+
+// Host scratch the backend owns (its workspace, as cuBLAS has one), reused from call to call.
+template <typename T> class ScratchPool {
+public:
+    T* take(size_t n) {
+        if (used_ == buffers_.size())
+            buffers_.emplace_back();
+        std::vector<T>& b = buffers_[used_++];
+        if (b.size() < n)
+            b.resize(n);
+        return b.data();
+    }
+    size_t used() const { return used_; }
+    void giveBackTo(size_t used) { used_ = used; }
+
+private:
+    std::vector<std::vector<T>> buffers_;
+    size_t used_ = 0;
+};
+
+// fp32 views of one operator call's typed operands, so each operator has one fp32 kernel: an
+// fp32 operand is used in place; a bf16 one is widened into scratch, and an output narrowed back
+// (rounded to nearest even) when the views go.
+class Fp32Views {
+public:
+    explicit Fp32Views(ScratchPool<float>& pool) : pool_(pool), mark_(pool.used()) {}
+    ~Fp32Views() {
+        for (const Output& o : outputs_)
+            narrow(o.to, o.from, o.n);
+        pool_.giveBackTo(mark_);
+    }
+    Fp32Views(const Fp32Views&) = delete;
+    Fp32Views& operator=(const Fp32Views&) = delete;
+
+    const float* in(ConstPtr p, size_t n) {
+        if (!p || p.type == DType::F32)
+            return static_cast<const float*>(p.data);
+        float* wide = pool_.take(n);
+        widen(wide, bf16(p), n);
+        return wide;
+    }
+    // Written by the kernel.
+    float* out(Ptr p, size_t n) {
+        if (!p || p.type == DType::F32)
+            return static_cast<float*>(p.data);
+        float* wide = pool_.take(n);
+        outputs_.push_back({static_cast<std::uint16_t*>(p.data), wide, n});
+        return wide;
+    }
+    // Read and written (accumulated into).
+    float* inout(Ptr p, size_t n) {
+        float* wide = out(p, n);
+        if (p && p.type != DType::F32)
+            widen(wide, bf16(p), n);
+        return wide;
+    }
+
+private:
+    struct Output {
+        std::uint16_t* to;
+        const float* from;
+        size_t n;
+    };
+    ScratchPool<float>& pool_;
+    size_t mark_;
+    std::vector<Output> outputs_;
+};
 
 // Row t of a causal softmax over scores s[0..T): entries j <= t normalised, the rest zero. The
 // forward and the recomputing backward both call this on the same scores, so a recomputed row
@@ -214,25 +355,165 @@ public:
     void copyToHost(void* dst, const void* src, size_t bytes) override {
         std::memcpy(dst, src, bytes);
     }
-    void copy(float* dst, const float* src, size_t n) override {
-        std::memcpy(dst, src, n * sizeof(float));
-    }
-    void zero(float* x, size_t n) override { std::memset(x, 0, n * sizeof(float)); }
 
-    void embeddingForward(float* out, const std::int32_t* tokens, const float* wte,
-                          const float* wpe, int B, int T, int C) override {
+    // ---- the typed operators: fp32 views of the operands around one fp32 kernel each (below)
+    void copy(Ptr dst, ConstPtr src, size_t n) override {
+        if (dst.type == src.type)
+            std::memcpy(dst.data, src.data, n * sizeOf(dst.type));
+        else if (dst.type == DType::BF16)
+            narrow(static_cast<std::uint16_t*>(dst.data), static_cast<const float*>(src.data), n);
+        else
+            widen(static_cast<float*>(dst.data), bf16(src), n);
+    }
+    void zero(Ptr x, size_t n) override { std::memset(x.data, 0, n * sizeOf(x.type)); }
+
+    void embeddingForward(Ptr out, const std::int32_t* tokens, ConstPtr wte, ConstPtr wpe, int B,
+                          int T, int C) override {
+        Fp32Views v(wide_);
+        float* o = v.out(out, rows(B, T, C));
+        const float* p = v.in(wpe, rows(1, T, C));
+        withElements(wte,
+                     [&](const auto* table) { embeddingForward32(o, tokens, table, p, B, T, C); });
+    }
+    void embeddingBackwardAccumulate(Ptr dwte, Ptr dwpe, ConstPtr dout, const std::int32_t* tokens,
+                                     int B, int T, int C) override {
+        Fp32Views v(wide_);
+        float* p = v.inout(dwpe, rows(1, T, C));
+        const float* d = v.in(dout, rows(B, T, C));
+        withElements(dwte, [&](auto* table) {
+            embeddingBackwardAccumulate32(table, p, d, tokens, B, T, C);
+        });
+    }
+    void embeddingShardForward(Ptr out, const std::int32_t* tokens, ConstPtr wte, int vocabStart,
+                               int vocabCount, ConstPtr wpe, int B, int T, int C) override {
+        Fp32Views v(wide_);
+        float* o = v.out(out, rows(B, T, C));
+        const float* p = v.in(wpe, rows(1, T, C));
+        withElements(wte, [&](const auto* table) {
+            embeddingShardForward32(o, tokens, table, vocabStart, vocabCount, p, B, T, C);
+        });
+    }
+    void embeddingShardBackwardAccumulate(Ptr dwte, int vocabStart, int vocabCount, Ptr dwpe,
+                                          ConstPtr dout, const std::int32_t* tokens, int B, int T,
+                                          int C) override {
+        Fp32Views v(wide_);
+        float* p = v.inout(dwpe, rows(1, T, C));
+        const float* d = v.in(dout, rows(B, T, C));
+        withElements(dwte, [&](auto* table) {
+            embeddingShardBackwardAccumulate32(table, vocabStart, vocabCount, p, d, tokens, B, T,
+                                               C);
+        });
+    }
+
+    void layerNormForward(Ptr out, float* mean, float* rstd, ConstPtr inp, ConstPtr weight,
+                          ConstPtr bias, int N, int C) override {
+        Fp32Views v(wide_);
+        layerNormForward32(v.out(out, rows(1, N, C)), mean, rstd, v.in(inp, rows(1, N, C)),
+                           v.in(weight, size_t(C)), v.in(bias, size_t(C)), N, C);
+    }
+    void layerNormBackwardAccumulate(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
+                                     ConstPtr weight, const float* mean, const float* rstd, int N,
+                                     int C) override {
+        Fp32Views v(wide_);
+        layerNormBackwardAccumulate32(v.inout(dinp, rows(1, N, C)), v.inout(dweight, size_t(C)),
+                                      v.inout(dbias, size_t(C)), v.in(dout, rows(1, N, C)),
+                                      v.in(inp, rows(1, N, C)), v.in(weight, size_t(C)), mean, rstd,
+                                      N, C);
+    }
+
+    void matmulForward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
+                       int OC) override {
+        Fp32Views v(wide_);
+        float* o = v.out(out, rows(1, N, OC));
+        if (const float* b = v.in(bias, size_t(OC))) {
+#pragma omp parallel for
+            for (int n = 0; n < N; ++n)
+                std::memcpy(o + size_t(n) * size_t(OC), b, size_t(OC) * sizeof(float));
+        }
+        gemm(false, true, N, OC, C, inp, C, weight, C, bias ? 1.0f : 0.0f, o, OC);
+    }
+    void matmulBackwardInput(Ptr dinp, ConstPtr dout, ConstPtr weight, int N, int C, int OC,
+                             bool accumulate) override {
+        Fp32Views v(wide_);
+        float* d = accumulate ? v.inout(dinp, rows(1, N, C)) : v.out(dinp, rows(1, N, C));
+        gemm(false, false, N, C, OC, dout, OC, weight, C, accumulate ? 1.0f : 0.0f, d, C);
+    }
+    void matmulBackwardWeightAccumulate(Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp, int N,
+                                        int C, int OC) override {
+        Fp32Views v(wide_);
+        gemm(true, false, OC, C, N, dout, OC, inp, C, 1.0f, v.inout(dweight, rows(1, OC, C)), C);
+        if (dbias)
+            biasGradientAccumulate(v.inout(dbias, size_t(OC)), v.in(dout, rows(1, N, OC)), N, OC);
+    }
+
+    void attentionForward(Ptr out, Ptr probs, ConstPtr qkv, int B, int T, int C, int NH) override {
+        Fp32Views v(wide_);
+        attentionForward32(v.out(out, rows(B, T, C)),
+                           v.out(probs, size_t(B) * size_t(NH) * rows(1, T, T)),
+                           v.in(qkv, rows(B, T, 3 * C)), B, T, C, NH);
+    }
+    void attentionBackward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr probs, int B, int T,
+                           int C, int NH) override {
+        Fp32Views v(wide_);
+        attentionBackward32(v.out(dqkv, rows(B, T, 3 * C)), v.in(dout, rows(B, T, C)),
+                            v.in(qkv, rows(B, T, 3 * C)),
+                            v.in(probs, size_t(B) * size_t(NH) * rows(1, T, T)), B, T, C, NH);
+    }
+
+    void geluForward(Ptr out, ConstPtr inp, size_t n) override {
+        Fp32Views v(wide_);
+        geluForward32(v.out(out, n), v.in(inp, n), n);
+    }
+    void geluBackward(Ptr dinp, ConstPtr inp, ConstPtr dout, size_t n) override {
+        Fp32Views v(wide_);
+        // dinp may be dout itself: the view of dout is read before the output is narrowed.
+        const float* d = v.in(dout, n);
+        geluBackward32(v.out(dinp, n), v.in(inp, n), d, n);
+    }
+    void add(Ptr out, ConstPtr a, ConstPtr b, size_t n) override {
+        Fp32Views v(wide_);
+        add32(v.out(out, n), v.in(a, n), v.in(b, n), n);
+    }
+    void addInPlace(Ptr x, ConstPtr y, size_t n) override {
+        Fp32Views v(wide_);
+        addInPlace32(v.inout(x, n), v.in(y, n), n);
+    }
+
+    void sumOfSquaresAccumulate(ConstPtr x, size_t n, double* sum) override {
+        withElements(x, [&](const auto* values) { sumOfSquaresAccumulate32(values, n, sum); });
+    }
+    void adamwUpdate(float* param, ConstPtr grad, float* m, float* v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weightDecay, float gradScale, int t,
+                     Ptr working) override {
+        if (grad.type == DType::F32)
+            adamwUpdate32(param, static_cast<const float*>(grad.data), m, v, n, lr, beta1, beta2,
+                          eps, weightDecay, gradScale, t);
+        else
+            adamwUpdate32(param, bf16(grad), m, v, n, lr, beta1, beta2, eps, weightDecay, gradScale,
+                          t);
+        if (working)
+            copy(working, param, n);
+    }
+
+    // ---- fp32 kernels
+    // The token tables (wte and its gradient) are read and written in their own type: they are
+    // the size of the vocabulary, too large to widen for every microbatch.
+    template <typename Table>
+    void embeddingForward32(float* out, const std::int32_t* tokens, const Table* wte,
+                            const float* wpe, int B, int T, int C) {
 #pragma omp parallel for
         for (int bt = 0; bt < B * T; ++bt) {
-            const float* e = wte + size_t(tokens[bt]) * size_t(C);
+            const Table* e = wte + size_t(tokens[bt]) * size_t(C);
             const float* p = wpe + size_t(bt % T) * size_t(C);
             float* o = out + size_t(bt) * size_t(C);
             for (int i = 0; i < C; ++i)
-                o[i] = e[i] + p[i];
+                o[i] = load(e, size_t(i)) + p[i];
         }
     }
 
-    void embeddingBackwardAccumulate(float* dwte, float* dwpe, const float* dout,
-                                     const std::int32_t* tokens, int B, int T, int C) override {
+    template <typename Table>
+    void embeddingBackwardAccumulate32(Table* dwte, float* dwpe, const float* dout,
+                                       const std::int32_t* tokens, int B, int T, int C) {
         // Channels are split across threads, so rows sharing a token never race.
 #pragma omp parallel
         {
@@ -240,34 +521,36 @@ public:
             const int lo = C * id / nt, hi = C * (id + 1) / nt;
             for (int bt = 0; bt < B * T; ++bt) {
                 const float* d = dout + size_t(bt) * size_t(C);
-                float* e = dwte + size_t(tokens[bt]) * size_t(C);
+                Table* e = dwte + size_t(tokens[bt]) * size_t(C);
                 float* p = dwpe + size_t(bt % T) * size_t(C);
                 for (int i = lo; i < hi; ++i) {
-                    e[i] += d[i];
+                    store(e, size_t(i), load(e, size_t(i)) + d[i]);
                     p[i] += d[i];
                 }
             }
         }
     }
 
-    void embeddingShardForward(float* out, const std::int32_t* tokens, const float* wte,
-                               int vocabStart, int vocabCount, const float* wpe, int B, int T,
-                               int C) override {
+    template <typename Table>
+    void embeddingShardForward32(float* out, const std::int32_t* tokens, const Table* wte,
+                                 int vocabStart, int vocabCount, const float* wpe, int B, int T,
+                                 int C) {
 #pragma omp parallel for
         for (int bt = 0; bt < B * T; ++bt) {
             const int row = tokens[bt] - vocabStart;
             const bool held = row >= 0 && row < vocabCount;
-            const float* e = held ? wte + size_t(row) * size_t(C) : nullptr;
+            const Table* e = held ? wte + size_t(row) * size_t(C) : nullptr;
             const float* p = wpe ? wpe + size_t(bt % T) * size_t(C) : nullptr;
             float* o = out + size_t(bt) * size_t(C);
             for (int i = 0; i < C; ++i)
-                o[i] = (e ? e[i] : 0.0f) + (p ? p[i] : 0.0f);
+                o[i] = (e ? load(e, size_t(i)) : 0.0f) + (p ? p[i] : 0.0f);
         }
     }
 
-    void embeddingShardBackwardAccumulate(float* dwte, int vocabStart, int vocabCount, float* dwpe,
-                                          const float* dout, const std::int32_t* tokens, int B,
-                                          int T, int C) override {
+    template <typename Table>
+    void embeddingShardBackwardAccumulate32(Table* dwte, int vocabStart, int vocabCount,
+                                            float* dwpe, const float* dout,
+                                            const std::int32_t* tokens, int B, int T, int C) {
 #pragma omp parallel
         {
             const int nt = omp_get_num_threads(), id = omp_get_thread_num();
@@ -280,15 +563,15 @@ public:
                     p[i] += d[i];
                 if (row < 0 || row >= vocabCount)
                     continue;
-                float* e = dwte + size_t(row) * size_t(C);
+                Table* e = dwte + size_t(row) * size_t(C);
                 for (int i = lo; i < hi; ++i)
-                    e[i] += d[i];
+                    store(e, size_t(i), load(e, size_t(i)) + d[i]);
             }
         }
     }
 
-    void layerNormForward(float* out, float* mean, float* rstd, const float* inp,
-                          const float* weight, const float* bias, int N, int C) override {
+    void layerNormForward32(float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int N, int C) {
 #pragma omp parallel for
         for (int n = 0; n < N; ++n) {
             const float* x = inp + size_t(n) * size_t(C);
@@ -311,9 +594,9 @@ public:
         }
     }
 
-    void layerNormBackwardAccumulate(float* dinp, float* dweight, float* dbias, const float* dout,
-                                     const float* inp, const float* weight, const float* mean,
-                                     const float* rstd, int N, int C) override {
+    void layerNormBackwardAccumulate32(float* dinp, float* dweight, float* dbias, const float* dout,
+                                       const float* inp, const float* weight, const float* mean,
+                                       const float* rstd, int N, int C) {
         // Rows in parallel for dinp; the weight gradients reduce per thread, then sum in order
         // of thread id so the result does not depend on scheduling.
         const int nt = threads_;
@@ -357,46 +640,9 @@ public:
         }
     }
 
-    void matmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                       int C, int OC) override {
-        if (bias) {
-#pragma omp parallel for
-            for (int n = 0; n < N; ++n)
-                std::memcpy(out + size_t(n) * size_t(OC), bias, size_t(OC) * sizeof(float));
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
-                    bias ? 1.0f : 0.0f, out, OC);
-    }
-
-    void matmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int C,
-                             int OC, bool accumulate) override {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                    accumulate ? 1.0f : 0.0f, dinp, C);
-    }
-
-    void matmulBackwardWeightAccumulate(float* dweight, float* dbias, const float* dout,
-                                        const float* inp, int N, int C, int OC) override {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                    dweight, C);
-        if (!dbias)
-            return;
-            // Each thread owns a slice of columns and walks the rows in order: contiguous reads.
-#pragma omp parallel
-        {
-            const int team = omp_get_num_threads(), id = omp_get_thread_num();
-            const int lo = OC * id / team, hi = OC * (id + 1) / team;
-            for (int n = 0; n < N; ++n) {
-                const float* row = dout + size_t(n) * size_t(OC);
-#pragma omp simd
-                for (int o = lo; o < hi; ++o)
-                    dbias[o] += row[o];
-            }
-        }
-    }
-
     // Per (batch, head): P = softmax(Q K^T / sqrt(hs)) masked causally, O = P V, as GEMMs.
-    void attentionForward(float* out, float* probs, const float* qkv, int B, int T, int C,
-                          int NH) override {
+    void attentionForward32(float* out, float* probs, const float* qkv, int B, int T, int C,
+                            int NH) {
         const int hs = C / NH, ld = 3 * C;
         const size_t TT = size_t(T) * size_t(T);
         float* scratchBase = probs ? nullptr : scratch(size_t(threads_) * TT).data();
@@ -415,8 +661,8 @@ public:
     }
 
     // dP = dO V^T, dS = P (dP - rowsum(P dP)) / sqrt(hs), dQ = dS K, dK = dS^T Q, dV = P^T dO.
-    void attentionBackward(float* dqkv, const float* dout, const float* qkv, const float* probs,
-                           int B, int T, int C, int NH) override {
+    void attentionBackward32(float* dqkv, const float* dout, const float* qkv, const float* probs,
+                             int B, int T, int C, int NH) {
         const int hs = C / NH, ld = 3 * C;
         const size_t TT = size_t(T) * size_t(T);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -449,24 +695,24 @@ public:
             }
     }
 
-    void geluForward(float* out, const float* inp, size_t n) override {
+    void geluForward32(float* out, const float* inp, size_t n) {
         parallelChunks(
             n, [&](size_t lo, size_t hi) { geluForwardRange(out + lo, inp + lo, hi - lo); });
     }
 
-    void geluBackward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    void geluBackward32(float* dinp, const float* inp, const float* dout, size_t n) {
         parallelChunks(n, [&](size_t lo, size_t hi) {
             geluBackwardRange(dinp + lo, inp + lo, dout + lo, hi - lo);
         });
     }
 
-    void add(float* out, const float* a, const float* b, size_t n) override {
+    void add32(float* out, const float* a, const float* b, size_t n) {
 #pragma omp parallel for simd
         for (std::ptrdiff_t i = 0; i < sz(n); ++i)
             out[i] = a[i] + b[i];
     }
 
-    void addInPlace(float* x, const float* y, size_t n) override {
+    void addInPlace32(float* x, const float* y, size_t n) {
 #pragma omp parallel for simd
         for (std::ptrdiff_t i = 0; i < sz(n); ++i)
             x[i] += y[i];
@@ -548,7 +794,7 @@ public:
         }
     }
 
-    void sumOfSquaresAccumulate(const float* x, size_t n, double* sum) override {
+    template <typename X> void sumOfSquaresAccumulate32(const X* x, size_t n, double* sum) {
         constexpr size_t kChunk = 65536;
         const size_t chunks = (n + kChunk - 1) / kChunk;
         std::vector<double>& chunkSum = partials(chunks);
@@ -557,7 +803,7 @@ public:
             double s = 0.0;
             const size_t lo = size_t(c) * kChunk, hi = std::min(n, lo + kChunk);
             for (size_t i = lo; i < hi; ++i)
-                s += double(x[i]) * double(x[i]);
+                s += double(load(x, i)) * double(load(x, i));
             chunkSum[size_t(c)] = s;
         }
         sum[0] += std::accumulate(chunkSum.begin(), chunkSum.begin() + std::ptrdiff_t(chunks), 0.0);
@@ -566,9 +812,10 @@ public:
         std::fill(x, x + n, 0.0);
     }
 
-    void adamwUpdate(float* param, const float* grad, float* m, float* v, size_t n, float lr,
-                     float beta1, float beta2, float eps, float weightDecay, float gradScale,
-                     int t) override {
+    template <typename Grad>
+    void adamwUpdate32(float* param, const Grad* grad, float* m, float* v, size_t n, float lr,
+                       float beta1, float beta2, float eps, float weightDecay, float gradScale,
+                       int t) {
         const AdamStep step{lr,
                             beta1,
                             beta2,
@@ -583,6 +830,53 @@ public:
     }
 
 private:
+    static size_t rows(int B, int T, int C) {
+        return size_t(B) * size_t(T) * size_t(C);
+    }
+    // C[M,N] = op(A) op(B) + beta C, C fp32. With a bf16 operand the product is a bf16 GEMM
+    // with fp32 accumulation: an fp32 operand is rounded to bf16 first (as autocast casts it),
+    // and both are widened to fp32 for sgemm. Widening is exact (every bf16 value is an fp32
+    // value) and so is the product of two bf16 values in fp32, so this is a bf16 GEMM's
+    // arithmetic; Debian 12's OpenBLAS is built without its own (cblas_sbgemm is declared but
+    // not exported), so the speed is fp32's.
+    void gemm(bool transA, bool transB, int M, int N, int K, ConstPtr A, int lda, ConstPtr B,
+              int ldb, float beta, float* C, int ldc) {
+        const auto ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
+        const bool bf16Product = A.type == DType::BF16 || B.type == DType::BF16;
+        const size_t mark = wide_.used();
+        const float* a = bf16Product ? bf16Values(A, size_t(transA ? K : M) * size_t(lda))
+                                     : static_cast<const float*>(A.data);
+        const float* b = bf16Product ? bf16Values(B, size_t(transB ? N : K) * size_t(ldb))
+                                     : static_cast<const float*>(B.data);
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, C, ldc);
+        wide_.giveBackTo(mark);
+    }
+    // The values of p as bf16 holds them, in fp32.
+    const float* bf16Values(ConstPtr p, size_t n) {
+        float* out = wide_.take(n);
+        if (p.type == DType::BF16)
+            widen(out, bf16(p), n);
+        else
+            roundToBf16(out, static_cast<const float*>(p.data), n);
+        return out;
+    }
+
+    // dbias[OC] += column sums of dout[N, OC].
+    void biasGradientAccumulate(float* dbias, const float* dout, int N, int OC) {
+        // Each thread owns a slice of columns and walks the rows in order: contiguous reads.
+#pragma omp parallel
+        {
+            const int team = omp_get_num_threads(), id = omp_get_thread_num();
+            const int lo = OC * id / team, hi = OC * (id + 1) / team;
+            for (int n = 0; n < N; ++n) {
+                const float* row = dout + size_t(n) * size_t(OC);
+#pragma omp simd
+                for (int o = lo; o < hi; ++o)
+                    dbias[o] += row[o];
+            }
+        }
+    }
+
     std::vector<double>& partials(size_t n) {
         if (partials_.size() < n)
             partials_.resize(n);
@@ -597,6 +891,8 @@ private:
     CpuStream compute_;
     std::vector<float> scratch_;
     std::vector<double> partials_;
+    ScratchPool<float> wide_;           // fp32 copies of bf16 operands
+    ScratchPool<std::uint16_t> narrow_; // bf16 copies of fp32 GEMM operands
 };
 
 } // namespace

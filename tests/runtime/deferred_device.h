@@ -126,80 +126,84 @@ public:
         compute_.synchronize();
         cpu_->copyToHost(dst, src, bytes);
     }
-    void copy(float* dst, const float* src, std::size_t n) override {
+    void copy(kernels::Ptr dst, kernels::ConstPtr src, std::size_t n) override {
         later([=, this] { cpu_->copy(dst, src, n); });
     }
-    void zero(float* x, std::size_t n) override {
+    void zero(kernels::Ptr x, std::size_t n) override {
         later([=, this] { cpu_->zero(x, n); });
     }
 
-    void embeddingForward(float* out, const std::int32_t* tokens, const float* wte,
-                          const float* wpe, int B, int T, int C) override {
+    void embeddingForward(kernels::Ptr out, const std::int32_t* tokens, kernels::ConstPtr wte,
+                          kernels::ConstPtr wpe, int B, int T, int C) override {
         later([=, this] { cpu_->embeddingForward(out, tokens, wte, wpe, B, T, C); });
     }
-    void embeddingBackwardAccumulate(float* dwte, float* dwpe, const float* dout,
+    void embeddingBackwardAccumulate(kernels::Ptr dwte, kernels::Ptr dwpe, kernels::ConstPtr dout,
                                      const std::int32_t* tokens, int B, int T, int C) override {
         later([=, this] { cpu_->embeddingBackwardAccumulate(dwte, dwpe, dout, tokens, B, T, C); });
     }
-    void embeddingShardForward(float* out, const std::int32_t* tokens, const float* wte,
-                               int vocabStart, int vocabCount, const float* wpe, int B, int T,
+    void embeddingShardForward(kernels::Ptr out, const std::int32_t* tokens, kernels::ConstPtr wte,
+                               int vocabStart, int vocabCount, kernels::ConstPtr wpe, int B, int T,
                                int C) override {
         later([=, this] {
             cpu_->embeddingShardForward(out, tokens, wte, vocabStart, vocabCount, wpe, B, T, C);
         });
     }
-    void embeddingShardBackwardAccumulate(float* dwte, int vocabStart, int vocabCount, float* dwpe,
-                                          const float* dout, const std::int32_t* tokens, int B,
-                                          int T, int C) override {
+    void embeddingShardBackwardAccumulate(kernels::Ptr dwte, int vocabStart, int vocabCount,
+                                          kernels::Ptr dwpe, kernels::ConstPtr dout,
+                                          const std::int32_t* tokens, int B, int T,
+                                          int C) override {
         later([=, this] {
             cpu_->embeddingShardBackwardAccumulate(dwte, vocabStart, vocabCount, dwpe, dout, tokens,
                                                    B, T, C);
         });
     }
-    void layerNormForward(float* out, float* mean, float* rstd, const float* inp,
-                          const float* weight, const float* bias, int N, int C) override {
+    void layerNormForward(kernels::Ptr out, float* mean, float* rstd, kernels::ConstPtr inp,
+                          kernels::ConstPtr weight, kernels::ConstPtr bias, int N, int C) override {
         later([=, this] { cpu_->layerNormForward(out, mean, rstd, inp, weight, bias, N, C); });
     }
-    void layerNormBackwardAccumulate(float* dinp, float* dweight, float* dbias, const float* dout,
-                                     const float* inp, const float* weight, const float* mean,
-                                     const float* rstd, int N, int C) override {
+    void layerNormBackwardAccumulate(kernels::Ptr dinp, kernels::Ptr dweight, kernels::Ptr dbias,
+                                     kernels::ConstPtr dout, kernels::ConstPtr inp,
+                                     kernels::ConstPtr weight, const float* mean, const float* rstd,
+                                     int N, int C) override {
         later([=, this] {
             cpu_->layerNormBackwardAccumulate(dinp, dweight, dbias, dout, inp, weight, mean, rstd,
                                               N, C);
         });
     }
-    void matmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                       int C, int OC) override {
+    void matmulForward(kernels::Ptr out, kernels::ConstPtr inp, kernels::ConstPtr weight,
+                       kernels::ConstPtr bias, int N, int C, int OC) override {
         later([=, this] { cpu_->matmulForward(out, inp, weight, bias, N, C, OC); });
     }
-    void matmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int C,
-                             int OC, bool accumulate) override {
+    void matmulBackwardInput(kernels::Ptr dinp, kernels::ConstPtr dout, kernels::ConstPtr weight,
+                             int N, int C, int OC, bool accumulate) override {
         later([=, this] { cpu_->matmulBackwardInput(dinp, dout, weight, N, C, OC, accumulate); });
     }
-    void matmulBackwardWeightAccumulate(float* dweight, float* dbias, const float* dout,
-                                        const float* inp, int N, int C, int OC) override {
+    void matmulBackwardWeightAccumulate(kernels::Ptr dweight, kernels::Ptr dbias,
+                                        kernels::ConstPtr dout, kernels::ConstPtr inp, int N, int C,
+                                        int OC) override {
         later([=, this] {
             cpu_->matmulBackwardWeightAccumulate(dweight, dbias, dout, inp, N, C, OC);
         });
     }
-    void attentionForward(float* out, float* probs, const float* qkv, int B, int T, int C,
-                          int NH) override {
+    void attentionForward(kernels::Ptr out, kernels::Ptr probs, kernels::ConstPtr qkv, int B, int T,
+                          int C, int NH) override {
         later([=, this] { cpu_->attentionForward(out, probs, qkv, B, T, C, NH); });
     }
-    void attentionBackward(float* dqkv, const float* dout, const float* qkv, const float* probs,
-                           int B, int T, int C, int NH) override {
+    void attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dout, kernels::ConstPtr qkv,
+                           kernels::ConstPtr probs, int B, int T, int C, int NH) override {
         later([=, this] { cpu_->attentionBackward(dqkv, dout, qkv, probs, B, T, C, NH); });
     }
-    void geluForward(float* out, const float* inp, std::size_t n) override {
+    void geluForward(kernels::Ptr out, kernels::ConstPtr inp, std::size_t n) override {
         later([=, this] { cpu_->geluForward(out, inp, n); });
     }
-    void geluBackward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
+    void geluBackward(kernels::Ptr dinp, kernels::ConstPtr inp, kernels::ConstPtr dout,
+                      std::size_t n) override {
         later([=, this] { cpu_->geluBackward(dinp, inp, dout, n); });
     }
-    void add(float* out, const float* a, const float* b, std::size_t n) override {
+    void add(kernels::Ptr out, kernels::ConstPtr a, kernels::ConstPtr b, std::size_t n) override {
         later([=, this] { cpu_->add(out, a, b, n); });
     }
-    void addInPlace(float* x, const float* y, std::size_t n) override {
+    void addInPlace(kernels::Ptr x, kernels::ConstPtr y, std::size_t n) override {
         later([=, this] { cpu_->addInPlace(x, y, n); });
     }
     void crossEntropyForwardBackward(float* logits, const std::int32_t* targets, int N, int V,
@@ -229,18 +233,18 @@ public:
                                             gradScale);
         });
     }
-    void sumOfSquaresAccumulate(const float* x, std::size_t n, double* sum) override {
+    void sumOfSquaresAccumulate(kernels::ConstPtr x, std::size_t n, double* sum) override {
         later([=, this] { cpu_->sumOfSquaresAccumulate(x, n, sum); });
     }
     void zeroDoubles(double* x, std::size_t n) override {
         later([=, this] { cpu_->zeroDoubles(x, n); });
     }
-    void adamwUpdate(float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
-                     float beta1, float beta2, float eps, float weightDecay, float gradScale,
-                     int t) override {
+    void adamwUpdate(float* param, kernels::ConstPtr grad, float* m, float* v, std::size_t n,
+                     float lr, float beta1, float beta2, float eps, float weightDecay,
+                     float gradScale, int t, kernels::Ptr working) override {
         later([=, this] {
             cpu_->adamwUpdate(param, grad, m, v, n, lr, beta1, beta2, eps, weightDecay, gradScale,
-                              t);
+                              t, working);
         });
     }
 

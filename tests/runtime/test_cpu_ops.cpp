@@ -1,7 +1,9 @@
+#include "kernels/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <random>
 #include <vector>
@@ -162,7 +164,7 @@ TEST(CpuOps, VocabularyShardsOfTheEmbeddingSumToTheWholeOne) {
     const std::vector<float> wte = randomVector(std::size_t(V * C), 8),
                              wpe = randomVector(std::size_t(T * C), 9);
     const std::vector<std::int32_t> tokens = {0, 5, 2, 3, 3, 1};
-    std::vector<float> whole(std::size_t(B * T * C)), a(whole.size()), b(whole.size());
+    std::vector<float> whole(static_cast<std::size_t>(B * T * C)), a(whole.size()), b(whole.size());
     ops->embeddingForward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
     ops->embeddingShardForward(a.data(), tokens.data(), wte.data(), 0, 3, wpe.data(), B, T, C);
     ops->embeddingShardForward(b.data(), tokens.data(), wte.data() + 3 * C, 3, 3, nullptr, B, T, C);
@@ -170,8 +172,8 @@ TEST(CpuOps, VocabularyShardsOfTheEmbeddingSumToTheWholeOne) {
         EXPECT_FLOAT_EQ(a[i] + b[i], whole[i]) << i;
     // Backward: each shard's rows get the gradients of its tokens; positions get all of them.
     const std::vector<float> dout = randomVector(whole.size(), 10);
-    std::vector<float> dwte(std::size_t(V * C)), dwpe(std::size_t(T * C)),
-        dshard(std::size_t(3 * C)), dpos(std::size_t(T * C));
+    std::vector<float> dwte(static_cast<std::size_t>(V * C)), dwpe(static_cast<std::size_t>(T * C)),
+        dshard(static_cast<std::size_t>(3 * C)), dpos(static_cast<std::size_t>(T * C));
     ops->embeddingBackwardAccumulate(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
     ops->embeddingShardBackwardAccumulate(dshard.data(), 3, 3, dpos.data(), dout.data(),
                                           tokens.data(), B, T, C);
@@ -217,6 +219,185 @@ TEST(CpuOps, EventsCompleteWhenRecordedAndKeepTheTime) {
     auto side = ops->createStream();
     side->waitFor(*event); // never blocks on the CPU
     side->synchronize();
+}
+
+// ---- bf16 operands. Arithmetic is fp32 whatever the storage: a bf16 operand is widened on load
+// and a bf16 result rounded once on store. So each operator with bf16 operands must equal, bit for
+// bit, the fp32 operator on the widened values with its result rounded.
+
+// n values as bf16 holds them: the bits, and the same values in fp32.
+struct Bf16Values {
+    std::vector<std::uint16_t> bits;
+    std::vector<float> wide;
+    Ptr ptr() { return {bits.data(), DType::BF16}; }
+};
+
+Bf16Values bf16Of(const std::vector<float>& x) {
+    Bf16Values v;
+    for (float f : x) {
+        v.bits.push_back(floatToBf16(f));
+        v.wide.push_back(bf16ToFloat(v.bits.back()));
+    }
+    return v;
+}
+
+std::vector<std::uint16_t> roundedBits(const std::vector<float>& x) {
+    std::vector<std::uint16_t> out;
+    for (float f : x)
+        out.push_back(floatToBf16(f));
+    return out;
+}
+
+TEST(CpuOpsBf16, CopyConvertsBetweenTypesRoundingToNearestEven) {
+    auto ops = makeCpuOps(2);
+    const std::vector<float> x = randomVector(100001, 11);
+    std::vector<std::uint16_t> narrow(x.size());
+    ops->copy({narrow.data(), DType::BF16}, x.data(), x.size());
+    EXPECT_EQ(narrow, roundedBits(x));
+    std::vector<float> back(x.size());
+    ops->copy(back.data(), ConstPtr{narrow.data(), DType::BF16}, x.size());
+    for (std::size_t i = 0; i < x.size(); ++i)
+        ASSERT_EQ(back[i], bf16ToFloat(narrow[i])) << i;
+    ops->zero({narrow.data(), DType::BF16}, 3);
+    EXPECT_EQ(narrow[2], 0u);
+    EXPECT_NE(narrow[3], 0u);
+}
+
+// The product of bf16 values with fp32 accumulation: within fp32 rounding of the exact (double)
+// sum of the rounded inputs' products; an fp32 operand is rounded to bf16 first, as autocast does.
+TEST(CpuOpsBf16, GemmsMultiplyTheBf16ValuesWithFp32Accumulation) {
+    auto ops = makeCpuOps(2);
+    const int N = 9, C = 33, OC = 7;
+    Bf16Values inp = bf16Of(randomVector(N * C, 1)), w = bf16Of(randomVector(OC * C, 2));
+    const std::vector<float> b = randomVector(OC, 3), wFp32 = randomVector(OC * C, 2);
+    std::vector<float> out(N * OC), mixed(N * OC);
+    ops->matmulForward(out.data(), inp.ptr(), w.ptr(), b.data(), N, C, OC);
+    ops->matmulForward(mixed.data(), inp.ptr(), wFp32.data(), b.data(), N, C, OC);
+    for (int n = 0; n < N; ++n)
+        for (int o = 0; o < OC; ++o) {
+            double exact = b[std::size_t(o)];
+            for (int c = 0; c < C; ++c)
+                exact += double(inp.wide[std::size_t(n * C + c)]) * w.wide[std::size_t(o * C + c)];
+            EXPECT_NEAR(out[std::size_t(n * OC + o)], exact, 1e-5 * (1 + std::abs(exact)));
+        }
+    EXPECT_EQ(mixed, out); // wFp32 rounds to w
+    std::vector<std::uint16_t> narrowOut(N * OC);
+    ops->matmulForward({narrowOut.data(), DType::BF16}, inp.ptr(), w.ptr(), b.data(), N, C, OC);
+    EXPECT_EQ(narrowOut, roundedBits(out));
+
+    // The weight gradient accumulates into fp32 gradients as fp32 GEMMs of the widened values.
+    const Bf16Values dout = bf16Of(randomVector(N * OC, 4));
+    std::vector<float> dw(OC * C, 0.5f), dwWant(OC * C, 0.5f), db(OC, 0.0f), dbWant(OC, 0.0f);
+    ops->matmulBackwardWeightAccumulate(
+        dw.data(), db.data(), ConstPtr{dout.bits.data(), DType::BF16}, inp.ptr(), N, C, OC);
+    ops->matmulBackwardWeightAccumulate(dwWant.data(), dbWant.data(), dout.wide.data(),
+                                        inp.wide.data(), N, C, OC);
+    EXPECT_EQ(dw, dwWant);
+    EXPECT_EQ(db, dbWant);
+}
+
+TEST(CpuOpsBf16, ElementwiseOperatorsComputeInFp32AndRoundOnce) {
+    auto ops = makeCpuOps(2);
+    const std::size_t n = 70001;
+    Bf16Values x = bf16Of(randomVector(n, 5)), y = bf16Of(randomVector(n, 6));
+    std::vector<float> want(n), got(n);
+    std::vector<std::uint16_t> out(n);
+
+    ops->geluForward({out.data(), DType::BF16}, x.ptr(), n);
+    ops->geluForward(want.data(), x.wide.data(), n);
+    EXPECT_EQ(out, roundedBits(want));
+
+    ops->add({out.data(), DType::BF16}, x.ptr(), y.ptr(), n);
+    ops->add(want.data(), x.wide.data(), y.wide.data(), n);
+    EXPECT_EQ(out, roundedBits(want));
+
+    // In place and accumulating: x += y on bf16 storage rounds the fp32 sum once.
+    Bf16Values acc = x;
+    ops->addInPlace(acc.ptr(), y.ptr(), n);
+    EXPECT_EQ(acc.bits, out);
+
+    // The GELU backward in place over its output gradient, as the model calls it.
+    Bf16Values d = y;
+    ops->geluBackward(d.ptr(), x.ptr(), d.ptr(), n);
+    ops->geluBackward(want.data(), x.wide.data(), y.wide.data(), n);
+    EXPECT_EQ(d.bits, roundedBits(want));
+
+    double sum = 0, wantSum = 0;
+    ops->sumOfSquaresAccumulate(ConstPtr{x.bits.data(), DType::BF16}, n, &sum);
+    ops->sumOfSquaresAccumulate(x.wide.data(), n, &wantSum);
+    EXPECT_EQ(sum, wantSum);
+}
+
+TEST(CpuOpsBf16, LayerNormAndAttentionOnBf16ActivationsRoundTheirOutputs) {
+    auto ops = makeCpuOps(2);
+    const int B = 2, T = 6, C = 8, NH = 2, N = B * T;
+    Bf16Values x = bf16Of(randomVector(std::size_t(N * C), 7)),
+               w = bf16Of(randomVector(std::size_t(C), 8)),
+               bias = bf16Of(randomVector(std::size_t(C), 9)),
+               qkv = bf16Of(randomVector(std::size_t(N * 3 * C), 10));
+    std::vector<std::uint16_t> normed(static_cast<std::size_t>(N * C)),
+        att(static_cast<std::size_t>(N * C));
+    std::vector<float> mean(static_cast<std::size_t>(N)), rstd(static_cast<std::size_t>(N)),
+        want(static_cast<std::size_t>(N * C)), wantMean(static_cast<std::size_t>(N)),
+        wantRstd(static_cast<std::size_t>(N));
+    ops->layerNormForward({normed.data(), DType::BF16}, mean.data(), rstd.data(), x.ptr(), w.ptr(),
+                          bias.ptr(), N, C);
+    ops->layerNormForward(want.data(), wantMean.data(), wantRstd.data(), x.wide.data(),
+                          w.wide.data(), bias.wide.data(), N, C);
+    EXPECT_EQ(normed, roundedBits(want));
+    EXPECT_EQ(mean, wantMean); // statistics stay fp32
+    EXPECT_EQ(rstd, wantRstd);
+
+    ops->attentionForward({att.data(), DType::BF16}, nullptr, qkv.ptr(), B, T, C, NH);
+    ops->attentionForward(want.data(), nullptr, qkv.wide.data(), B, T, C, NH);
+    EXPECT_EQ(att, roundedBits(want));
+}
+
+// The token table is read and its gradient accumulated in bf16 directly (it is the size of the
+// vocabulary): each addition rounds.
+TEST(CpuOpsBf16, EmbeddingTablesInBf16) {
+    auto ops = makeCpuOps(2);
+    const int B = 1, T = 4, C = 6, V = 10;
+    const std::vector<std::int32_t> tokens{3, 7, 0, 9}; // distinct: one addition per row
+    Bf16Values wte = bf16Of(randomVector(std::size_t(V * C), 12)),
+               wpe = bf16Of(randomVector(std::size_t(T * C), 13)),
+               dout = bf16Of(randomVector(std::size_t(T * C), 14)),
+               dwte = bf16Of(randomVector(std::size_t(V * C), 15));
+    std::vector<float> out(static_cast<std::size_t>(T * C)), want(static_cast<std::size_t>(T * C)),
+        dwpe(std::size_t(T * C), 0.0f);
+    ops->embeddingForward(out.data(), tokens.data(), wte.ptr(), wpe.ptr(), B, T, C);
+    ops->embeddingForward(want.data(), tokens.data(), wte.wide.data(), wpe.wide.data(), B, T, C);
+    EXPECT_EQ(out, want);
+
+    const std::vector<std::uint16_t> before = dwte.bits;
+    ops->embeddingBackwardAccumulate(
+        dwte.ptr(), dwpe.data(), ConstPtr{dout.bits.data(), DType::BF16}, tokens.data(), B, T, C);
+    for (int t = 0; t < T; ++t)
+        for (int c = 0; c < C; ++c) {
+            const std::size_t row = std::size_t(tokens[std::size_t(t)] * C + c);
+            const float sum = bf16ToFloat(before[row]) + dout.wide[std::size_t(t * C + c)];
+            EXPECT_EQ(dwte.bits[row], floatToBf16(sum));
+            EXPECT_EQ(dwpe[std::size_t(t * C + c)], dout.wide[std::size_t(t * C + c)]);
+        }
+    EXPECT_EQ(dwte.bits[std::size_t(C)], before[std::size_t(C)]); // token 1 is not in the batch
+}
+
+// Mixed precision: AdamW updates the fp32 master weights from bf16 gradients and rewrites the
+// bf16 working weights from them.
+TEST(CpuOpsBf16, AdamWUpdatesTheMasterAndRewritesTheWorkingWeights) {
+    auto ops = makeCpuOps(2);
+    const std::size_t n = 40000;
+    const Bf16Values grad = bf16Of(randomVector(n, 16));
+    std::vector<float> master = randomVector(n, 17), m(n, 0.0f), v(n, 0.0f);
+    std::vector<float> wantMaster = master, wm(n, 0.0f), wv(n, 0.0f);
+    std::vector<std::uint16_t> working(n);
+    ops->adamwUpdate(master.data(), ConstPtr{grad.bits.data(), DType::BF16}, m.data(), v.data(), n,
+                     1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 1, {working.data(), DType::BF16});
+    ops->adamwUpdate(wantMaster.data(), grad.wide.data(), wm.data(), wv.data(), n, 1e-3f, 0.9f,
+                     0.95f, 1e-8f, 0.1f, 0.5f, 1, nullptr);
+    EXPECT_EQ(master, wantMaster);
+    EXPECT_EQ(m, wm);
+    EXPECT_EQ(working, roundedBits(master));
 }
 
 TEST(CpuOps, PeakEstimateStatesItsFormula) {

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 namespace shardscope::kernels {
@@ -56,6 +57,18 @@ struct ConstPtr {
         return {static_cast<const char*>(data) + elements * sizeOf(type), type};
     }
 };
+
+// The elements of p as fp32, for code that handles only fp32: std::logic_error otherwise.
+inline float* asFloats(Ptr p) {
+    if (p.type != DType::F32)
+        throw std::logic_error("fp32-only code was given " + toString(p.type) + " elements");
+    return static_cast<float*>(p.data);
+}
+inline const float* asFloats(ConstPtr p) {
+    if (p.type != DType::F32)
+        throw std::logic_error("fp32-only code was given " + toString(p.type) + " elements");
+    return static_cast<const float*>(p.data);
+}
 
 // A point in a stream: complete once the work enqueued before it has run.
 class Event {

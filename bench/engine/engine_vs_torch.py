@@ -2,12 +2,14 @@
 """Training throughput of shardscope-engine against PyTorch, same model, batch and threads.
 
 Usage: bench/engine/engine_vs_torch.py ENGINE [--config bench/engine/reference.json]
-                                              [--threads N] [--steps N]
+                                              [--threads N] [--steps N] [--precision bf16]
 
 Runs the engine on the config (synthetic data, fp32, AdamW), then the same GPT-2 in PyTorch
 (Debian's python3-torch on the CPU, fp32, torch.optim.AdamW, the same tanh GELU and causal
 attention written out as nanoGPT's fallback path does), and prints tokens/s side by side. The
-first two steps of each are warm-up and not counted.
+first two steps of each are warm-up and not counted. With --precision bf16 the engine trains in
+its bf16 policy and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) (fp32 weights,
+bf16 GEMMs and activations where autocast casts them: PyTorch's best bf16 path on a CPU).
 """
 import argparse
 import json
@@ -19,10 +21,11 @@ import tempfile
 import time
 
 
-def engine_run(engine, config, threads, steps):
+def engine_run(engine, config, threads, steps, precision="fp32"):
     with tempfile.TemporaryDirectory() as run:
         cmd = [engine, "train", "--config", config, "--out", os.path.join(run, "r"),
-               "--threads", str(threads), "--steps", str(steps), "--quiet"]
+               "--threads", str(threads), "--steps", str(steps), "--precision", precision,
+               "--quiet"]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         times = []
         with open(os.path.join(run, "r", "telemetry", "rank-0.jsonl")) as f:
@@ -33,7 +36,7 @@ def engine_run(engine, config, threads, steps):
         return times
 
 
-def torch_run(cfg, threads, steps, ddp=False):
+def torch_run(cfg, threads, steps, ddp=False, precision="fp32"):
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -85,7 +88,8 @@ def torch_run(cfg, threads, steps, ddp=False):
         tgt = torch.randint(0, V, (B, T))
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -99,7 +103,8 @@ def torch_in_subprocess(a, env):
     env = {**env, "OPENBLAS_NUM_THREADS": str(a.threads), "OMP_NUM_THREADS": str(a.threads)}
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-only", a.engine,
                           "--config", a.config, "--threads", str(a.threads), "--steps",
-                          str(a.steps)], check=True, capture_output=True, text=True,
+                          str(a.steps), "--precision", a.precision], check=True,
+                         capture_output=True, text=True,
                          env={**os.environ, **env})
     r = json.loads(out.stdout.strip().splitlines()[-1])
     return r["times"], r["version"]
@@ -117,11 +122,12 @@ def main():
     ap.add_argument("--config", default=os.path.join(here, "reference.json"))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--torch-only", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     cfg = json.load(open(a.config))
     if a.torch_only:  # the child process of torch_in_subprocess
-        times, version = torch_run(cfg, a.threads, a.steps)
+        times, version = torch_run(cfg, a.threads, a.steps, precision=a.precision)
         print(json.dumps({"times": times, "version": version}))
         return 0
     try:
@@ -129,7 +135,7 @@ def main():
     except ImportError:
         print("PyTorch is not installed: install python3-torch to compare")
         return 1
-    eng = engine_run(a.engine, a.config, a.threads, a.steps)
+    eng = engine_run(a.engine, a.config, a.threads, a.steps, a.precision)
     # PyTorch as users run it, and with the thread-pool settings the engine gives itself.
     tt, version = torch_in_subprocess(a, {})
     tuned, _ = torch_in_subprocess(a, {"OMP_WAIT_POLICY": "passive",
@@ -137,7 +143,7 @@ def main():
     m = cfg["model"]
     print(f"model: {m['layers']} layers, {m['hidden']} hidden, {m['heads']} heads, "
           f"seq {m['seq_len']}, vocab {m['vocab']}, batch {cfg['parallel']['micro_batch']}, "
-          f"{a.threads} threads, fp32, AdamW; median of steps 3-{a.steps}")
+          f"{a.threads} threads, {a.precision}, AdamW; median of steps 3-{a.steps}")
     e, t = rate(eng), rate(tt)
     print(f"{'shardscope-engine':24} {e:10.0f} tokens/s   "
           f"{statistics.median(s for s, *_ in eng[2:]) * 1e3:8.1f} ms/step   "

@@ -69,22 +69,26 @@ public:
     virtual int size() const = 0;
     virtual std::string name() const = 0; // "world", "dp", "tp", "pp", "cp"
 
-    // data[n] becomes the elementwise sum (maximum) over the group, in place.
-    virtual Request allReduceSum(float* data, std::size_t n) = 0;
+    // Data are typed device pointers (fp32 or bf16; a float* converts); n counts elements. Sums
+    // of bf16 add in fp32 and round each partial sum to bf16.
+    // data[n] becomes the elementwise sum over the group, in place; the maximum is fp32 only.
+    virtual Request allReduceSum(kernels::Ptr data, std::size_t n) = 0;
     virtual Request allReduceMax(float* data, std::size_t n) = 0;
     // out[size * n] = the n values of every rank, in rank order.
-    virtual Request allGather(const float* in, float* out, std::size_t n) = 0;
+    virtual Request allGather(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) = 0;
     // out[n] = the sum over ranks of in[rank * n .. (rank + 1) * n): rank i keeps chunk i.
-    virtual Request reduceScatterSum(const float* in, float* out, std::size_t n) = 0;
-    // The v forms, for parts of unequal size: rank i's part is counts[i] floats, the parts lying
-    // one after another in rank order (ZeRO's slices of a bucket). reduceScatterSumV: out[counts
-    // [rank]] = the sum over ranks of their in[] at this rank's part. allGatherVInPlace: every
-    // rank's part, taken from its own place in data[sum of counts], ends up in every rank's.
-    virtual Request reduceScatterSumV(const float* in, float* out,
+    virtual Request reduceScatterSum(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) = 0;
+    // The v forms, for parts of unequal size: rank i's part is counts[i] elements, the parts
+    // lying one after another in rank order (ZeRO's slices of a bucket). reduceScatterSumV:
+    // out[counts[rank]] = the sum over ranks of their in[] at this rank's part.
+    // allGatherVInPlace: every rank's part, taken from its own place in data[sum of counts],
+    // ends up in every rank's.
+    virtual Request reduceScatterSumV(kernels::ConstPtr in, kernels::Ptr out,
                                       const std::vector<std::size_t>& counts) = 0;
-    virtual Request allGatherVInPlace(float* data, const std::vector<std::size_t>& counts) = 0;
-    virtual Request send(const float* data, std::size_t n, int peer, int tag) = 0;
-    virtual Request receive(float* data, std::size_t n, int peer, int tag) = 0;
+    virtual Request allGatherVInPlace(kernels::Ptr data,
+                                      const std::vector<std::size_t>& counts) = 0;
+    virtual Request send(kernels::ConstPtr data, std::size_t n, int peer, int tag) = 0;
+    virtual Request receive(kernels::Ptr data, std::size_t n, int peer, int tag) = 0;
     virtual void barrier() = 0;
     // Every operation posted from now on starts after the work `compute` had enqueued when it
     // was posted; subgroups made later inherit it. A host library (MPI) waits for that work

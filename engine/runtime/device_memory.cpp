@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
 #include <utility>
 
 namespace shardscope {
@@ -28,7 +29,7 @@ std::int64_t MemoryUsage::total() const {
 
 Buffer::Buffer(Buffer&& other) noexcept
     : owner_(std::exchange(other.owner_, nullptr)), data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)), category_(other.category_),
+      bytes_(std::exchange(other.bytes_, 0)), category_(other.category_), type_(other.type_),
       streams_(std::move(other.streams_)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
@@ -38,9 +39,16 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
         data_ = std::exchange(other.data_, nullptr);
         bytes_ = std::exchange(other.bytes_, 0);
         category_ = other.category_;
+        type_ = other.type_;
         streams_ = std::move(other.streams_);
     }
     return *this;
+}
+
+float* Buffer::f() const {
+    if (type_ != kernels::DType::F32)
+        throw std::logic_error("a " + kernels::toString(type_) + " buffer read as fp32");
+    return as<float>();
 }
 
 void Buffer::reset() {

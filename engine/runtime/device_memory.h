@@ -45,7 +45,10 @@ public:
     ~Buffer() { reset(); }
 
     template <typename T = float> T* as() const { return static_cast<T*>(data_); }
-    float* f() const { return as<float>(); }
+    // The elements as fp32: std::logic_error when they are bf16.
+    float* f() const;
+    kernels::Ptr ptr() const { return {data_, type_}; }
+    kernels::DType type() const { return type_; }
     std::size_t bytes() const { return bytes_; }
     explicit operator bool() const { return data_ != nullptr; }
     void reset();
@@ -59,6 +62,7 @@ private:
     void* data_ = nullptr;
     std::size_t bytes_ = 0;
     MemoryCategory category_ = MemoryCategory::Workspace;
+    kernels::DType type_ = kernels::DType::F32;
     std::vector<kernels::Stream*> streams_;
 };
 
@@ -72,6 +76,12 @@ public:
     Buffer allocate(MemoryCategory category, std::size_t bytes);
     Buffer floats(MemoryCategory category, std::size_t n) {
         return allocate(category, n * sizeof(float));
+    }
+    // n elements of `type`.
+    Buffer tensor(MemoryCategory category, std::size_t n, kernels::DType type) {
+        Buffer b = allocate(category, n * kernels::sizeOf(type));
+        b.type_ = type;
+        return b;
     }
 
     const MemoryUsage& live() const { return live_; }     // held by Buffers now

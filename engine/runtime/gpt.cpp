@@ -31,7 +31,7 @@ void MicrobatchState::reset() {
 }
 
 struct GptModel::LayerWeights {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    kernels::Ptr ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
 };
 
 namespace {
@@ -64,21 +64,23 @@ int checkedRows(int microBatch, int seqLen) {
 
 GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
                    DeviceAllocator& memory, Recompute recompute, bool storeAttentionProbs,
-                   std::vector<ModelChunk> chunks, TensorParallel tp, ZeroSharding zero)
+                   std::vector<ModelChunk> chunks, TensorParallel tp, ZeroSharding zero,
+                   TensorTypes types)
     : shape_(GptShape::of(model)), microBatch_(microBatch), tp_(checkedTensorParallel(shape_, tp)),
       localChannels_(tp_.share(shape_.channels)), localHeads_(tp_.share(shape_.heads)),
       localFfn_(tp_.share(shape_.ffn)), ops_(ops), memory_(memory), recompute_(recompute),
       storeProbs_(storeAttentionProbs && recompute != Recompute::Selective),
       sp_(tp_, tp.sequenceParallel, checkedRows(microBatch, shape_.seqLen), shape_.channels, ops,
           memory),
-      vocab_(tp_, shape_.vocab, ops, memory), chunks_(std::move(chunks)) {
+      vocab_(tp_, shape_.vocab, ops, memory), types_(types), chunks_(std::move(chunks)) {
     if (chunks_.empty())
         chunks_ = pipelineChunks(shape_.layers, 1, 1, 0);
     buildTensorTable();
-    store_ = std::make_unique<ZeroStore>(parameterCount_, zero, ops_, memory_);
+    store_ = std::make_unique<ZeroStore>(parameterCount_, zero, ops_, memory_, types_.weights,
+                                         types_.gradients);
 }
 
-float* GptModel::parametersOf(std::size_t first, std::size_t last, Buffer& holder) const {
+kernels::Ptr GptModel::parametersOf(std::size_t first, std::size_t last, Buffer& holder) const {
     const auto [offset, count] = rangeOf(first, last);
     return store_->parametersOf(offset, count, holder);
 }
@@ -88,7 +90,7 @@ void GptModel::prefetchParameters(std::size_t first, std::size_t last) const {
     store_->prefetch(offset, count);
 }
 
-float* GptModel::gradientsFor(std::size_t first, std::size_t last, Buffer& holder) const {
+kernels::Ptr GptModel::gradientsFor(std::size_t first, std::size_t last, Buffer& holder) const {
     const auto [offset, count] = rangeOf(first, last);
     return store_->gradientsFor(offset, count, holder);
 }
@@ -120,18 +122,38 @@ const ModelChunk& GptModel::chunkAt(int chunk) const {
     return chunks_[std::size_t(chunk)];
 }
 
-GptModel::LayerWeights GptModel::weightsOf(int layer, float* base, std::size_t origin) const {
+GptModel::LayerWeights GptModel::weightsOf(int layer, kernels::Ptr base, std::size_t origin) const {
     const std::size_t i = firstTensorOf(layer);
     auto t = [&](int k) { return tensorIn(base, origin, i + std::size_t(k)); };
     return {t(Ln1W), t(Ln1B), t(QkvW), t(QkvB), t(ProjW),   t(ProjB),
             t(Ln2W), t(Ln2B), t(FcW),  t(FcB),  t(FcProjW), t(FcProjB)};
 }
 
-void GptModel::initialize(std::uint64_t seed) {
+TensorTypes TensorTypes::of(const PrecisionPolicy& p) {
+    using kernels::DType;
+    const auto type = [](Precision x) {
+        if (x == Precision::Fp32)
+            return DType::F32;
+        if (x == Precision::Bf16)
+            return DType::BF16;
+        throw InputError("the engine stores tensors in fp32 or bf16, not " + toString(x) +
+                         ": use \"precision\": \"fp32\", \"bf16\" or \"bf16-bf16grads\"");
+    };
+    TensorTypes t;
+    t.weights = t.activations = type(p.compute);
+    t.gradients = type(p.grads);
+    return t;
+}
+
+std::vector<float> GptModel::initialValues(std::uint64_t seed) const {
     TensorTable table;
     table.tensors = tensors_;
     table.count = parameterCount_;
-    store_->setParameters(initialParameters(shape_, table, seed, tp_.size(), tp_.rank()).data());
+    return initialParameters(shape_, table, seed, tp_.size(), tp_.rank());
+}
+
+void GptModel::initialize(std::uint64_t seed) {
+    store_->setParameters(initialValues(seed).data());
 }
 
 void GptModel::reportReady(std::size_t firstTensor, std::size_t lastTensor) const {
@@ -161,75 +183,75 @@ LayerActivations GptModel::allocateLayer(MemoryCategory c) const {
                       Ca = std::size_t(localChannels_), F = std::size_t(localFfn_),
                       T = std::size_t(shape_.seqLen), Ns = std::size_t(tokenRows());
     LayerActivations a; // the norms and the residual on this rank's token rows
-    a.ln1 = memory_.floats(c, Ns * C);
+    a.ln1 = activations(c, Ns * C);
     a.ln1Mean = memory_.floats(c, Ns);
     a.ln1Rstd = memory_.floats(c, Ns);
-    a.qkv = memory_.floats(c, N * 3 * Ca);
+    a.qkv = activations(c, N * 3 * Ca);
     if (storeProbs_)
-        a.probs = memory_.floats(c, std::size_t(microBatch_) * std::size_t(localHeads_) * T * T);
-    a.attention = memory_.floats(c, N * Ca);
-    a.residual = memory_.floats(c, Ns * C);
-    a.ln2 = memory_.floats(c, Ns * C);
+        a.probs = activations(c, std::size_t(microBatch_) * std::size_t(localHeads_) * T * T);
+    a.attention = activations(c, N * Ca);
+    a.residual = activations(c, Ns * C);
+    a.ln2 = activations(c, Ns * C);
     a.ln2Mean = memory_.floats(c, Ns);
     a.ln2Rstd = memory_.floats(c, Ns);
-    a.fc = memory_.floats(c, N * F);
-    a.gelu = memory_.floats(c, N * F);
+    a.fc = activations(c, N * F);
+    a.gelu = activations(c, N * F);
     return a;
 }
 
 // Column-parallel QKV and MLP up-projection, row-parallel output projections: each block's
 // partial outputs are summed over the tensor-parallel group once. The row-parallel bias is
 // added by one rank, so the sum has it once.
-void GptModel::layerForward(int layer, LayerActivations& a, const float* x, float* y,
+void GptModel::layerForward(int layer, LayerActivations& a, kernels::ConstPtr x, kernels::Ptr y,
                             int prefetch) {
     const int N = rows(), Ns = tokenRows(), C = shape_.channels, Ca = localChannels_, F = localFfn_;
     Buffer gathered; // ZeRO-3: this layer's parameters, whole while it runs
     const std::size_t first = firstTensorOf(layer);
-    float* params = parametersOf(first, lastTensorOf(layer), gathered);
+    kernels::Ptr params = parametersOf(first, lastTensorOf(layer), gathered);
     if (prefetch >= 0)
         prefetchParameters(firstTensorOf(prefetch), lastTensorOf(prefetch));
     const LayerWeights w = weightsOf(layer, params, offsetOf(first));
-    Buffer projected = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(C));
+    Buffer projected = activations(MemoryCategory::Workspace, std::size_t(N) * std::size_t(C));
     Buffer projectedShard; // sequence parallelism: this rank's token rows of the block output
     const std::size_t NsC = std::size_t(Ns) * std::size_t(C);
     const bool addsBias = tp_.addsReplicatedTerms();
 
-    ops_.layerNormForward(a.ln1.f(), a.ln1Mean.f(), a.ln1Rstd.f(), x, w.ln1w, w.ln1b, Ns, C);
+    ops_.layerNormForward(a.ln1.ptr(), a.ln1Mean.f(), a.ln1Rstd.f(), x, w.ln1w, w.ln1b, Ns, C);
     Buffer ln1Whole;
-    ops_.matmulForward(a.qkv.f(), sp_.whole(a.ln1.f(), ln1Whole), w.qkvw, w.qkvb, N, C, 3 * Ca);
+    ops_.matmulForward(a.qkv.ptr(), sp_.whole(a.ln1.ptr(), ln1Whole), w.qkvw, w.qkvb, N, C, 3 * Ca);
     ln1Whole.reset();
-    ops_.attentionForward(a.attention.f(), a.probs ? a.probs.f() : nullptr, a.qkv.f(), microBatch_,
-                          shape_.seqLen, Ca, localHeads_);
-    ops_.matmulForward(projected.f(), a.attention.f(), w.projw, addsBias ? w.projb : nullptr, N, Ca,
-                       C);
-    ops_.add(a.residual.f(), x, sp_.reduce(projected, projectedShard), NsC);
+    ops_.attentionForward(a.attention.ptr(), a.probs ? a.probs.ptr() : nullptr, a.qkv.ptr(),
+                          microBatch_, shape_.seqLen, Ca, localHeads_);
+    ops_.matmulForward(projected.ptr(), a.attention.ptr(), w.projw, addsBias ? w.projb : nullptr, N,
+                       Ca, C);
+    ops_.add(a.residual.ptr(), x, sp_.reduce(projected, projectedShard), NsC);
 
-    ops_.layerNormForward(a.ln2.f(), a.ln2Mean.f(), a.ln2Rstd.f(), a.residual.f(), w.ln2w, w.ln2b,
-                          Ns, C);
+    ops_.layerNormForward(a.ln2.ptr(), a.ln2Mean.f(), a.ln2Rstd.f(), a.residual.ptr(), w.ln2w,
+                          w.ln2b, Ns, C);
     Buffer ln2Whole;
-    ops_.matmulForward(a.fc.f(), sp_.whole(a.ln2.f(), ln2Whole), w.fcw, w.fcb, N, C, F);
+    ops_.matmulForward(a.fc.ptr(), sp_.whole(a.ln2.ptr(), ln2Whole), w.fcw, w.fcb, N, C, F);
     ln2Whole.reset();
-    ops_.geluForward(a.gelu.f(), a.fc.f(), std::size_t(N) * std::size_t(F));
-    ops_.matmulForward(projected.f(), a.gelu.f(), w.fcprojw, addsBias ? w.fcprojb : nullptr, N, F,
-                       C);
-    ops_.add(y, a.residual.f(), sp_.reduce(projected, projectedShard), NsC);
+    ops_.geluForward(a.gelu.ptr(), a.fc.ptr(), std::size_t(N) * std::size_t(F));
+    ops_.matmulForward(projected.ptr(), a.gelu.ptr(), w.fcprojw, addsBias ? w.fcprojb : nullptr, N,
+                       F, C);
+    ops_.add(y, a.residual.ptr(), sp_.reduce(projected, projectedShard), NsC);
 }
 
-void GptModel::weightGradient(int layer, float* grads, std::size_t origin, std::size_t weight,
-                              std::size_t bias, Buffer dout, const float* input, int N, int C,
+void GptModel::weightGradient(int layer, kernels::Ptr grads, std::size_t origin, std::size_t weight,
+                              std::size_t bias, Buffer dout, kernels::ConstPtr input, int N, int C,
                               int OC, bool defer, MicrobatchState& state) {
     if (defer) {
         state.deferred.push_back({layer, weight, bias, std::move(dout), input, N, C, OC});
         return;
     }
     ops_.matmulBackwardWeightAccumulate(tensorIn(grads, origin, weight),
-                                        tensorIn(grads, origin, bias), dout.f(), input, N, C, OC);
+                                        tensorIn(grads, origin, bias), dout.ptr(), input, N, C, OC);
 }
 
 // The output gradient is whole on every tensor-parallel rank (gathered from the token shards
 // with sequence parallelism); the input gradients of the column-parallel projections are
 // partial and summed over the group (reduce-scattered to token shards), once per block.
-Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, Buffer dout,
+Buffer GptModel::layerBackward(int layer, LayerActivations& a, kernels::ConstPtr x, Buffer dout,
                                bool defer, MicrobatchState& state, int prefetch) {
     const int N = rows(), Ns = tokenRows(), C = shape_.channels, Ca = localChannels_, F = localFfn_;
     const std::size_t NC = std::size_t(N) * std::size_t(C), NF = std::size_t(N) * std::size_t(F),
@@ -238,54 +260,55 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, B
     const std::size_t first = firstTensorOf(layer), last = lastTensorOf(layer),
                       origin = offsetOf(first);
     Buffer gathered, gradients; // ZeRO-3's parameters, ZeRO-2/3's microbatch gradients
-    float* params = parametersOf(first, last, gathered);
+    kernels::Ptr params = parametersOf(first, last, gathered);
     if (prefetch >= 0)
         prefetchParameters(firstTensorOf(prefetch), lastTensorOf(prefetch));
-    float* grads = gradientsFor(first, last, gradients);
+    kernels::Ptr grads = gradientsFor(first, last, gradients);
     const LayerWeights w = weightsOf(layer, params, origin);
     const LayerWeights g = weightsOf(layer, grads, origin);
-    auto ws = [&](std::size_t n) { return memory_.floats(MemoryCategory::Workspace, n); };
+    auto ws = [&](std::size_t n) { return activations(MemoryCategory::Workspace, n); };
     Buffer shard; // sequence parallelism: reduce-scattered input gradients
     // The weight gradients read the norms' outputs whole.
-    const float* ln1 = sp_.whole(a.ln1.f(), a.ln1Gathered);
-    const float* ln2 = sp_.whole(a.ln2.f(), a.ln2Gathered);
+    const kernels::ConstPtr ln1 = sp_.whole(a.ln1.ptr(), a.ln1Gathered);
+    const kernels::ConstPtr ln2 = sp_.whole(a.ln2.ptr(), a.ln2Gathered);
 
     // MLP: y = residual + proj(gelu(fc(ln2(residual))))
     Buffer dresidual = ws(NsC);
-    ops_.copy(dresidual.f(), dout.f(), NsC);
+    ops_.copy(dresidual.ptr(), dout.ptr(), NsC);
     if (sp_.on())
-        dout = sp_.gather(dout.f());
+        dout = sp_.gather(dout.ptr());
     Buffer dfc = ws(NF);
-    ops_.matmulBackwardInput(dfc.f(), dout.f(), w.fcprojw, N, F, C, false);
+    ops_.matmulBackwardInput(dfc.ptr(), dout.ptr(), w.fcprojw, N, F, C, false);
     weightGradient(layer, grads, origin, first + FcProjW, first + FcProjB, std::move(dout),
-                   a.gelu.f(), N, F, C, defer, state);
-    ops_.geluBackward(dfc.f(), a.fc.f(), dfc.f(), NF);
+                   a.gelu.ptr(), N, F, C, defer, state);
+    ops_.geluBackward(dfc.ptr(), a.fc.ptr(), dfc.ptr(), NF);
     Buffer dln = ws(NC);
-    ops_.matmulBackwardInput(dln.f(), dfc.f(), w.fcw, N, C, F, false);
-    const float* dln2 = sp_.reduce(dln, shard);
+    ops_.matmulBackwardInput(dln.ptr(), dfc.ptr(), w.fcw, N, C, F, false);
+    const kernels::ConstPtr dln2 = sp_.reduce(dln, shard);
     weightGradient(layer, grads, origin, first + FcW, first + FcB, std::move(dfc), ln2, N, C, F,
                    defer, state);
-    sp_.layerNormBackward(dresidual.f(), g.ln2w, dln2, a.residual.f(), w.ln2w, a.ln2Mean.f(),
+    sp_.layerNormBackward(dresidual.ptr(), g.ln2w, dln2, a.residual.ptr(), w.ln2w, a.ln2Mean.f(),
                           a.ln2Rstd.f());
 
     // Attention: residual = x + proj(attention(qkv(ln1(x))))
     Buffer dx = ws(NsC);
-    ops_.copy(dx.f(), dresidual.f(), NsC);
+    ops_.copy(dx.ptr(), dresidual.ptr(), NsC);
     if (sp_.on())
-        dresidual = sp_.gather(dresidual.f());
+        dresidual = sp_.gather(dresidual.ptr());
     Buffer dattention = ws(NCa);
-    ops_.matmulBackwardInput(dattention.f(), dresidual.f(), w.projw, N, Ca, C, false);
+    ops_.matmulBackwardInput(dattention.ptr(), dresidual.ptr(), w.projw, N, Ca, C, false);
     weightGradient(layer, grads, origin, first + ProjW, first + ProjB, std::move(dresidual),
-                   a.attention.f(), N, Ca, C, defer, state);
+                   a.attention.ptr(), N, Ca, C, defer, state);
     Buffer dqkv = ws(NCa * 3);
-    ops_.attentionBackward(dqkv.f(), dattention.f(), a.qkv.f(), a.probs ? a.probs.f() : nullptr,
-                           microBatch_, shape_.seqLen, Ca, localHeads_);
+    ops_.attentionBackward(dqkv.ptr(), dattention.ptr(), a.qkv.ptr(),
+                           a.probs ? a.probs.ptr() : nullptr, microBatch_, shape_.seqLen, Ca,
+                           localHeads_);
     dattention.reset();
-    ops_.matmulBackwardInput(dln.f(), dqkv.f(), w.qkvw, N, C, 3 * Ca, false);
-    const float* dln1 = sp_.reduce(dln, shard);
+    ops_.matmulBackwardInput(dln.ptr(), dqkv.ptr(), w.qkvw, N, C, 3 * Ca, false);
+    const kernels::ConstPtr dln1 = sp_.reduce(dln, shard);
     weightGradient(layer, grads, origin, first + QkvW, first + QkvB, std::move(dqkv), ln1, N, C,
                    3 * Ca, defer, state);
-    sp_.layerNormBackward(dx.f(), g.ln1w, dln1, x, w.ln1w, a.ln1Mean.f(), a.ln1Rstd.f());
+    sp_.layerNormBackward(dx.ptr(), g.ln1w, dln1, x, w.ln1w, a.ln1Mean.f(), a.ln1Rstd.f());
     if (!defer)
         gradientsDone(first, last, gradients);
     else if (gradients) // the W op finishes them
@@ -293,22 +316,23 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, const float* x, B
     return dx;
 }
 
-void GptModel::headForward(MicrobatchState* state, const float* input, const std::int32_t* targets,
-                           float lossGradScale, double* lossSum, std::vector<float>* logits) {
+void GptModel::headForward(MicrobatchState* state, kernels::ConstPtr input,
+                           const std::int32_t* targets, float lossGradScale, double* lossSum,
+                           std::vector<float>* logits) {
     const int N = rows(), Ns = tokenRows(), C = shape_.channels, V = vocab_.count();
     const std::size_t NC = std::size_t(N) * std::size_t(C);
     const MemoryCategory kept = state ? MemoryCategory::Activations : MemoryCategory::Workspace;
-    Buffer normed = memory_.floats(MemoryCategory::Workspace, std::size_t(Ns) * std::size_t(C));
+    Buffer normed = activations(MemoryCategory::Workspace, std::size_t(Ns) * std::size_t(C));
     Buffer mean = memory_.floats(kept, std::size_t(Ns)),
            rstd = memory_.floats(kept, std::size_t(Ns));
     Buffer gatheredNorm, gatheredHead; // ZeRO-3
-    const float* lnf = parametersOf(lnfWeight_, lnfBias_, gatheredNorm);
-    ops_.layerNormForward(normed.f(), mean.f(), rstd.f(), input, lnf, lnf + C, Ns, C);
+    const kernels::ConstPtr lnf = parametersOf(lnfWeight_, lnfBias_, gatheredNorm);
+    ops_.layerNormForward(normed.ptr(), mean.f(), rstd.f(), input, lnf, lnf + C, Ns, C);
     if (sp_.on()) // the head reads every token
-        normed = sp_.gather(normed.f());
+        normed = sp_.gather(normed.ptr());
     Buffer lg = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(V));
-    const float* head = parametersOf(lmHead_, lmHead_, gatheredHead);
-    ops_.matmulForward(lg.f(), normed.f(), head, nullptr, N, C, V);
+    const kernels::ConstPtr head = parametersOf(lmHead_, lmHead_, gatheredHead);
+    ops_.matmulForward(lg.f(), normed.ptr(), head, nullptr, N, C, V);
     if (logits) {
         logits->resize(std::size_t(N) * std::size_t(V));
         ops_.copyToHost(logits->data(), lg.f(), logits->size() * sizeof(float));
@@ -318,14 +342,14 @@ void GptModel::headForward(MicrobatchState* state, const float* input, const std
         // The logits' gradient is known now; folding it into the head here keeps one
         // [N, C] gradient per microbatch instead of [N, V] logits (llm.c does the same).
         Buffer partial =
-            memory_.floats(sp_.on() ? MemoryCategory::Workspace : MemoryCategory::Activations, NC);
-        ops_.matmulBackwardInput(partial.f(), lg.f(), head, N, C, V, false);
+            activations(sp_.on() ? MemoryCategory::Workspace : MemoryCategory::Activations, NC);
+        ops_.matmulBackwardInput(partial.ptr(), lg.f(), head, N, C, V, false);
         Buffer shard = sp_.on() ? activationBuffer(MemoryCategory::Activations) : Buffer{};
         sp_.reduce(partial, shard);
         state->finalNormGrad = sp_.on() ? std::move(shard) : std::move(partial);
         Buffer gradients;
         ops_.matmulBackwardWeightAccumulate(gradientsFor(lmHead_, lmHead_, gradients), nullptr,
-                                            lg.f(), normed.f(), N, C, V);
+                                            lg.f(), normed.ptr(), N, C, V);
         gradientsDone(lmHead_, lmHead_, gradients);
         state->finalMean = std::move(mean);
         state->finalRstd = std::move(rstd);
@@ -371,42 +395,41 @@ Buffer GptModel::uploadTokens(MemoryCategory category, const std::int32_t* input
     return tokens;
 }
 
-void GptModel::embed(float* out, const Buffer& tokens) const {
+void GptModel::embed(kernels::Ptr out, const Buffer& tokens) const {
     const int C = shape_.channels;
     Buffer gathered; // ZeRO-3
-    float* table = parametersOf(wte_, wpe_, gathered);
+    const kernels::Ptr table = parametersOf(wte_, wpe_, gathered);
     const std::size_t origin = offsetOf(wte_);
-    const float* wte = tensorIn(table, origin, wte_);
-    const float* wpe = tensorIn(table, origin, wpe_);
+    const kernels::ConstPtr wte = tensorIn(table, origin, wte_);
+    const kernels::ConstPtr wpe = tensorIn(table, origin, wpe_);
     const std::int32_t* ids = tokens.as<std::int32_t>();
     if (!sp_.on()) { // the whole stream on every rank: the group sums the vocabulary shards
         vocab_.embeddingForward(out, ids, wte, wpe, microBatch_, shape_.seqLen, C);
         tp_.allReduceSum(out, std::size_t(rows()) * std::size_t(C));
         return;
     }
-    Buffer partial =
-        memory_.floats(MemoryCategory::Workspace, std::size_t(rows()) * std::size_t(C));
-    vocab_.embeddingForward(partial.f(), ids, wte, wpe, microBatch_, shape_.seqLen, C);
+    Buffer partial = activations(MemoryCategory::Workspace, std::size_t(rows()) * std::size_t(C));
+    vocab_.embeddingForward(partial.ptr(), ids, wte, wpe, microBatch_, shape_.seqLen, C);
     Buffer shard;
     ops_.copy(out, sp_.reduce(partial, shard), sp_.tokenElements());
 }
 
-void GptModel::embeddingBackward(const float* dout, const Buffer& tokens) const {
+void GptModel::embeddingBackward(kernels::ConstPtr dout, const Buffer& tokens) const {
     const int C = shape_.channels;
     Buffer whole;
     dout = sp_.whole(dout, whole);
     Buffer gradients; // ZeRO-2/3
-    float* table = gradientsFor(wte_, wpe_, gradients);
+    const kernels::Ptr table = gradientsFor(wte_, wpe_, gradients);
     const std::size_t origin = offsetOf(wte_);
-    float* dwte = tensorIn(table, origin, wte_);
-    float* dwpe = tensorIn(table, origin, wpe_);
+    const kernels::Ptr dwte = tensorIn(table, origin, wte_);
+    const kernels::Ptr dwpe = tensorIn(table, origin, wpe_);
     vocab_.embeddingBackward(dwte, dwpe, dout, tokens.as<std::int32_t>(), microBatch_,
                              shape_.seqLen, C);
     gradientsDone(wte_, wpe_, gradients);
 }
 
 Buffer GptModel::activationBuffer(MemoryCategory category) const {
-    return memory_.floats(category, std::size_t(tokenRows()) * std::size_t(shape_.channels));
+    return activations(category, std::size_t(tokenRows()) * std::size_t(shape_.channels));
 }
 
 double GptModel::forward(MicrobatchState& state, const std::int32_t* inputs,
@@ -446,7 +469,7 @@ void GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int32_
         ScopedSpan span(sink, "forward", "embedding", -1);
         state.tokens = uploadTokens(MemoryCategory::Activations, inputs, targets);
         state.layerInput[0] = activationBuffer(MemoryCategory::Activations);
-        embed(state.layerInput[0].f(), state.tokens);
+        embed(state.layerInput[0].ptr(), state.tokens);
     } else {
         if (!input)
             throw std::logic_error("chunk " + std::to_string(chunk) + " needs its stage's input");
@@ -463,10 +486,10 @@ void GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int32_
                                                      : MemoryCategory::Activations);
         if (recompute_ == Recompute::Full) {
             LayerActivations scratch = allocateLayer(MemoryCategory::Workspace);
-            layerForward(l, scratch, state.layerInput[k].f(), out.f(), next);
+            layerForward(l, scratch, state.layerInput[k].ptr(), out.ptr(), next);
         } else {
             state.layers[k] = allocateLayer(MemoryCategory::Activations);
-            layerForward(l, state.layers[k], state.layerInput[k].f(), out.f(), next);
+            layerForward(l, state.layers[k], state.layerInput[k].ptr(), out.ptr(), next);
         }
     }
     if (c.head) {
@@ -482,7 +505,7 @@ void GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int32_
                               std::size_t(N) * sizeof(std::int32_t));
             deviceTargets = uploaded.as<std::int32_t>();
         }
-        headForward(&state, state.layerInput[std::size_t(L)].f(), deviceTargets, lossGradScale,
+        headForward(&state, state.layerInput[std::size_t(L)].ptr(), deviceTargets, lossGradScale,
                     lossSum, logits);
     }
     state.forwardDone = true;
@@ -497,7 +520,7 @@ Buffer GptModel::evaluateChunk(int chunk, const std::int32_t* inputs, const std:
         tokens = uploadTokens(MemoryCategory::Workspace, inputs, targets);
     if (c.embedding) {
         x = activationBuffer(MemoryCategory::Workspace);
-        embed(x.f(), tokens);
+        embed(x.ptr(), tokens);
     } else {
         if (!input)
             throw std::logic_error("chunk " + std::to_string(chunk) + " needs its stage's input");
@@ -506,12 +529,12 @@ Buffer GptModel::evaluateChunk(int chunk, const std::int32_t* inputs, const std:
     for (int l = c.firstLayer; l < c.firstLayer + c.layers; ++l) {
         LayerActivations scratch = allocateLayer(MemoryCategory::Workspace);
         Buffer y = activationBuffer(MemoryCategory::Workspace);
-        layerForward(l, scratch, x.f(), y.f(), l + 1 < c.firstLayer + c.layers ? l + 1 : -1);
+        layerForward(l, scratch, x.ptr(), y.ptr(), l + 1 < c.firstLayer + c.layers ? l + 1 : -1);
         x = std::move(y);
     }
     if (!c.head)
         return x;
-    headForward(nullptr, x.f(), tokens.as<std::int32_t>() + N, 0.0f, lossSum, nullptr);
+    headForward(nullptr, x.ptr(), tokens.as<std::int32_t>() + N, 0.0f, lossSum, nullptr);
     return Buffer{};
 }
 
@@ -527,12 +550,12 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
     if (c.head) {
         ScopedSpan span(sink, kind, "head", -1);
         dout = activationBuffer(MemoryCategory::Workspace);
-        ops_.zero(dout.f(), NsC);
+        ops_.zero(dout.ptr(), NsC);
         Buffer gathered, gradients; // ZeRO-3, ZeRO-2/3
-        const float* lnf = parametersOf(lnfWeight_, lnfBias_, gathered);
-        float* dlnf = gradientsFor(lnfWeight_, lnfBias_, gradients);
-        sp_.layerNormBackward(dout.f(), dlnf, state.finalNormGrad.f(),
-                              state.layerInput[std::size_t(L)].f(), lnf, state.finalMean.f(),
+        const kernels::ConstPtr lnf = parametersOf(lnfWeight_, lnfBias_, gathered);
+        const kernels::Ptr dlnf = gradientsFor(lnfWeight_, lnfBias_, gradients);
+        sp_.layerNormBackward(dout.ptr(), dlnf, state.finalNormGrad.ptr(),
+                              state.layerInput[std::size_t(L)].ptr(), lnf, state.finalMean.f(),
                               state.finalRstd.f());
         gradientsDone(lnfWeight_, lnfBias_, gradients);
         state.finalNormGrad.reset();
@@ -555,11 +578,11 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
         if (recompute_ == Recompute::Full) {
             a = allocateLayer(MemoryCategory::Workspace);
             Buffer y = activationBuffer(MemoryCategory::Workspace);
-            layerForward(l, a, state.layerInput[k].f(), y.f());
+            layerForward(l, a, state.layerInput[k].ptr(), y.ptr());
         } else {
             a = std::move(state.layers[k]);
         }
-        dout = layerBackward(l, a, state.layerInput[k].f(), std::move(dout), deferWeights, state,
+        dout = layerBackward(l, a, state.layerInput[k].ptr(), std::move(dout), deferWeights, state,
                              i > 0 ? l - 1 : -1);
         if (deferWeights)
             state.keptForWeights.push_back(std::move(a));
@@ -570,7 +593,7 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
     }
     if (c.embedding) {
         ScopedSpan span(sink, kind, "embedding", -1);
-        embeddingBackward(dout.f(), state.tokens);
+        embeddingBackward(dout.ptr(), state.tokens);
         state.layerInput[0].reset();
         state.tokens.reset();
         reportReady(wte_, wpe_);
@@ -592,12 +615,12 @@ void GptModel::backwardWeights(MicrobatchState& state, SpanSink* sink) {
         for (auto& [l, buffer] : state.deferredGradients)
             if (l == layer)
                 held = &buffer;
-        float* grads = held ? held->f() : store_->gradients();
+        const kernels::Ptr grads = held ? held->ptr() : store_->gradients();
         const std::size_t first = firstTensorOf(layer), origin = held ? offsetOf(first) : 0;
         for (; i < state.deferred.size() && state.deferred[i].layer == layer; ++i) {
             DeferredWeightGradient& d = state.deferred[i];
             ops_.matmulBackwardWeightAccumulate(tensorIn(grads, origin, d.weight),
-                                                tensorIn(grads, origin, d.bias), d.dout.f(),
+                                                tensorIn(grads, origin, d.bias), d.dout.ptr(),
                                                 d.input, d.N, d.C, d.OC);
             d.dout.reset();
         }

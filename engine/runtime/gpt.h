@@ -63,7 +63,7 @@ struct DeferredWeightGradient {
     int layer = 0;
     std::size_t weight = 0, bias = 0; // tensor indices
     Buffer dout;
-    const float* input = nullptr; // points into activations the state keeps alive
+    kernels::ConstPtr input; // points into activations the state keeps alive
     int N = 0, C = 0, OC = 0;
 };
 
@@ -86,6 +86,16 @@ struct MicrobatchState {
     void reset();
 };
 
+// What the model's tensors are stored in, from the precision policy: fp32, or bf16 weights and
+// activations with fp32 or bf16 gradients (the fp32 master weights are the optimizer's). The
+// logits and the norms' statistics stay fp32.
+struct TensorTypes {
+    kernels::DType weights = kernels::DType::F32, activations = kernels::DType::F32,
+                   gradients = kernels::DType::F32;
+    // Throws InputError for a policy the engine does not store (fp8).
+    static TensorTypes of(const PrecisionPolicy& policy);
+};
+
 class GptModel {
 public:
     // recompute: what is kept for the backward (None keeps all, Selective drops the attention
@@ -94,7 +104,7 @@ public:
     // chunks: this rank's share (pipelineChunks); empty means the whole model in one chunk.
     GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops, DeviceAllocator& memory,
              Recompute recompute, bool storeAttentionProbs, std::vector<ModelChunk> chunks = {},
-             TensorParallel tp = {}, ZeroSharding zero = {});
+             TensorParallel tp = {}, ZeroSharding zero = {}, TensorTypes types = {});
     ~GptModel();
 
     const GptShape& shape() const { return shape_; }
@@ -109,15 +119,17 @@ public:
     std::size_t parameterCount() const { return parameterCount_; }
     // The stored parameters and gradients: the whole flat buffers, or under ZeRO-3 (ZeRO-2 for
     // gradients) this replica's slice [ownedBegin, ownedEnd) of them.
-    float* parameters() const { return store_->parameters(); }
-    float* gradients() const { return store_->gradients(); }
+    kernels::Ptr parameters() const { return store_->parameters(); }
+    kernels::Ptr gradients() const { return store_->gradients(); }
     std::size_t ownedBegin() const { return store_->ownedBegin(); }
+    // Where what this rank stores starts in the flat buffer.
+    std::size_t storedOffset() const { return shardsParameters() ? ownedBegin() : 0; }
     std::size_t ownedEnd() const { return store_->ownedEnd(); }
     bool shardsGradients() const { return store_->shardsGradients(); }
     bool shardsParameters() const { return store_->shardsParameters(); }
     // Where the stored value of flat offset `offset` is (an owned one, when sharded).
-    float* parameterAt(std::size_t offset) const { return store_->parameterAt(offset); }
-    float* gradientAt(std::size_t offset) const { return store_->gradientAt(offset); }
+    kernels::Ptr parameterAt(std::size_t offset) const { return store_->parameterAt(offset); }
+    kernels::Ptr gradientAt(std::size_t offset) const { return store_->gradientAt(offset); }
 
     // With tied embeddings split over pipeline stages, the first stage's wte and the last
     // stage's copy of it (lm_head.weight): their gradients must be summed across the two ranks
@@ -129,6 +141,12 @@ public:
     // model's values in the same order and keeps its own, so any layout starts from the weights
     // of a single process.
     void initialize(std::uint64_t seed);
+    // The same values in fp32, this rank's share of the whole flat buffer (what initialize
+    // stores, rounded to the weights' type): mixed precision's master weights start from them.
+    std::vector<float> initialValues(std::uint64_t seed) const;
+    // Stores host fp32 values of exactly what this rank stores (its ZeRO-3 slice, or the whole),
+    // in the weights' type: a checkpoint's parameters.
+    void setStoredParameters(const float* values) { store_->setStoredParameters(values); }
     void zeroGradients();
 
     // Runs the forward of one microbatch of microBatch x seqLen tokens (host arrays) and the
@@ -178,19 +196,19 @@ public:
 private:
     struct LayerWeights;
     // Tensor i in the storage `base` of the flat range that starts at `origin`.
-    float* tensorIn(float* base, std::size_t origin, std::size_t i) const {
+    kernels::Ptr tensorIn(kernels::Ptr base, std::size_t origin, std::size_t i) const {
         return base + (tensors_[i].offset - origin);
     }
     // layer: the model's numbering; base holds the layer's range (see parametersOf).
-    LayerWeights weightsOf(int layer, float* base, std::size_t origin) const;
+    LayerWeights weightsOf(int layer, kernels::Ptr base, std::size_t origin) const;
     std::size_t offsetOf(std::size_t tensor) const { return tensors_[tensor].offset; }
     // Parameters of tensors first..last: a pointer into the stored buffer, or under ZeRO-3 into
     // `holder`, all-gathered now or by an earlier prefetch. The range's flat offset is origin.
-    float* parametersOf(std::size_t first, std::size_t last, Buffer& holder) const;
+    kernels::Ptr parametersOf(std::size_t first, std::size_t last, Buffer& holder) const;
     void prefetchParameters(std::size_t first, std::size_t last) const;
     // Where one microbatch's gradient of tensors first..last accumulates: the stored buffer, or
     // under ZeRO-2/3 a zeroed `holder`, which gradientsDone reduce-scatters into the slices.
-    float* gradientsFor(std::size_t first, std::size_t last, Buffer& holder) const;
+    kernels::Ptr gradientsFor(std::size_t first, std::size_t last, Buffer& holder) const;
     void gradientsDone(std::size_t first, std::size_t last, Buffer& holder) const;
     std::pair<std::size_t, std::size_t> rangeOf(std::size_t first, std::size_t last) const {
         return {tensors_[first].offset,
@@ -201,17 +219,21 @@ private:
     void buildTensorTable();
     LayerActivations allocateLayer(MemoryCategory category) const;
     // prefetch: a layer whose ZeRO-3 parameters to start gathering (-1: none).
-    void layerForward(int layer, LayerActivations& a, const float* input, float* output,
+    void layerForward(int layer, LayerActivations& a, kernels::ConstPtr input, kernels::Ptr output,
                       int prefetch = -1);
-    Buffer layerBackward(int layer, LayerActivations& a, const float* input, Buffer dout,
+    Buffer layerBackward(int layer, LayerActivations& a, kernels::ConstPtr input, Buffer dout,
                          bool deferWeights, MicrobatchState& state, int prefetch);
-    void headForward(MicrobatchState* state, const float* input, const std::int32_t* targets,
+    void headForward(MicrobatchState* state, kernels::ConstPtr input, const std::int32_t* targets,
                      float lossGradScale, double* lossSum, std::vector<float>* logits);
     // grads: the layer's gradient storage, holding flat offsets from origin.
-    void weightGradient(int layer, float* grads, std::size_t origin, std::size_t weight,
-                        std::size_t bias, Buffer dout, const float* input, int N, int C, int OC,
-                        bool defer, MicrobatchState& state);
+    void weightGradient(int layer, kernels::Ptr grads, std::size_t origin, std::size_t weight,
+                        std::size_t bias, Buffer dout, kernels::ConstPtr input, int N, int C,
+                        int OC, bool defer, MicrobatchState& state);
     int rows() const { return microBatch_ * shape_.seqLen; }
+    // n elements of the activations' type.
+    Buffer activations(MemoryCategory category, std::size_t n) const {
+        return memory_.tensor(category, n, types_.activations);
+    }
     // The token rows of the residual stream this rank holds: all, or its sequence shard.
     int tokenRows() const { return sp_.tokenRows(); }
     void reportReady(std::size_t firstTensor, std::size_t lastTensor) const;
@@ -219,8 +241,8 @@ private:
     Buffer uploadTokens(MemoryCategory category, const std::int32_t* inputs,
                         const std::int32_t* targets) const;
     const ModelChunk& chunkAt(int chunk) const;
-    void embed(float* out, const Buffer& tokens) const; // token + position embeddings
-    void embeddingBackward(const float* dout, const Buffer& tokens) const;
+    void embed(kernels::Ptr out, const Buffer& tokens) const; // token + position embeddings
+    void embeddingBackward(kernels::ConstPtr dout, const Buffer& tokens) const;
 
     GptShape shape_;
     int microBatch_;
@@ -233,6 +255,7 @@ private:
     bool storeProbs_;
     SequenceParallel sp_;
     VocabParallel vocab_;
+    TensorTypes types_;
     std::vector<ModelChunk> chunks_;
     std::vector<ParameterTensor> tensors_;
     std::vector<std::size_t> layerTensor_; // per model layer: its first tensor, or npos

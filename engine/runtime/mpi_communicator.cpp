@@ -1,6 +1,9 @@
 #include "mpi_communicator.h"
 
+#include "kernels/bf16.h"
+
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <mpi.h>
@@ -14,7 +17,7 @@ namespace {
 int count(std::size_t n) {
     if (n > std::size_t(std::numeric_limits<int>::max()))
         throw std::length_error("an MPI transfer of " + std::to_string(n) +
-                                " floats exceeds the int count MPI takes");
+                                " elements exceeds the int count MPI takes");
     return static_cast<int>(n);
 }
 
@@ -26,6 +29,30 @@ void check(int rc, const char* what) {
     MPI_Error_string(rc, text, &len);
     throw std::runtime_error(std::string(what) +
                              " failed: " + std::string(text, static_cast<std::size_t>(len)));
+}
+
+// bf16 travels as 16-bit words; its sum is this operation: each pair added in fp32 and rounded.
+void bf16Sum(void* in, void* inout, int* len, MPI_Datatype*) {
+    const auto* a = static_cast<const std::uint16_t*>(in);
+    auto* b = static_cast<std::uint16_t*>(inout);
+    for (int i = 0; i < *len; ++i)
+        b[i] = kernels::floatToBf16(kernels::bf16ToFloat(a[i]) + kernels::bf16ToFloat(b[i]));
+}
+
+MPI_Datatype mpiType(kernels::DType t) {
+    return t == kernels::DType::F32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+// MPI_SUM, or for bf16 the operation above (made once, when MPI is running).
+MPI_Op sumOf(kernels::DType t) {
+    if (t == kernels::DType::F32)
+        return MPI_SUM;
+    static const MPI_Op op = [] {
+        MPI_Op made = MPI_OP_NULL;
+        check(MPI_Op_create(&bf16Sum, 1, &made), "MPI_Op_create");
+        return made;
+    }();
+    return op;
 }
 
 // A started MPI operation. A v collective reads its counts and displacements until it
@@ -112,10 +139,11 @@ public:
     int size() const override { return size_; }
     std::string name() const override { return name_; }
 
-    Request allReduceSum(float* data, std::size_t n) override {
+    Request allReduceSum(kernels::Ptr data, std::size_t n) override {
         waitForCompute();
         MPI_Request r;
-        check(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, &r),
+        check(MPI_Iallreduce(MPI_IN_PLACE, data.data, count(n), mpiType(data.type),
+                             sumOf(data.type), comm_, &r),
               "MPI_Iallreduce");
         return started(r);
     }
@@ -126,50 +154,63 @@ public:
               "MPI_Iallreduce");
         return started(r);
     }
-    Request allGather(const float* in, float* out, std::size_t n) override {
+    Request allGather(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) override {
+        sameType(in.type, out.type);
         waitForCompute();
         MPI_Request r;
-        check(MPI_Iallgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_, &r),
+        check(MPI_Iallgather(in.data, count(n), mpiType(in.type), out.data, count(n),
+                             mpiType(out.type), comm_, &r),
               "MPI_Iallgather");
         return started(r);
     }
-    Request reduceScatterSum(const float* in, float* out, std::size_t n) override {
+    Request reduceScatterSum(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) override {
+        sameType(in.type, out.type);
         waitForCompute();
         MPI_Request r;
-        check(MPI_Ireduce_scatter_block(in, out, count(n), MPI_FLOAT, MPI_SUM, comm_, &r),
+        check(MPI_Ireduce_scatter_block(in.data, out.data, count(n), mpiType(in.type),
+                                        sumOf(in.type), comm_, &r),
               "MPI_Ireduce_scatter_block");
         return started(r);
     }
-    Request reduceScatterSumV(const float* in, float* out,
+    Request reduceScatterSumV(kernels::ConstPtr in, kernels::Ptr out,
                               const std::vector<std::size_t>& counts) override {
+        sameType(in.type, out.type);
         waitForCompute();
         auto p = std::make_unique<MpiPending>(counts);
-        check(MPI_Ireduce_scatter(in, out, p->counts(), MPI_FLOAT, MPI_SUM, comm_, p->request()),
+        check(MPI_Ireduce_scatter(in.data, out.data, p->counts(), mpiType(in.type), sumOf(in.type),
+                                  comm_, p->request()),
               "MPI_Ireduce_scatter");
         return Request(std::move(p));
     }
-    Request allGatherVInPlace(float* data, const std::vector<std::size_t>& counts) override {
+    Request allGatherVInPlace(kernels::Ptr data, const std::vector<std::size_t>& counts) override {
         waitForCompute();
         auto p = std::make_unique<MpiPending>(counts);
-        check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, p->counts(),
-                              p->displacements(), MPI_FLOAT, comm_, p->request()),
+        check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data, p->counts(),
+                              p->displacements(), mpiType(data.type), comm_, p->request()),
               "MPI_Iallgatherv");
         return Request(std::move(p));
     }
-    Request send(const float* data, std::size_t n, int peer, int tag) override {
+    Request send(kernels::ConstPtr data, std::size_t n, int peer, int tag) override {
         waitForCompute();
         MPI_Request r;
-        check(MPI_Isend(data, count(n), MPI_FLOAT, peer, tag, comm_, &r), "MPI_Isend");
+        check(MPI_Isend(data.data, count(n), mpiType(data.type), peer, tag, comm_, &r),
+              "MPI_Isend");
         return started(r);
     }
-    Request receive(float* data, std::size_t n, int peer, int tag) override {
+    Request receive(kernels::Ptr data, std::size_t n, int peer, int tag) override {
         waitForCompute();
         MPI_Request r;
-        check(MPI_Irecv(data, count(n), MPI_FLOAT, peer, tag, comm_, &r), "MPI_Irecv");
+        check(MPI_Irecv(data.data, count(n), mpiType(data.type), peer, tag, comm_, &r),
+              "MPI_Irecv");
         return started(r);
     }
     void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
     void orderAfter(kernels::Stream& compute) override { compute_ = &compute; }
+    static void sameType(kernels::DType a, kernels::DType b) {
+        if (a != b)
+            throw std::logic_error("a collective between " + kernels::toString(a) + " and " +
+                                   kernels::toString(b) + " buffers");
+    }
     std::unique_ptr<ControlChannel> controlChannel() override {
         return std::make_unique<MpiControlChannel>(comm_);
     }

@@ -26,6 +26,15 @@ AdamW::AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const 
       v_(memory.floats(MemoryCategory::Optimizer, end_ - begin_)) {
     ops_.zero(m_.f(), size());
     ops_.zero(v_.f(), size());
+    if (model.parameters().type != kernels::DType::F32) {
+        master_ = memory.floats(MemoryCategory::Optimizer, std::max<std::size_t>(1, size()));
+        ops_.zero(master_.f(), size());
+    }
+}
+
+void AdamW::setMasterWeights(const float* values) {
+    if (master_)
+        ops_.copyToDevice(master_.f(), values, size() * sizeof(float));
 }
 
 double AdamW::gradientNorm() const {
@@ -79,11 +88,14 @@ void AdamW::step(double lr, double gradScale) {
         if (a >= b)
             continue;
         const float decay = p.decay ? static_cast<float>(train_.weightDecay) : 0.0f;
-        ops_.adamwUpdate(model_.parameterAt(a), model_.gradientAt(a), m_.f() + (a - begin_),
-                         v_.f() + (a - begin_), b - a, static_cast<float>(lr),
-                         static_cast<float>(train_.beta1), static_cast<float>(train_.beta2),
-                         static_cast<float>(train_.epsilon), decay, static_cast<float>(gradScale),
-                         static_cast<int>(t_), nullptr);
+        const std::size_t k = a - begin_;
+        // Mixed precision: the update goes to the fp32 master, which rewrites the working copy.
+        float* weights = master_ ? master_.f() + k : kernels::asFloats(model_.parameterAt(a));
+        const kernels::Ptr working = master_ ? model_.parameterAt(a) : kernels::Ptr{};
+        ops_.adamwUpdate(weights, model_.gradientAt(a), m_.f() + k, v_.f() + k, b - a,
+                         static_cast<float>(lr), static_cast<float>(train_.beta1),
+                         static_cast<float>(train_.beta2), static_cast<float>(train_.epsilon),
+                         decay, static_cast<float>(gradScale), static_cast<int>(t_), working);
     }
 }
 

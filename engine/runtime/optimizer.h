@@ -1,5 +1,7 @@
 // AdamW with decoupled weight decay (none on norms and biases), clipping by the global gradient
-// norm, and a linear-warmup + cosine learning-rate schedule.
+// norm, and a linear-warmup + cosine learning-rate schedule. When the model's weights are bf16
+// (mixed precision), the optimizer keeps fp32 master weights beside its moments (Micikevicius et
+// al. 2018), updates them, and rewrites the model's weights from them.
 #pragma once
 
 #include "core/train_config.h"
@@ -38,6 +40,10 @@ public:
     void setSteps(std::int64_t t) { t_ = t; }
     float* firstMoment() const { return m_.f(); }
     float* secondMoment() const { return v_.f(); }
+    // The fp32 master weights of [begin, begin + size()), null when the model's are fp32.
+    float* masterWeights() const { return master_ ? master_.f() : nullptr; }
+    // Sets them from host values (the fp32 initialisation or a checkpoint's parameters).
+    void setMasterWeights(const float* values);
 
 private:
     GptModel& model_;
@@ -45,7 +51,7 @@ private:
     DeviceAllocator& memory_;
     TrainConfig train_;
     std::size_t begin_, end_;
-    Buffer m_, v_;
+    Buffer m_, v_, master_;
     std::int64_t t_ = 0;
 };
 

@@ -236,9 +236,14 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
             out.push_back(e.what());
         }
     }
-    if (p.precision.compute != Precision::Fp32 || p.precision.grads != Precision::Fp32 ||
-        p.precision.fp32Master)
-        out.push_back("the CPU engine computes in fp32: set \"precision\": \"fp32\"");
+    const PrecisionPolicy& prec = p.precision;
+    const bool fp32 = prec.compute == Precision::Fp32 && prec.grads == Precision::Fp32;
+    const bool bf16 = prec.compute == Precision::Bf16 && prec.fp32Master &&
+                      (prec.grads == Precision::Fp32 || prec.grads == Precision::Bf16);
+    if (!fp32 && !bf16)
+        out.push_back("the engine trains in \"precision\": \"fp32\", \"bf16\" (bf16 weights and "
+                      "activations, fp32 gradients and master weights) or \"bf16-bf16grads\"; " +
+                      prec.name() + " is not in it");
     if (p.optimizer != Optimizer::AdamW)
         out.push_back("the engine's optimizer is AdamW: set \"optimizer\": \"adamw\"");
     if (p.offloadOptimizer)

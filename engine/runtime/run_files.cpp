@@ -130,21 +130,37 @@ std::optional<LoadedCheckpoint> TrainingRun::checkpointToResume() {
 
 void TrainingRun::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck) {
     if (!ck) {
-        model_->initialize(c_.train.seed);
+        const std::vector<float> initial = model_->initialValues(c_.train.seed);
+        model_->setStoredParameters(initial.data() + model_->storedOffset());
+        optimizer_->setMasterWeights(initial.data() + optimizer_->begin());
         return;
     }
     const fs::path& dir = ck->info.dir;
     // Replicas without a shard of their own read their stage's replica 0.
-    auto restore = [&](const std::string& name, float* dst, std::size_t floats) {
-        const std::size_t bytes = floats * sizeof(float);
+    auto blob = [&](const std::string& name, std::size_t floats) {
         const auto it = ck->blobs.find(name);
-        if (it == ck->blobs.end() || it->second.size() != bytes)
+        if (it == ck->blobs.end() || it->second.size() != floats * sizeof(float))
             throw CheckpointError("checkpoint " + dir.string() + ": " + name +
                                   " is missing or has the wrong size for this model");
-        ops_->copyToDevice(dst, it->second.data(), bytes);
+        return reinterpret_cast<const float*>(it->second.data());
     };
-    restore(parameterFile(), model_->parameters(),
-            model_->shardsParameters() ? optimizer_->size() : model_->parameterCount());
+    auto restore = [&](const std::string& name, float* dst, std::size_t floats) {
+        ops_->copyToDevice(dst, blob(name, floats), floats * sizeof(float));
+    };
+    // Parameters are fp32 in a checkpoint (the master weights under mixed precision).
+    const bool slices = checkpointsParameterSlices();
+    const float* params =
+        blob(parameterFile(), slices ? optimizer_->size() : model_->parameterCount());
+    optimizer_->setMasterWeights(params + (slices ? 0 : optimizer_->begin()));
+    if (slices && !model_->shardsParameters()) {
+        // ZeRO-1/2 in mixed precision: this replica's slice, rounded from its master weights,
+        // then every replica's, as after a step.
+        ops_->copy(model_->parameterAt(optimizer_->begin()), optimizer_->masterWeights(),
+                   optimizer_->size());
+        gatherParameters();
+    } else {
+        model_->setStoredParameters(params);
+    }
     restore(ownShard() + ".adam_m.f32", optimizer_->firstMoment(), optimizer_->size());
     restore(ownShard() + ".adam_v.f32", optimizer_->secondMoment(), optimizer_->size());
     startStep_ = ck->info.step;
@@ -206,11 +222,16 @@ void TrainingRun::saveCheckpoint(std::int64_t stepsDone) {
                 return;
             // Device buffers are copied to the host first so the file write never reads device
             // memory.
-            // Parameters: replica 0's whole copy, or under ZeRO-3 every replica's slice.
+            // Parameters: replica 0's whole copy, or every replica's slice (ZeRO-3, and ZeRO-1/2
+            // in mixed precision).
             const std::size_t k = optimizer_->size();
-            const std::size_t p = model_->shardsParameters() ? k : dpRank() == 0 ? n : 0;
+            const std::size_t p = checkpointsParameterSlices() ? k : dpRank() == 0 ? n : 0;
             std::vector<float> params(p), m1(k), m2(k);
-            ops_->copyToHost(params.data(), model_->parameters(), params.size() * sizeof(float));
+            // Mixed precision writes the fp32 master weights, so a resume loses no bits.
+            const float* master = optimizer_->masterWeights();
+            ops_->copyToHost(params.data(),
+                             master ? master : kernels::asFloats(model_->parameters()),
+                             params.size() * sizeof(float));
             ops_->copyToHost(m1.data(), optimizer_->firstMoment(), k * sizeof(float));
             ops_->copyToHost(m2.data(), optimizer_->secondMoment(), k * sizeof(float));
             std::vector<CheckpointBlob> blobs;

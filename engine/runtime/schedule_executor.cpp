@@ -63,8 +63,8 @@ Buffer ScheduleExecutor::receive(const PipelineOp& op, MemoryCategory category,
     span.chunk = op.chunk;
     span.start = span.waitStart = comms ? comms->now() : 0.0;
     span.waited = true;
-    Request r = pipeline_->receive(buffer.f(), buffer.bytes() / sizeof(float), op.recv->peer,
-                                   tagOf(op.stage, op.microbatch, op.recv->tensor));
+    Request r = pipeline_->receive(buffer.ptr(), buffer.bytes() / kernels::sizeOf(buffer.type()),
+                                   op.recv->peer, tagOf(op.stage, op.microbatch, op.recv->tensor));
     r.wait();
     if (comms) {
         span.end = comms->now();
@@ -85,8 +85,9 @@ void ScheduleExecutor::send(const PipelineOp& op, Buffer buffer, CommunicationSi
     s.span.microbatch = op.microbatch;
     s.span.chunk = op.chunk;
     s.span.start = comms ? comms->now() : 0.0;
-    s.request = pipeline_->send(buffer.f(), buffer.bytes() / sizeof(float), op.send->peer,
-                                tagOf(receiverStage, op.microbatch, op.send->tensor));
+    s.request =
+        pipeline_->send(buffer.ptr(), buffer.bytes() / kernels::sizeOf(buffer.type()),
+                        op.send->peer, tagOf(receiverStage, op.microbatch, op.send->tensor));
     s.buffer = std::move(buffer);
     sends_.push_back(std::move(s));
 }

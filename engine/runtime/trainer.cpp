@@ -60,11 +60,11 @@ json memoryJson(const MemoryUsage& u) {
 
 namespace {
 
-CommunicationSpan collectiveSpan(const char* axis, std::size_t floats, double start, double end) {
+CommunicationSpan collectiveSpan(const char* axis, std::size_t bytes, double start, double end) {
     CommunicationSpan s;
     s.collective = "all_reduce";
     s.axis = axis;
-    s.bytes = floats * sizeof(float);
+    s.bytes = bytes;
     s.start = start;
     s.end = end;
     return s;
@@ -211,7 +211,7 @@ void TrainingRun::buildModel() {
         c_.model, p.microBatch, *ops_, memory_, p.recompute, !p.flashAttention,
         pipelineChunks(GptShape::of(c_.model).layers, p.pp, p.vpp, ppRank_),
         TensorParallel{p.tp, tpRank_, tensorParallel_, p.sequenceParallel},
-        ZeroSharding{dataParallel_ ? p.zero : 0, dataParallel_});
+        ZeroSharding{dataParallel_ ? p.zero : 0, dataParallel_}, TensorTypes::of(p.precision));
     if (mesh_) { // every rank joins the call that makes the groups
         std::vector<int> members{rank_};
         if (model_->sharedTensor() != GptModel::npos) {
@@ -378,7 +378,8 @@ StepRecord TrainingRun::trainStep(std::int64_t step) {
         r.exposedCommunication = buckets_->finish();
         for (const BucketTiming& b : buckets_->buckets()) {
             r.communication += b.completed - b.started;
-            CommunicationSpan span = collectiveSpan("dp", b.count, b.started, b.completed);
+            CommunicationSpan span =
+                collectiveSpan("dp", b.count * gradientBytes(), b.started, b.completed);
             span.collective = buckets_->collective();
             if (b.completed > waitStart) { // still in flight when the wait began
                 span.waited = true;
@@ -453,7 +454,8 @@ void TrainingRun::synchronizeSharedEmbedding() {
     const ParameterTensor& t = model_->tensors()[shared];
     const double start = spans_->now();
     embeddingGroup_->allReduceSum(model_->gradients() + t.offset, t.count).wait();
-    CommunicationSpan span = collectiveSpan("embedding", t.count, start, spans_->now());
+    CommunicationSpan span =
+        collectiveSpan("embedding", t.count * gradientBytes(), start, spans_->now());
     span.waited = true;
     span.waitStart = start;
     spans_->communication(span);
@@ -493,7 +495,9 @@ void TrainingRun::gatherParameters() {
     for (int d = 0; d < zeroShards_.parts; ++d)
         counts.push_back(zeroShards_.size(d));
     dataParallel_->allGatherVInPlace(model_->parameters(), counts).wait();
-    CommunicationSpan span = collectiveSpan("dp", model_->parameterCount(), start, spans_->now());
+    CommunicationSpan span =
+        collectiveSpan("dp", model_->parameterCount() * kernels::sizeOf(model_->parameters().type),
+                       start, spans_->now());
     span.collective = "all_gather";
     span.waited = true;
     span.waitStart = start;

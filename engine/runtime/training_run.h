@@ -96,6 +96,7 @@ private:
             world_->barrier();
     }
     int worldSize() const { return world_ ? world_->size() : 1; }
+    std::size_t gradientBytes() const { return kernels::sizeOf(model_->gradients().type); }
     // The sum of every rank's value, on the control channel.
     double totalOverRanks(double local) const;
     // Whether this rank holds the one copy of a value its tensor-parallel peers and data-parallel
@@ -111,9 +112,15 @@ private:
     // optimizer slice it owns.
     bool writesShard() const { return dpRank() == 0 || zero_; }
     std::string ownShard() const { return shardName(ppRank_, tpRank_, zero_ ? dpRank() : 0); }
-    // The parameters this rank restores: its ZeRO-3 slice, or its stage's whole copy.
+    // Whether each replica checkpoints its slice of the parameters: under ZeRO-3, and under
+    // ZeRO-1/2 with mixed precision, where the fp32 values are the master weights of the
+    // optimizer's slice.
+    bool checkpointsParameterSlices() const {
+        return model_->shardsParameters() || (zero_ && optimizer_->masterWeights());
+    }
+    // The parameters this rank restores: its slice, or its stage's whole copy.
     std::string parameterFile() const {
-        return (model_->shardsParameters() ? ownShard() : shardName(ppRank_, tpRank_, 0)) +
+        return (checkpointsParameterSlices() ? ownShard() : shardName(ppRank_, tpRank_, 0)) +
                ".params.f32";
     }
     void gatherParameters();

@@ -269,30 +269,31 @@ Request WatchedCommunicator::watched(Request inner, const char* collective) {
         std::make_unique<WatchedPending>(std::move(inner), dog_, collective, axis(), ++sequence_));
 }
 
-Request WatchedCommunicator::allReduceSum(float* data, std::size_t n) {
+Request WatchedCommunicator::allReduceSum(kernels::Ptr data, std::size_t n) {
     return watched(inner_.allReduceSum(data, n), "all_reduce");
 }
 Request WatchedCommunicator::allReduceMax(float* data, std::size_t n) {
     return watched(inner_.allReduceMax(data, n), "all_reduce_max");
 }
-Request WatchedCommunicator::allGather(const float* in, float* out, std::size_t n) {
+Request WatchedCommunicator::allGather(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) {
     return watched(inner_.allGather(in, out, n), "all_gather");
 }
-Request WatchedCommunicator::reduceScatterSum(const float* in, float* out, std::size_t n) {
+Request WatchedCommunicator::reduceScatterSum(kernels::ConstPtr in, kernels::Ptr out,
+                                              std::size_t n) {
     return watched(inner_.reduceScatterSum(in, out, n), "reduce_scatter");
 }
-Request WatchedCommunicator::reduceScatterSumV(const float* in, float* out,
+Request WatchedCommunicator::reduceScatterSumV(kernels::ConstPtr in, kernels::Ptr out,
                                                const std::vector<std::size_t>& counts) {
     return watched(inner_.reduceScatterSumV(in, out, counts), "reduce_scatter");
 }
-Request WatchedCommunicator::allGatherVInPlace(float* data,
+Request WatchedCommunicator::allGatherVInPlace(kernels::Ptr data,
                                                const std::vector<std::size_t>& counts) {
     return watched(inner_.allGatherVInPlace(data, counts), "all_gather");
 }
-Request WatchedCommunicator::send(const float* data, std::size_t n, int peer, int tag) {
+Request WatchedCommunicator::send(kernels::ConstPtr data, std::size_t n, int peer, int tag) {
     return watched(inner_.send(data, n, peer, tag), "send");
 }
-Request WatchedCommunicator::receive(float* data, std::size_t n, int peer, int tag) {
+Request WatchedCommunicator::receive(kernels::Ptr data, std::size_t n, int peer, int tag) {
     return watched(inner_.receive(data, n, peer, tag), "recv");
 }
 void WatchedCommunicator::barrier() {

@@ -114,15 +114,15 @@ public:
     int rank() const override { return inner_.rank(); }
     int size() const override { return inner_.size(); }
     std::string name() const override { return inner_.name(); }
-    Request allReduceSum(float* data, std::size_t n) override;
+    Request allReduceSum(kernels::Ptr data, std::size_t n) override;
     Request allReduceMax(float* data, std::size_t n) override;
-    Request allGather(const float* in, float* out, std::size_t n) override;
-    Request reduceScatterSum(const float* in, float* out, std::size_t n) override;
-    Request reduceScatterSumV(const float* in, float* out,
+    Request allGather(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) override;
+    Request reduceScatterSum(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) override;
+    Request reduceScatterSumV(kernels::ConstPtr in, kernels::Ptr out,
                               const std::vector<std::size_t>& counts) override;
-    Request allGatherVInPlace(float* data, const std::vector<std::size_t>& counts) override;
-    Request send(const float* data, std::size_t n, int peer, int tag) override;
-    Request receive(float* data, std::size_t n, int peer, int tag) override;
+    Request allGatherVInPlace(kernels::Ptr data, const std::vector<std::size_t>& counts) override;
+    Request send(kernels::ConstPtr data, std::size_t n, int peer, int tag) override;
+    Request receive(kernels::Ptr data, std::size_t n, int peer, int tag) override;
     void barrier() override;
     void orderAfter(kernels::Stream& compute) override { inner_.orderAfter(compute); }
     // The inner group's channel, its every call watched as a wait on the axis "control".

@@ -12,16 +12,17 @@ public:
     int rank() const override { return rank_; }
     int size() const override { return size_; }
     std::string name() const override { return "dp"; }
-    Request allReduceSum(float*, std::size_t) override { return {}; }
+    Request allReduceSum(kernels::Ptr, std::size_t) override { return {}; }
     Request allReduceMax(float*, std::size_t) override { return {}; }
-    Request allGather(const float*, float*, std::size_t) override { return {}; }
-    Request reduceScatterSum(const float*, float*, std::size_t) override { return {}; }
-    Request reduceScatterSumV(const float*, float*, const std::vector<std::size_t>&) override {
+    Request allGather(kernels::ConstPtr, kernels::Ptr, std::size_t) override { return {}; }
+    Request reduceScatterSum(kernels::ConstPtr, kernels::Ptr, std::size_t) override { return {}; }
+    Request reduceScatterSumV(kernels::ConstPtr, kernels::Ptr,
+                              const std::vector<std::size_t>&) override {
         return {};
     }
-    Request allGatherVInPlace(float*, const std::vector<std::size_t>&) override { return {}; }
-    Request send(const float*, std::size_t, int, int) override { return {}; }
-    Request receive(float*, std::size_t, int, int) override { return {}; }
+    Request allGatherVInPlace(kernels::Ptr, const std::vector<std::size_t>&) override { return {}; }
+    Request send(kernels::ConstPtr, std::size_t, int, int) override { return {}; }
+    Request receive(kernels::Ptr, std::size_t, int, int) override { return {}; }
     void barrier() override {}
     void orderAfter(kernels::Stream&) override {}
     std::unique_ptr<ControlChannel> controlChannel() override { return nullptr; }

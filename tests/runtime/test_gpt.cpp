@@ -51,7 +51,8 @@ Result lossAndGradients(const ModelSpec& m, int B, Recompute r, bool storeProbs,
     model.backward(state, split, nullptr);
     if (split)
         model.backwardWeights(state, nullptr);
-    out.grads.assign(model.gradients(), model.gradients() + model.parameterCount());
+    out.grads.assign(kernels::asFloats(model.gradients()),
+                     kernels::asFloats(model.gradients()) + model.parameterCount());
     return out;
 }
 
@@ -94,21 +95,22 @@ TEST(GptModel, GradientsMatchFiniteDifferences) {
     model.initialize(9);
     // Larger weights than GPT-2's init make every path's gradient visible above fp32 noise.
     for (std::size_t i = 0; i < model.parameterCount(); ++i)
-        model.parameters()[i] *= 10.0f;
+        kernels::asFloats(model.parameters())[i] *= 10.0f;
     const Batch b = batchFor(m, B);
     const double N = double(b.inputs.size());
     model.zeroGradients();
     MicrobatchState state;
     model.forward(state, b.inputs.data(), b.targets.data(), float(1.0 / N), nullptr);
     model.backward(state, false, nullptr);
-    const std::vector<float> analytic(model.gradients(),
-                                      model.gradients() + model.parameterCount());
+    const std::vector<float> analytic(kernels::asFloats(model.gradients()),
+                                      kernels::asFloats(model.gradients()) +
+                                          model.parameterCount());
 
     const float eps = 1e-2f;
     int checked = 0;
     for (const ParameterTensor& t : model.tensors()) {
         for (std::size_t k : {std::size_t(0), t.count / 2, t.count - 1}) {
-            float& w = model.parameters()[t.offset + k];
+            float& w = kernels::asFloats(model.parameters())[t.offset + k];
             const float saved = w;
             w = saved + eps;
             const double up = model.evaluate(b.inputs.data(), b.targets.data()) / N;
@@ -175,11 +177,14 @@ TEST(GptModel, InitialisationIsDeterministicAndGpt2Like) {
         b(m, 1, *ops, memory, Recompute::None, false);
     a.initialize(42);
     b.initialize(42);
-    EXPECT_EQ(std::memcmp(a.parameters(), b.parameters(), a.parameterCount() * 4), 0);
+    EXPECT_EQ(std::memcmp(kernels::asFloats(a.parameters()), kernels::asFloats(b.parameters()),
+                          a.parameterCount() * 4),
+              0);
     for (const ParameterTensor& t : a.tensors()) {
         double sum2 = 0;
         for (std::size_t i = 0; i < t.count; ++i)
-            sum2 += double(a.parameters()[t.offset + i]) * a.parameters()[t.offset + i];
+            sum2 += double(kernels::asFloats(a.parameters())[t.offset + i]) *
+                    kernels::asFloats(a.parameters())[t.offset + i];
         const double rms = std::sqrt(sum2 / double(t.count));
         if (t.name.ends_with(".bias"))
             EXPECT_EQ(rms, 0.0) << t.name;
@@ -205,8 +210,9 @@ TEST(GptModel, PipelineRanksStartFromTheWholeModelsWeights) {
         auto valuesOf = [](const GptModel& g, const std::string& name) {
             for (const ParameterTensor& t : g.tensors())
                 if (t.name == name)
-                    return std::vector<float>(g.parameters() + t.offset,
-                                              g.parameters() + t.offset + t.count);
+                    return std::vector<float>(kernels::asFloats(g.parameters()) + t.offset,
+                                              kernels::asFloats(g.parameters()) + t.offset +
+                                                  t.count);
             return std::vector<float>{};
         };
         std::size_t total = 0;

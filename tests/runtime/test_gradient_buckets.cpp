@@ -18,7 +18,8 @@ public:
     };
     std::vector<Call> calls;
 
-    Request allReduceSum(float* data, std::size_t n) override {
+    Request allReduceSum(kernels::Ptr typed, std::size_t n) override {
+        float* data = kernels::asFloats(typed);
         calls.push_back({data, n});
         struct Doubling final : Request::Pending {
             float* data;
@@ -35,8 +36,10 @@ public:
     }
     // As if the other replica held the same values: this rank's part, doubled.
     std::vector<std::vector<std::size_t>> scatterCounts;
-    Request reduceScatterSumV(const float* in, float* out,
+    Request reduceScatterSumV(kernels::ConstPtr typedIn, kernels::Ptr typedOut,
                               const std::vector<std::size_t>& counts) override {
+        const float* in = kernels::asFloats(typedIn);
+        float* out = kernels::asFloats(typedOut);
         scatterCounts.push_back(counts);
         for (std::size_t i = 0; i < counts[1]; ++i)
             out[i] = 2 * in[counts[0] + i];

@@ -37,14 +37,14 @@ TEST_F(AdamWTest, StepMatchesTheClosedFormAndSkipsDecayOnNormsAndBiases) {
     t.epsilon = 1e-8;
     AdamW adam(model, *ops, memory, t);
     for (std::size_t i = 0; i < model.parameterCount(); ++i) {
-        model.parameters()[i] = 1.0f;
-        model.gradients()[i] = 0.5f;
+        kernels::asFloats(model.parameters())[i] = 1.0f;
+        kernels::asFloats(model.gradients())[i] = 0.5f;
     }
     adam.step(0.1, 1.0);
     // Step 1: m-hat = g, v-hat = g^2, so the update is lr (sign(g) + wd w).
     for (const ParameterTensor& p : model.tensors()) {
         const float want = p.decay ? 1.0f - 0.1f * (1.0f + 0.5f) : 1.0f - 0.1f;
-        EXPECT_NEAR(model.parameters()[p.offset], want, 1e-6) << p.name;
+        EXPECT_NEAR(kernels::asFloats(model.parameters())[p.offset], want, 1e-6) << p.name;
     }
     EXPECT_EQ(adam.steps(), 1);
 }
@@ -54,7 +54,7 @@ TEST_F(AdamWTest, ClipsByTheGlobalNorm) {
     t.gradClip = 1.0;
     AdamW adam(model, *ops, memory, t);
     for (std::size_t i = 0; i < model.parameterCount(); ++i)
-        model.gradients()[i] = 1.0f;
+        kernels::asFloats(model.gradients())[i] = 1.0f;
     const double norm = adam.gradientNorm();
     EXPECT_NEAR(norm, std::sqrt(double(model.parameterCount())), 1e-3);
     EXPECT_NEAR(adam.clipScale(norm), 1.0 / norm, 1e-6);

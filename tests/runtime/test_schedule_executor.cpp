@@ -43,7 +43,8 @@ Measured runSteps(const ModelSpec& m, const ParallelConfig& p, int steps = 1) {
     }
     out.backendAllocationsAfterLast = memory.backendAllocations();
     out.peak = memory.peak();
-    out.grads.assign(model.gradients(), model.gradients() + model.parameterCount());
+    out.grads.assign(kernels::asFloats(model.gradients()),
+                     kernels::asFloats(model.gradients()) + model.parameterCount());
     return out;
 }
 

@@ -50,11 +50,11 @@ TEST(SequenceParallel, EachRankKeepsItsTokenRowsOfTheSumAndGathersTheWhole) {
             testing::TensorParallelRank rank(t, r, c, true);
             const SequenceParallel sp(rank.tp, true, kRows, kChannels, *rank.ops, rank.memory);
             Buffer partial = partialOf(rank.memory, r), shard;
-            const float* tokens = sp.reduce(partial, shard);
+            const float* tokens = kernels::asFloats(sp.reduce(partial, shard));
             reduced[std::size_t(r)].assign(tokens, tokens + sp.tokenElements());
             Buffer holder;
-            const float* all =
-                sp.whole(stream.data() + std::size_t(r) * sp.tokenElements(), holder);
+            const float* all = kernels::asFloats(
+                sp.whole(stream.data() + std::size_t(r) * sp.tokenElements(), holder));
             whole[std::size_t(r)].assign(all, all + kWhole);
             tokenRows[std::size_t(r)] = sp.tokenRows();
         });
@@ -80,10 +80,10 @@ TEST(SequenceParallel, OffTheStreamIsWholeAndPartialsAreAllReduced) {
         const SequenceParallel sp(rank.tp, false, kRows, kChannels, *rank.ops, rank.memory);
         Buffer partial = partialOf(rank.memory, r), shard;
         const std::vector<float> mine = randomFloats(kWhole, unsigned(r));
-        const float* out = sp.reduce(partial, shard);
+        const float* out = kernels::asFloats(sp.reduce(partial, shard));
         reduced[std::size_t(r)].assign(out, out + kWhole);
         Buffer holder;
-        samePointer[std::size_t(r)] = sp.whole(mine.data(), holder) == mine.data() && !holder;
+        samePointer[std::size_t(r)] = sp.whole(mine.data(), holder).data == mine.data() && !holder;
     });
     for (int r = 0; r < t; ++r) {
         for (std::size_t i = 0; i < kWhole; ++i)

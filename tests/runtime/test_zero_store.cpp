@@ -13,13 +13,16 @@ class SecondOfTwo final : public testing::FakeCommunicator {
 public:
     SecondOfTwo() : FakeCommunicator(1, 2) {}
     std::size_t gatherOffset = 0; // the flat offset of the range being gathered
-    Request reduceScatterSumV(const float* in, float* out,
+    Request reduceScatterSumV(kernels::ConstPtr typedIn, kernels::Ptr typedOut,
                               const std::vector<std::size_t>& counts) override {
+        const float* in = kernels::asFloats(typedIn);
+        float* out = kernels::asFloats(typedOut);
         for (std::size_t i = 0; i < counts[1]; ++i)
             out[i] = 2 * in[counts[0] + i];
         return {};
     }
-    Request allGatherVInPlace(float* data, const std::vector<std::size_t>& counts) override {
+    Request allGatherVInPlace(kernels::Ptr typed, const std::vector<std::size_t>& counts) override {
+        float* data = kernels::asFloats(typed);
         for (std::size_t i = 0; i < counts[0]; ++i)
             data[i] = 100.0f + float(gatherOffset + i);
         return {};
@@ -44,9 +47,11 @@ TEST(ZeroStore, WithoutShardingEverythingIsStoredWhole) {
     const std::vector<float> whole = iota(10);
     store.setParameters(whole.data());
     Buffer held;
-    EXPECT_EQ(store.parametersOf(4, 3, held), store.parameters() + 4);
+    EXPECT_EQ(kernels::asFloats(store.parametersOf(4, 3, held)),
+              kernels::asFloats(store.parameters()) + 4);
     EXPECT_FALSE(held);
-    EXPECT_EQ(store.gradientsFor(4, 3, held), store.gradients() + 4);
+    EXPECT_EQ(kernels::asFloats(store.gradientsFor(4, 3, held)),
+              kernels::asFloats(store.gradients()) + 4);
     EXPECT_EQ(memory.live()[MemoryCategory::Parameters], 40);
     EXPECT_EQ(memory.live()[MemoryCategory::Gradients], 40);
 }
@@ -61,30 +66,31 @@ TEST(ZeroStore, ZeroThreeKeepsTheSliceAndGathersRangesAroundIt) {
     EXPECT_EQ(memory.live()[MemoryCategory::Gradients], 20);
     const std::vector<float> whole = iota(10);
     store.setParameters(whole.data());
-    EXPECT_EQ(*store.parameterAt(7), 7.0f);
+    EXPECT_EQ(*kernels::asFloats(store.parameterAt(7)), 7.0f);
 
     // [3, 8): flat 3 and 4 from replica 0, then this replica's 5, 6 and 7 in place.
     group.gatherOffset = 3;
     Buffer held;
-    const float* range = store.parametersOf(3, 5, held);
+    const float* range = kernels::asFloats(store.parametersOf(3, 5, held));
     EXPECT_EQ(std::vector<float>(range, range + 5), (std::vector<float>{103, 104, 5, 6, 7}));
     held.reset();
     // A prefetch of the same range is what the next use gets.
     store.prefetch(3, 5);
-    const float* prefetched = store.parametersOf(3, 5, held);
+    const float* prefetched = kernels::asFloats(store.parametersOf(3, 5, held));
     EXPECT_EQ(prefetched[2], 5.0f);
     held.reset();
 
     // A microbatch's gradient of [2, 9) lands, reduced, in the owned [5, 9) part of the slice.
-    float* g = store.gradientsFor(2, 7, held);
+    float* g = kernels::asFloats(store.gradientsFor(2, 7, held));
     for (int i = 0; i < 7; ++i)
         g[i] = float(2 + i);
     store.gradientsDone(2, 7, held);
     EXPECT_FALSE(held);
-    EXPECT_EQ(std::vector<float>(store.gradients(), store.gradients() + 5),
+    EXPECT_EQ(std::vector<float>(kernels::asFloats(store.gradients()),
+                                 kernels::asFloats(store.gradients()) + 5),
               (std::vector<float>{10, 12, 14, 16, 0}));
     store.zeroGradients();
-    EXPECT_EQ(*store.gradientAt(6), 0.0f);
+    EXPECT_EQ(*kernels::asFloats(store.gradientAt(6)), 0.0f);
     EXPECT_EQ(memory.live()[MemoryCategory::Workspace], 0); // every temporary let go
 }
 

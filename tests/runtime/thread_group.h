@@ -1,7 +1,7 @@
 // An in-process group for unit tests of the parallel code: `size` threads, each a rank with its
 // own communicator. Collectives meet at a barrier and each rank reads the others' buffers, so
 // every rank computes on its own data as MPI ranks would, without starting processes. Only the
-// blocking collectives the tensor-parallel code uses are here; anything else throws.
+// blocking collectives the tensor-parallel code uses are here, on fp32; anything else throws.
 #pragma once
 
 #include "fake_communicator.h"
@@ -51,13 +51,16 @@ private:
         Rank(ThreadGroup& g, int rank) : FakeCommunicator(rank, g.size_), g_(g) {}
         std::string name() const override { return "tp"; }
 
-        Request allReduceSum(float* data, std::size_t n) override {
-            return reduce(data, n, [](float a, float b) { return a + b; });
+        Request allReduceSum(kernels::Ptr data, std::size_t n) override {
+            return reduce(kernels::asFloats(data), n, [](float a, float b) { return a + b; });
         }
         Request allReduceMax(float* data, std::size_t n) override {
             return reduce(data, n, [](float a, float b) { return std::max(a, b); });
         }
-        Request allGather(const float* in, float* out, std::size_t n) override {
+        Request allGather(kernels::ConstPtr typedIn, kernels::Ptr typedOut,
+                          std::size_t n) override {
+            const float* in = kernels::asFloats(typedIn);
+            float* out = kernels::asFloats(typedOut);
             publish(in);
             for (int r = 0; r < size(); ++r)
                 std::copy(g_.inputs_[std::size_t(r)], g_.inputs_[std::size_t(r)] + n,
@@ -65,7 +68,10 @@ private:
             g_.sync_.arrive_and_wait();
             return {};
         }
-        Request reduceScatterSum(const float* in, float* out, std::size_t n) override {
+        Request reduceScatterSum(kernels::ConstPtr typedIn, kernels::Ptr typedOut,
+                                 std::size_t n) override {
+            const float* in = kernels::asFloats(typedIn);
+            float* out = kernels::asFloats(typedOut);
             publish(in);
             const std::size_t begin = std::size_t(rank()) * n;
             for (std::size_t i = 0; i < n; ++i) {
@@ -77,16 +83,17 @@ private:
             g_.sync_.arrive_and_wait();
             return {};
         }
-        Request reduceScatterSumV(const float*, float*, const std::vector<std::size_t>&) override {
+        Request reduceScatterSumV(kernels::ConstPtr, kernels::Ptr,
+                                  const std::vector<std::size_t>&) override {
             throw std::logic_error("ThreadGroup has no reduceScatterSumV");
         }
-        Request allGatherVInPlace(float*, const std::vector<std::size_t>&) override {
+        Request allGatherVInPlace(kernels::Ptr, const std::vector<std::size_t>&) override {
             throw std::logic_error("ThreadGroup has no allGatherVInPlace");
         }
-        Request send(const float*, std::size_t, int, int) override {
+        Request send(kernels::ConstPtr, std::size_t, int, int) override {
             throw std::logic_error("ThreadGroup has no send");
         }
-        Request receive(float*, std::size_t, int, int) override {
+        Request receive(kernels::Ptr, std::size_t, int, int) override {
             throw std::logic_error("ThreadGroup has no receive");
         }
         void barrier() override { g_.sync_.arrive_and_wait(); }

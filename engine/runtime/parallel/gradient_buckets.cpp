@@ -33,10 +33,10 @@ void GradientBuckets::shardOver(const FlatShards& shards, DeviceAllocator& memor
     ops_ = &ops;
 }
 
-GradientBuckets::GradientBuckets(Communicator& group, float* gradients, std::size_t count,
+GradientBuckets::GradientBuckets(Communicator& group, kernels::Ptr gradients, std::size_t count,
                                  std::size_t bucketBytes, const void* clockContext, Clock clock)
     : group_(group), gradients_(gradients), total_(count),
-      bucketFloats_(std::max<std::size_t>(1, bucketBytes / sizeof(float))),
+      bucketFloats_(std::max<std::size_t>(1, bucketBytes / kernels::sizeOf(gradients.type))),
       clockContext_(clockContext), clock_(clock) {}
 
 void GradientBuckets::startStep() {
@@ -71,9 +71,10 @@ void GradientBuckets::flush() {
         Received r;
         r.count = counts[std::size_t(me)];
         r.destination = std::max(pendingOffset_, shards_->begin(me));
-        r.part = memory_->floats(MemoryCategory::Workspace, std::max<std::size_t>(1, r.count));
+        r.part = memory_->tensor(MemoryCategory::Workspace, std::max<std::size_t>(1, r.count),
+                                 gradients_.type);
         inFlight_.push_back(
-            group_.reduceScatterSumV(gradients_ + pendingOffset_, r.part.f(), counts));
+            group_.reduceScatterSumV(gradients_ + pendingOffset_, r.part.ptr(), counts));
         received_.push_back(std::move(r));
     } else {
         inFlight_.push_back(group_.allReduceSum(gradients_ + pendingOffset_, pendingCount_));
@@ -102,7 +103,7 @@ double GradientBuckets::finish() {
     const double waited = clock_(clockContext_) - start;
     for (Received& r : received_)
         if (r.count > 0)
-            ops_->copy(gradients_ + r.destination, r.part.f(), r.count);
+            ops_->copy(gradients_ + r.destination, r.part.ptr(), r.count);
     received_.clear();
     return waited;
 }

@@ -42,7 +42,7 @@ class GradientBuckets final : public GradientListener {
 public:
     using Clock = double (*)(const void* context);
 
-    GradientBuckets(Communicator& group, float* gradients, std::size_t count,
+    GradientBuckets(Communicator& group, kernels::Ptr gradients, std::size_t count,
                     std::size_t bucketBytes, const void* clockContext, Clock clock);
     // ZeRO: buckets are reduce-scattered over `shards` (parts = the group's ranks); when finish()
     // returns, this rank's slice of `gradients` holds the summed gradients, the rest is stale.
@@ -63,7 +63,7 @@ private:
     void progress(); // lets started collectives advance and notes the ones that completed
 
     Communicator& group_;
-    float* gradients_;
+    kernels::Ptr gradients_;
     std::size_t total_, bucketFloats_;
     const void* clockContext_;
     Clock clock_;

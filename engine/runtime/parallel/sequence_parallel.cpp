@@ -16,38 +16,40 @@ SequenceParallel::SequenceParallel(const TensorParallelGroup& tp, bool on, int r
                          std::to_string(tp_.size()) + ": they must divide evenly");
 }
 
-Buffer SequenceParallel::gather(const float* mine) const {
-    Buffer whole =
-        memory_.floats(MemoryCategory::Workspace, tokenElements() * std::size_t(tp_.size()));
-    tp_.allGather(mine, whole.f(), tokenElements());
+Buffer SequenceParallel::gather(kernels::ConstPtr mine) const {
+    Buffer whole = memory_.tensor(MemoryCategory::Workspace,
+                                  tokenElements() * std::size_t(tp_.size()), mine.type);
+    tp_.allGather(mine, whole.ptr(), tokenElements());
     return whole;
 }
 
-const float* SequenceParallel::whole(const float* mine, Buffer& holder) const {
+kernels::ConstPtr SequenceParallel::whole(kernels::ConstPtr mine, Buffer& holder) const {
     if (!on_)
         return mine;
     holder = gather(mine);
-    return holder.f();
+    return holder.ptr();
 }
 
-const float* SequenceParallel::reduce(Buffer& partial, Buffer& shard) const {
+kernels::ConstPtr SequenceParallel::reduce(Buffer& partial, Buffer& shard) const {
     if (!on_) {
-        tp_.allReduceSum(partial.f(), tokenElements());
-        return partial.f();
+        if (tp_.size() > 1)
+            tp_.allReduceSum(partial.ptr(), tokenElements());
+        return partial.ptr();
     }
     if (!shard)
-        shard = memory_.floats(MemoryCategory::Workspace, tokenElements());
-    tp_.reduceScatterSum(partial.f(), shard.f(), tokenElements());
-    return shard.f();
+        shard = memory_.tensor(MemoryCategory::Workspace, tokenElements(), partial.type());
+    tp_.reduceScatterSum(partial.ptr(), shard.ptr(), tokenElements());
+    return shard.ptr();
 }
 
-void SequenceParallel::layerNormBackward(float* dinp, float* dweight, const float* dout,
-                                         const float* inp, const float* weight, const float* mean,
+void SequenceParallel::layerNormBackward(kernels::Ptr dinp, kernels::Ptr dweight,
+                                         kernels::ConstPtr dout, kernels::ConstPtr inp,
+                                         kernels::ConstPtr weight, const float* mean,
                                          const float* rstd) const {
     const int N = tokenRows(), C = channels_;
+    const kernels::Ptr dbias = dweight + std::size_t(C);
     if (!on_) {
-        ops_.layerNormBackwardAccumulate(dinp, dweight, dweight + C, dout, inp, weight, mean, rstd,
-                                         N, C);
+        ops_.layerNormBackwardAccumulate(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
         return;
     }
     Buffer partial = memory_.floats(MemoryCategory::Workspace, 2 * std::size_t(C));

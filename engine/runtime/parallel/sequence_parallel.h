@@ -35,19 +35,20 @@ public:
 
     // The whole [rows, C] from every rank's token rows (only when on): a column-parallel
     // layer's input, the gradient at a row-parallel layer's output.
-    Buffer gather(const float* mine) const;
+    Buffer gather(kernels::ConstPtr mine) const;
     // The whole stream as a column-parallel layer reads it: `mine` itself, or gathered into
     // `holder`.
-    const float* whole(const float* mine, Buffer& holder) const;
+    kernels::ConstPtr whole(kernels::ConstPtr mine, Buffer& holder) const;
     // A partial [rows, C] (a row-parallel layer's output, a column-parallel layer's input
     // gradient) summed over the group: in place, or reduce-scattered to this rank's token rows
     // in `shard` (allocated when empty).
-    const float* reduce(Buffer& partial, Buffer& shard) const;
+    kernels::ConstPtr reduce(Buffer& partial, Buffer& shard) const;
     // A layer norm's backward over this rank's token rows: dinp +=, and dweight[0, C) (weight)
     // and dweight[C, 2C) (bias) +=. When on, each rank's tokens give a partial weight gradient
     // of the norm every rank holds whole, summed over the group before it accumulates.
-    void layerNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
-                           const float* weight, const float* mean, const float* rstd) const;
+    void layerNormBackward(kernels::Ptr dinp, kernels::Ptr dweight, kernels::ConstPtr dout,
+                           kernels::ConstPtr inp, kernels::ConstPtr weight, const float* mean,
+                           const float* rstd) const;
 
 private:
     const TensorParallelGroup& tp_;

@@ -55,9 +55,9 @@ void TensorParallelGroup::run(const char* collective, std::size_t bytes, Request
     }
 }
 
-void TensorParallelGroup::allReduceSum(float* x, std::size_t n) const {
+void TensorParallelGroup::allReduceSum(kernels::Ptr x, std::size_t n) const {
     if (tp_.size > 1)
-        run("all_reduce", n * sizeof(float), tp_.group->allReduceSum(x, n));
+        run("all_reduce", n * kernels::sizeOf(x.type), tp_.group->allReduceSum(x, n));
 }
 
 void TensorParallelGroup::allReduceMax(float* x, std::size_t n) const {
@@ -65,16 +65,17 @@ void TensorParallelGroup::allReduceMax(float* x, std::size_t n) const {
         run("all_reduce", n * sizeof(float), tp_.group->allReduceMax(x, n));
 }
 
-void TensorParallelGroup::allGather(const float* mine, float* all, std::size_t n) const {
+void TensorParallelGroup::allGather(kernels::ConstPtr mine, kernels::Ptr all, std::size_t n) const {
     if (tp_.size == 1)
         throw std::logic_error("an all-gather needs a tensor-parallel group");
-    run("all_gather", n * sizeof(float), tp_.group->allGather(mine, all, n));
+    run("all_gather", n * kernels::sizeOf(mine.type), tp_.group->allGather(mine, all, n));
 }
 
-void TensorParallelGroup::reduceScatterSum(const float* all, float* mine, std::size_t n) const {
+void TensorParallelGroup::reduceScatterSum(kernels::ConstPtr all, kernels::Ptr mine,
+                                           std::size_t n) const {
     if (tp_.size == 1)
         throw std::logic_error("a reduce-scatter needs a tensor-parallel group");
-    run("reduce_scatter", n * std::size_t(tp_.size) * sizeof(float),
+    run("reduce_scatter", n * std::size_t(tp_.size) * kernels::sizeOf(all.type),
         tp_.group->reduceScatterSum(all, mine, n));
 }
 

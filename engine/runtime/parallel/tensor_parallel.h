@@ -47,10 +47,10 @@ public:
 
     // Blocking collectives over the group, n floats per rank as the communicator's. With one
     // rank the reductions do nothing; a gather or scatter needs a group (std::logic_error).
-    void allReduceSum(float* x, std::size_t n) const;
+    void allReduceSum(kernels::Ptr x, std::size_t n) const;
     void allReduceMax(float* x, std::size_t n) const;
-    void allGather(const float* mine, float* all, std::size_t n) const;
-    void reduceScatterSum(const float* all, float* mine, std::size_t n) const;
+    void allGather(kernels::ConstPtr mine, kernels::Ptr all, std::size_t n) const;
+    void reduceScatterSum(kernels::ConstPtr all, kernels::Ptr mine, std::size_t n) const;
 
 private:
     void run(const char* collective, std::size_t bytes, Request request) const;

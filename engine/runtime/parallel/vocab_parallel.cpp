@@ -17,8 +17,9 @@ VocabParallel::VocabParallel(const TensorParallelGroup& tp, int vocab, kernels::
                          "another tp");
 }
 
-void VocabParallel::embeddingForward(float* out, const std::int32_t* tokens, const float* wte,
-                                     const float* wpe, int B, int T, int C) const {
+void VocabParallel::embeddingForward(kernels::Ptr out, const std::int32_t* tokens,
+                                     kernels::ConstPtr wte, kernels::ConstPtr wpe, int B, int T,
+                                     int C) const {
     if (tp_.size() == 1)
         ops_.embeddingForward(out, tokens, wte, wpe, B, T, C);
     else
@@ -26,7 +27,7 @@ void VocabParallel::embeddingForward(float* out, const std::int32_t* tokens, con
                                    tp_.addsReplicatedTerms() ? wpe : nullptr, B, T, C);
 }
 
-void VocabParallel::embeddingBackward(float* dwte, float* dwpe, const float* dout,
+void VocabParallel::embeddingBackward(kernels::Ptr dwte, kernels::Ptr dwpe, kernels::ConstPtr dout,
                                       const std::int32_t* tokens, int B, int T, int C) const {
     if (tp_.size() == 1)
         ops_.embeddingBackwardAccumulate(dwte, dwpe, dout, tokens, B, T, C);

@@ -25,11 +25,11 @@ public:
     // out[B*T, C] = wte[token] + wpe[t] with one rank; with a group, the rows of the tokens this
     // rank holds (zero for the others), and the positions on one rank: a partial sum, which the
     // caller sums over the group (SequenceParallel::reduce).
-    void embeddingForward(float* out, const std::int32_t* tokens, const float* wte,
-                          const float* wpe, int B, int T, int C) const;
+    void embeddingForward(kernels::Ptr out, const std::int32_t* tokens, kernels::ConstPtr wte,
+                          kernels::ConstPtr wpe, int B, int T, int C) const;
     // dwte (this rank's rows) += dout of the tokens it holds; dwpe += dout. dout is whole.
-    void embeddingBackward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
-                           int B, int T, int C) const;
+    void embeddingBackward(kernels::Ptr dwte, kernels::Ptr dwpe, kernels::ConstPtr dout,
+                           const std::int32_t* tokens, int B, int T, int C) const;
     // The summed token losses of logits[N, this rank's vocabulary] are added to lossSum[0] (a
     // device double), and the logits become dloss/dlogits * gradScale in place.
     void crossEntropy(float* logits, const std::int32_t* targets, int N, float gradScale,

@@ -5,7 +5,7 @@
 namespace shardscope {
 
 ZeroStore::ZeroStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops,
-                     DeviceAllocator& memory)
+                     DeviceAllocator& memory, kernels::DType weights, kernels::DType grads)
     : count_(count),
       stage_(zero.stage >= 2 && zero.group && zero.group->size() > 1 ? zero.stage : 0),
       group_(zero.group), ops_(ops), memory_(memory) {
@@ -17,32 +17,42 @@ ZeroStore::ZeroStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops,
     const std::size_t paramFloats = shardsParameters() ? owned : count_;
     const std::size_t gradFloats = shardsGradients() ? owned : count_;
     // At least one float, so a replica owning nothing still has valid pointers.
-    params_ = memory_.floats(MemoryCategory::Parameters, std::max<std::size_t>(1, paramFloats));
-    grads_ = memory_.floats(MemoryCategory::Gradients, std::max<std::size_t>(1, gradFloats));
-    ops_.zero(params_.f(), paramFloats);
-    ops_.zero(grads_.f(), gradFloats);
+    params_ =
+        memory_.tensor(MemoryCategory::Parameters, std::max<std::size_t>(1, paramFloats), weights);
+    grads_ = memory_.tensor(MemoryCategory::Gradients, std::max<std::size_t>(1, gradFloats), grads);
+    ops_.zero(params_.ptr(), paramFloats);
+    ops_.zero(grads_.ptr(), gradFloats);
 }
 
-float* ZeroStore::parameterAt(std::size_t offset) const {
-    return params_.f() + (shardsParameters() ? offset - ownedBegin_ : offset);
+kernels::Ptr ZeroStore::parameterAt(std::size_t offset) const {
+    return params_.ptr() + (shardsParameters() ? offset - ownedBegin_ : offset);
 }
 
-float* ZeroStore::gradientAt(std::size_t offset) const {
-    return grads_.f() + (shardsGradients() ? offset - ownedBegin_ : offset);
+kernels::Ptr ZeroStore::gradientAt(std::size_t offset) const {
+    return grads_.ptr() + (shardsGradients() ? offset - ownedBegin_ : offset);
 }
 
 void ZeroStore::setParameters(const float* whole) {
-    const std::size_t from = shardsParameters() ? ownedBegin_ : 0,
-                      to = shardsParameters() ? ownedEnd_ : count_;
-    ops_.copyToDevice(params_.f(), whole + from, (to - from) * sizeof(float));
+    setStoredParameters(whole + (shardsParameters() ? ownedBegin_ : 0));
+}
+
+void ZeroStore::setStoredParameters(const float* stored) {
+    const std::size_t n = shardsParameters() ? ownedEnd_ - ownedBegin_ : count_;
+    if (params_.type() == kernels::DType::F32) {
+        ops_.copyToDevice(params_.f(), stored, n * sizeof(float));
+        return;
+    }
+    Buffer staged = memory_.floats(MemoryCategory::Workspace, std::max<std::size_t>(1, n));
+    ops_.copyToDevice(staged.f(), stored, n * sizeof(float));
+    ops_.copy(params_.ptr(), staged.f(), n);
 }
 
 void ZeroStore::zeroGradients() {
-    ops_.zero(grads_.f(), shardsGradients() ? ownedEnd_ - ownedBegin_ : count_);
+    ops_.zero(grads_.ptr(), shardsGradients() ? ownedEnd_ - ownedBegin_ : count_);
 }
 
 // The other replicas' parts of the range land around this one's, which sits in its slice.
-Request ZeroStore::startGather(std::size_t offset, std::size_t n, float* into) const {
+Request ZeroStore::startGather(std::size_t offset, std::size_t n, kernels::Ptr into) const {
     const std::vector<std::size_t> counts = shards_.countsOf(offset, n);
     const int me = group_->rank();
     std::size_t before = 0;
@@ -61,30 +71,30 @@ void ZeroStore::prefetch(std::size_t offset, std::size_t n) const {
     prefetched_ = Prefetch{};
     prefetched_.offset = offset;
     prefetched_.count = n;
-    prefetched_.buffer = memory_.floats(MemoryCategory::Workspace, n);
-    prefetched_.request = startGather(offset, n, prefetched_.buffer.f());
+    prefetched_.buffer = memory_.tensor(MemoryCategory::Workspace, n, params_.type());
+    prefetched_.request = startGather(offset, n, prefetched_.buffer.ptr());
 }
 
-float* ZeroStore::parametersOf(std::size_t offset, std::size_t n, Buffer& holder) const {
+kernels::Ptr ZeroStore::parametersOf(std::size_t offset, std::size_t n, Buffer& holder) const {
     if (!shardsParameters())
-        return params_.f() + offset;
+        return params_.ptr() + offset;
     if (prefetched_.buffer && prefetched_.offset == offset && prefetched_.count == n) {
         prefetched_.request.wait();
         holder = std::move(prefetched_.buffer);
         prefetched_ = Prefetch{};
-        return holder.f();
+        return holder.ptr();
     }
-    holder = memory_.floats(MemoryCategory::Workspace, n);
-    startGather(offset, n, holder.f()).wait();
-    return holder.f();
+    holder = memory_.tensor(MemoryCategory::Workspace, n, params_.type());
+    startGather(offset, n, holder.ptr()).wait();
+    return holder.ptr();
 }
 
-float* ZeroStore::gradientsFor(std::size_t offset, std::size_t n, Buffer& holder) const {
+kernels::Ptr ZeroStore::gradientsFor(std::size_t offset, std::size_t n, Buffer& holder) const {
     if (!shardsGradients())
-        return grads_.f() + offset;
-    holder = memory_.floats(MemoryCategory::Workspace, n);
-    ops_.zero(holder.f(), n);
-    return holder.f();
+        return grads_.ptr() + offset;
+    holder = memory_.tensor(MemoryCategory::Workspace, n, grads_.type());
+    ops_.zero(holder.ptr(), n);
+    return holder.ptr();
 }
 
 void ZeroStore::gradientsDone(std::size_t offset, std::size_t n, Buffer& holder) const {
@@ -92,20 +102,21 @@ void ZeroStore::gradientsDone(std::size_t offset, std::size_t n, Buffer& holder)
         return;
     const std::vector<std::size_t> counts = shards_.countsOf(offset, n);
     const std::size_t mine = counts[std::size_t(group_->rank())];
-    Buffer part = memory_.floats(MemoryCategory::Workspace, std::max<std::size_t>(1, mine));
+    Buffer part =
+        memory_.tensor(MemoryCategory::Workspace, std::max<std::size_t>(1, mine), grads_.type());
     CommunicationSpan span;
     span.collective = "reduce_scatter";
     span.axis = "dp";
-    span.bytes = n * sizeof(float);
+    span.bytes = n * kernels::sizeOf(grads_.type());
     span.waited = true;
     span.start = span.waitStart = comms_ ? comms_->now() : 0.0;
-    group_->reduceScatterSumV(holder.f(), part.f(), counts).wait();
+    group_->reduceScatterSumV(holder.ptr(), part.ptr(), counts).wait();
     if (comms_) {
         span.end = comms_->now();
         comms_->communication(span);
     }
     if (mine > 0)
-        ops_.addInPlace(gradientAt(std::max(offset, ownedBegin_)), part.f(), mine);
+        ops_.addInPlace(gradientAt(std::max(offset, ownedBegin_)), part.ptr(), mine);
     holder.reset();
 }
 

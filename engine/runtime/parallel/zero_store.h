@@ -22,7 +22,11 @@ struct ZeroSharding {
 
 class ZeroStore {
 public:
-    ZeroStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops, DeviceAllocator& memory);
+    // weights, grads: the types the parameters and gradients are stored in (the precision
+    // policy's); ZeRO-3's gathers and ZeRO-2's reduce-scatters move them in those types.
+    ZeroStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops, DeviceAllocator& memory,
+              kernels::DType weights = kernels::DType::F32,
+              kernels::DType grads = kernels::DType::F32);
 
     std::size_t count() const { return count_; }
     bool shardsGradients() const { return stage_ >= 2; }
@@ -31,27 +35,30 @@ public:
     std::size_t ownedBegin() const { return ownedBegin_; }
     std::size_t ownedEnd() const { return ownedEnd_; }
     // The stored buffers, and where the stored value of flat offset `offset` is.
-    float* parameters() const { return params_.f(); }
-    float* gradients() const { return grads_.f(); }
-    float* parameterAt(std::size_t offset) const;
-    float* gradientAt(std::size_t offset) const;
+    kernels::Ptr parameters() const { return params_.ptr(); }
+    kernels::Ptr gradients() const { return grads_.ptr(); }
+    kernels::Ptr parameterAt(std::size_t offset) const;
+    kernels::Ptr gradientAt(std::size_t offset) const;
 
-    // Stores the parameters this replica keeps from the whole flat buffer (host memory).
+    // Stores the parameters this replica keeps from the whole flat buffer (host memory, fp32),
+    // in the store's type.
     void setParameters(const float* whole);
+    // The same from host values of exactly what this replica stores (its slice, or the whole).
+    void setStoredParameters(const float* stored);
     void zeroGradients();
     void setCommunicationSink(CommunicationSink* sink) { comms_ = sink; }
 
     // The parameters of [offset, offset + n): in the stored buffer, or under ZeRO-3 in `holder`,
     // all-gathered now or by the prefetch of exactly this range.
-    float* parametersOf(std::size_t offset, std::size_t n, Buffer& holder) const;
+    kernels::Ptr parametersOf(std::size_t offset, std::size_t n, Buffer& holder) const;
     void prefetch(std::size_t offset, std::size_t n) const;
     // Where one microbatch's gradient of [offset, offset + n) accumulates: the stored buffer, or
     // under ZeRO-2/3 a zeroed `holder`, which gradientsDone reduce-scatters into the slices.
-    float* gradientsFor(std::size_t offset, std::size_t n, Buffer& holder) const;
+    kernels::Ptr gradientsFor(std::size_t offset, std::size_t n, Buffer& holder) const;
     void gradientsDone(std::size_t offset, std::size_t n, Buffer& holder) const;
 
 private:
-    Request startGather(std::size_t offset, std::size_t n, float* into) const;
+    Request startGather(std::size_t offset, std::size_t n, kernels::Ptr into) const;
 
     std::size_t count_;
     int stage_;

@@ -37,7 +37,7 @@ namespace fs = std::filesystem;
 // Flags that override the config file's fields; unset ones leave the file alone.
 struct Overrides {
     std::string config;
-    std::optional<std::string> out, data, dataFormat, telemetry, recompute, schedule;
+    std::optional<std::string> out, data, dataFormat, telemetry, recompute, schedule, precision;
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
     std::optional<double> lr, peakTflops, bucketMb, watchdog, stallReport, clockSkew;
     std::optional<std::uint64_t> seed;
@@ -89,6 +89,9 @@ struct Overrides {
                        "the wait as a stall event, so a monitor names it (default 5; 0: never)")
             ->check(CLI::NonNegativeNumber);
         app.add_option("--recompute", recompute, "activation recompute: none, selective, full");
+        app.add_option("--precision", precision,
+                       "fp32, bf16 (bf16 weights and activations, fp32 gradients and master "
+                       "weights) or bf16-bf16grads");
         app.add_option("--schedule", schedule,
                        "pipeline schedule: naive, gpipe, 1f1b, interleaved, zero-bubble");
         app.add_option("--threads", threads, "CPU threads (default: one per core)")
@@ -158,6 +161,8 @@ struct Overrides {
         }
         if (recompute)
             c.parallel.recompute = recomputeFromString(*recompute);
+        if (precision)
+            c.parallel.precision = precisionPolicyFromString(*precision);
         if (schedule)
             c.parallel.schedule = scheduleFromString(*schedule);
         if (threads)
@@ -223,9 +228,9 @@ void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
     fs::create_directories(dir);
     const std::size_t P = model.parameterCount();
     std::vector<float> host(P);
-    ops->copyToHost(host.data(), model.parameters(), P * sizeof(float));
+    ops->copyToHost(host.data(), kernels::asFloats(model.parameters()), P * sizeof(float));
     writeFile(dir / "params.f32", host.data(), P * sizeof(float));
-    ops->copyToHost(host.data(), model.gradients(), P * sizeof(float));
+    ops->copyToHost(host.data(), kernels::asFloats(model.gradients()), P * sizeof(float));
     writeFile(dir / "grads.f32", host.data(), P * sizeof(float));
     writeFile(dir / "inputs.i32", inputs.data(), inputs.size() * sizeof(std::int32_t));
     writeFile(dir / "targets.i32", targets.data(), targets.size() * sizeof(std::int32_t));

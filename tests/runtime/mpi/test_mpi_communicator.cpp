@@ -1,6 +1,7 @@
 // Run under mpirun with 4 ranks (CTest does): every collective and transfer of MpiCommunicator
 // checked against the same arithmetic done locally, and the process mesh's groups against
 // plan/layout's rank coordinates.
+#include "kernels/bf16.h"
 #include "mpi_test_main.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/process_mesh.h"
@@ -28,6 +29,47 @@ TEST(MpiCommunicator, AllReduceSumsEveryRanksValues) {
             want += valueOf(r, i);
         ASSERT_EQ(data[i], want) << i;
     }
+}
+
+// bf16 travels as 16-bit words and sums in fp32, each partial sum rounded to bf16: small
+// integers and halves are exact in bf16, and so are their sums here. A collective between
+// buffers of different types is refused on every rank before anything is sent.
+TEST(MpiCommunicator, Bf16CollectivesMoveAndSumBf16Values) {
+    using kernels::bf16ToFloat;
+    using kernels::floatToBf16;
+    auto world = testing::mpiSession()->world();
+    const int P = world->size(), r = world->rank();
+    const std::size_t n = 64;
+    std::vector<std::uint16_t> data(n);
+    for (std::size_t i = 0; i < n; ++i)
+        data[i] = floatToBf16(float(r + 1) * 0.5f + float(i % 4));
+    world->allReduceSum(kernels::Ptr{data.data(), kernels::DType::BF16}, n).wait();
+    for (std::size_t i = 0; i < n; ++i) {
+        float want = 0;
+        for (int k = 0; k < P; ++k)
+            want += float(k + 1) * 0.5f + float(i % 4);
+        ASSERT_EQ(bf16ToFloat(data[i]), want) << i;
+    }
+
+    std::vector<std::uint16_t> all(n * std::size_t(P));
+    world
+        ->allGather(kernels::ConstPtr{data.data(), kernels::DType::BF16},
+                    kernels::Ptr{all.data(), kernels::DType::BF16}, n)
+        .wait();
+    for (int k = 0; k < P; ++k)
+        ASSERT_EQ(std::vector<std::uint16_t>(all.begin() + std::ptrdiff_t(std::size_t(k) * n),
+                                             all.begin() + std::ptrdiff_t(std::size_t(k + 1) * n)),
+                  data);
+    std::vector<std::uint16_t> chunk(n);
+    world
+        ->reduceScatterSum(kernels::ConstPtr{all.data(), kernels::DType::BF16},
+                           kernels::Ptr{chunk.data(), kernels::DType::BF16}, n)
+        .wait();
+    for (std::size_t i = 0; i < n; ++i)
+        EXPECT_EQ(bf16ToFloat(chunk[i]), float(P) * bf16ToFloat(data[i])) << i;
+    EXPECT_THROW(world->allGather(kernels::ConstPtr{data.data(), kernels::DType::BF16},
+                                  std::vector<float>(n * std::size_t(P)).data(), n),
+                 std::logic_error);
 }
 
 TEST(MpiCommunicator, AllGatherAndReduceScatterAreInverseHalves) {

@@ -206,8 +206,10 @@ void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
     auto ops = kernels::makeCpuOps(c.engine.threads);
     DeviceAllocator memory(*ops);
     GptModel model(c.model, c.parallel.microBatch, *ops, memory, c.parallel.recompute,
-                   !c.parallel.flashAttention);
-    model.initialize(c.train.seed);
+                   !c.parallel.flashAttention, {}, {}, {}, TensorTypes::of(c.parallel.precision));
+    // fp32 values: under mixed precision the master weights the bf16 ones are rounded from.
+    const std::vector<float> initial = model.initialValues(c.train.seed);
+    model.setStoredParameters(initial.data());
     const auto data = Dataset::open(dataSpecOf(c));
 
     const int B = c.parallel.microBatch, T = c.model.seqLen, m = c.parallel.microbatches();
@@ -227,10 +229,11 @@ void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
     }
     fs::create_directories(dir);
     const std::size_t P = model.parameterCount();
+    writeFile(dir / "params.f32", initial.data(), P * sizeof(float));
+    Buffer grads = memory.floats(MemoryCategory::Workspace, P); // fp32, whatever they are stored in
+    ops->copy(grads.f(), model.gradients(), P);
     std::vector<float> host(P);
-    ops->copyToHost(host.data(), kernels::asFloats(model.parameters()), P * sizeof(float));
-    writeFile(dir / "params.f32", host.data(), P * sizeof(float));
-    ops->copyToHost(host.data(), kernels::asFloats(model.gradients()), P * sizeof(float));
+    ops->copyToHost(host.data(), grads.f(), P * sizeof(float));
     writeFile(dir / "grads.f32", host.data(), P * sizeof(float));
     writeFile(dir / "inputs.i32", inputs.data(), inputs.size() * sizeof(std::int32_t));
     writeFile(dir / "targets.i32", targets.data(), targets.size() * sizeof(std::int32_t));

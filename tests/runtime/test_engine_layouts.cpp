@@ -218,9 +218,11 @@ TEST(EngineLayouts, PipelineTelemetryMeasuresTransfersOnRankZerosClock) {
     std::map<std::tuple<int, int, std::string, int, int>, double> sendStart;
     std::vector<std::tuple<int, int, std::string, int, int, double>> receives; // ..., end
     int waits = 0;
+    std::vector<double> roundTrip(4);
     for (int r = 0; r < 4; ++r) {
         const std::vector<json> events = eventsOf(out, r);
         const json& start = eventNamed(events, "start");
+        roundTrip[std::size_t(r)] = start["clock"]["round_trip"].get<double>();
         // The offset undoes the 7 s per rank skew. What is left is when each rank opened its
         // telemetry, which is milliseconds apart on a busy machine (seen: 4 ms on 2 shared cores
         // running other tests), so it is bounded well below the skew, not at zero.
@@ -259,7 +261,11 @@ TEST(EngineLayouts, PipelineTelemetryMeasuresTransfersOnRankZerosClock) {
     for (const auto& [step, mb, tensor, from, to, end] : receives) {
         const auto it = sendStart.find({step, mb, tensor, from, to});
         ASSERT_NE(it, sendStart.end());
-        EXPECT_GE(end, it->second - 1e-3) << tensor << " mb " << mb << " " << from << "->" << to;
+        // Each rank's offset is known to within half its round trip to rank 0 (Cristian), so
+        // the bound is what this run measured, not a constant: on a loaded machine a round trip
+        // takes milliseconds.
+        const double slack = (roundTrip[std::size_t(from)] + roundTrip[std::size_t(to)]) / 2 + 1e-3;
+        EXPECT_GE(end, it->second - slack) << tensor << " mb " << mb << " " << from << "->" << to;
     }
 }
 

@@ -211,7 +211,8 @@ QString slurmScript(const LaunchRequest& r) {
         lines << "#SBATCH --partition=" + QString::fromStdString(r.settings.slurmPartition);
     if (!r.settings.slurmTime.empty())
         lines << "#SBATCH --time=" + QString::fromStdString(r.settings.slurmTime);
-    QStringList command{"srun", "--mpi=pmix", remoteEngineOf(r)};
+    // A rank whose watchdog ends it (a hang) exits 5 on its own; srun ends the others.
+    QStringList command{"srun", "--mpi=pmix", "--kill-on-bad-exit=1", remoteEngineOf(r)};
     command << engineArguments(r);
     for (QString& word : command)
         word = shellQuote(word);

@@ -87,8 +87,12 @@ public:
                                       const std::vector<std::size_t>& counts) = 0;
     virtual Request allGatherVInPlace(kernels::Ptr data,
                                       const std::vector<std::size_t>& counts) = 0;
-    virtual Request send(kernels::ConstPtr data, std::size_t n, int peer, int tag) = 0;
-    virtual Request receive(kernels::Ptr data, std::size_t n, int peer, int tag) = 0;
+    // Point to point, matched by posting order: the k-th receive one rank posts from a peer
+    // takes the k-th send that peer posted to it (NCCL has no tags; MPI keeps one sender's
+    // messages to one receiver in order). The pipeline schedules are checked to post in
+    // matching orders (verifyProgram).
+    virtual Request send(kernels::ConstPtr data, std::size_t n, int peer) = 0;
+    virtual Request receive(kernels::Ptr data, std::size_t n, int peer) = 0;
     virtual void barrier() = 0;
     // Every operation posted from now on starts after the work `compute` had enqueued when it
     // was posted; subgroups made later inherit it. A host library (MPI) waits for that work

@@ -14,6 +14,8 @@ namespace shardscope {
 
 namespace {
 
+constexpr int kTransferTag = 0;
+
 int count(std::size_t n) {
     if (n > std::size_t(std::numeric_limits<int>::max()))
         throw std::length_error("an MPI transfer of " + std::to_string(n) +
@@ -190,17 +192,19 @@ public:
               "MPI_Iallgatherv");
         return Request(std::move(p));
     }
-    Request send(kernels::ConstPtr data, std::size_t n, int peer, int tag) override {
+    // One tag for every transfer: MPI matches one sender's messages to one receiver in the
+    // order they were posted, which is the order the schedules post them in.
+    Request send(kernels::ConstPtr data, std::size_t n, int peer) override {
         waitForCompute();
         MPI_Request r;
-        check(MPI_Isend(data.data, count(n), mpiType(data.type), peer, tag, comm_, &r),
+        check(MPI_Isend(data.data, count(n), mpiType(data.type), peer, kTransferTag, comm_, &r),
               "MPI_Isend");
         return started(r);
     }
-    Request receive(kernels::Ptr data, std::size_t n, int peer, int tag) override {
+    Request receive(kernels::Ptr data, std::size_t n, int peer) override {
         waitForCompute();
         MPI_Request r;
-        check(MPI_Irecv(data.data, count(n), mpiType(data.type), peer, tag, comm_, &r),
+        check(MPI_Irecv(data.data, count(n), mpiType(data.type), peer, kTransferTag, comm_, &r),
               "MPI_Irecv");
         return started(r);
     }

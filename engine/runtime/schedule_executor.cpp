@@ -43,13 +43,6 @@ MicrobatchState& ScheduleExecutor::stateOf(const PipelineOp& op) {
 // One tag per (receiving virtual stage, microbatch, tensor), so transfers of one step never
 // match the wrong receive; MPI keeps the order of equal tags, so wrapping below the bound every
 // MPI library allows (32767) is safe across steps.
-int ScheduleExecutor::tagOf(int receiverStage, int microbatch, TensorKind tensor) const {
-    const long long tag =
-        (static_cast<long long>(receiverStage) * program_.spec.microbatches + microbatch) * 2 +
-        (tensor == TensorKind::Gradient ? 1 : 0);
-    return static_cast<int>(tag % 32767);
-}
-
 Buffer ScheduleExecutor::receive(const PipelineOp& op, MemoryCategory category,
                                  CommunicationSink* comms) {
     Buffer buffer = model_.activationBuffer(category);
@@ -64,7 +57,7 @@ Buffer ScheduleExecutor::receive(const PipelineOp& op, MemoryCategory category,
     span.start = span.waitStart = comms ? comms->now() : 0.0;
     span.waited = true;
     Request r = pipeline_->receive(buffer.ptr(), buffer.bytes() / kernels::sizeOf(buffer.type()),
-                                   op.recv->peer, tagOf(op.stage, op.microbatch, op.recv->tensor));
+                                   op.recv->peer);
     r.wait();
     if (comms) {
         span.end = comms->now();
@@ -74,8 +67,6 @@ Buffer ScheduleExecutor::receive(const PipelineOp& op, MemoryCategory category,
 }
 
 void ScheduleExecutor::send(const PipelineOp& op, Buffer buffer, CommunicationSink* comms) {
-    const int receiverStage =
-        op.send->tensor == TensorKind::Activation ? op.stage + 1 : op.stage - 1;
     InFlightSend s;
     s.span.collective = "send";
     s.span.axis = "pp";
@@ -85,9 +76,8 @@ void ScheduleExecutor::send(const PipelineOp& op, Buffer buffer, CommunicationSi
     s.span.microbatch = op.microbatch;
     s.span.chunk = op.chunk;
     s.span.start = comms ? comms->now() : 0.0;
-    s.request =
-        pipeline_->send(buffer.ptr(), buffer.bytes() / kernels::sizeOf(buffer.type()),
-                        op.send->peer, tagOf(receiverStage, op.microbatch, op.send->tensor));
+    s.request = pipeline_->send(buffer.ptr(), buffer.bytes() / kernels::sizeOf(buffer.type()),
+                                op.send->peer);
     s.buffer = std::move(buffer);
     sends_.push_back(std::move(s));
 }

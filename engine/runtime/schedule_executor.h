@@ -51,7 +51,6 @@ private:
     Buffer receive(const PipelineOp& op, MemoryCategory category, CommunicationSink* comms);
     void send(const PipelineOp& op, Buffer buffer, CommunicationSink* comms);
     void reapSends(bool wait, CommunicationSink* comms);
-    int tagOf(int receiverStage, int microbatch, TensorKind tensor) const;
     MicrobatchState& stateOf(const PipelineOp& op);
 
     GptModel& model_;

@@ -178,10 +178,12 @@ TrainResult TrainingRun::execute() {
 // With more than one rank: every wait watched, the control channel, the mesh and its groups.
 void TrainingRun::joinRanks() {
     if (world_ && world_->size() > 1) {
-        Communicator* inner = world_;
-        watchdog_ =
-            std::make_unique<Watchdog>(c_.engine.watchdogSeconds, world_->rank(), world_->size(),
-                                       [inner](int code) { inner->abortJob(code); });
+        // The watchdog's thread is not one MPI (initialised for the main thread) or NCCL may be
+        // called from, so it ends only this process; the launcher ends the rest (mpirun on a
+        // rank's non-zero exit, srun with --kill-on-bad-exit), and the other waiting ranks'
+        // watchdogs would end them soon after anyway.
+        watchdog_ = std::make_unique<Watchdog>(c_.engine.watchdogSeconds, world_->rank(),
+                                               world_->size(), [](int code) { std::_Exit(code); });
         watchedWorld_ = std::make_unique<WatchedCommunicator>(*world_, *watchdog_);
         world_ = watchedWorld_.get();
         world_->orderAfter(ops_->computeStream()); // every group made below inherits it

@@ -290,11 +290,11 @@ Request WatchedCommunicator::allGatherVInPlace(kernels::Ptr data,
                                                const std::vector<std::size_t>& counts) {
     return watched(inner_.allGatherVInPlace(data, counts), "all_gather");
 }
-Request WatchedCommunicator::send(kernels::ConstPtr data, std::size_t n, int peer, int tag) {
-    return watched(inner_.send(data, n, peer, tag), "send");
+Request WatchedCommunicator::send(kernels::ConstPtr data, std::size_t n, int peer) {
+    return watched(inner_.send(data, n, peer), "send");
 }
-Request WatchedCommunicator::receive(kernels::Ptr data, std::size_t n, int peer, int tag) {
-    return watched(inner_.receive(data, n, peer, tag), "recv");
+Request WatchedCommunicator::receive(kernels::Ptr data, std::size_t n, int peer) {
+    return watched(inner_.receive(data, n, peer), "recv");
 }
 void WatchedCommunicator::barrier() {
     const Watchdog::Wait guard(dog_, "barrier", axis(), ++sequence_);

@@ -25,8 +25,9 @@ namespace shardscope {
 
 class Watchdog {
 public:
-    // abort: ends every rank of the job (Communicator::abortJob); called from the watchdog's
-    // thread with the message already printed.
+    // abort: ends this process with the code (the launcher ends the other ranks); called from
+    // the watchdog's thread with the message printed and the telemetry drained, so it must not
+    // call into MPI or NCCL.
     Watchdog(double timeoutSeconds, int rank, int worldSize, std::function<void(int)> abort);
     ~Watchdog();
     Watchdog(const Watchdog&) = delete;
@@ -121,8 +122,8 @@ public:
     Request reduceScatterSumV(kernels::ConstPtr in, kernels::Ptr out,
                               const std::vector<std::size_t>& counts) override;
     Request allGatherVInPlace(kernels::Ptr data, const std::vector<std::size_t>& counts) override;
-    Request send(kernels::ConstPtr data, std::size_t n, int peer, int tag) override;
-    Request receive(kernels::Ptr data, std::size_t n, int peer, int tag) override;
+    Request send(kernels::ConstPtr data, std::size_t n, int peer) override;
+    Request receive(kernels::Ptr data, std::size_t n, int peer) override;
     void barrier() override;
     void orderAfter(kernels::Stream& compute) override { inner_.orderAfter(compute); }
     // The inner group's channel, its every call watched as a wait on the axis "control".

@@ -329,6 +329,41 @@ std::vector<std::string> verifyProgram(const PipelineProgram& program) {
     if (!problems.empty())
         return problems;
 
+    // Between each ordered pair of ranks, the receiver takes the transfers in the order the
+    // sender posts them, so a communicator can match them by posting order alone (NCCL has no
+    // tags; MPI keeps the messages of one sender to one receiver in order).
+    using Posted = std::tuple<int, int, int>; // tensor, microbatch, receiving stage
+    std::map<std::pair<int, int>, std::vector<Posted>> sent, received;
+    for (int r = 0; r < p; ++r) {
+        for (const PipelineOp& op : program.ranks[std::size_t(r)]) {
+            if (op.send)
+                sent[{r, op.send->peer}].emplace_back(
+                    int(op.send->tensor), op.microbatch,
+                    op.send->tensor == TensorKind::Activation ? op.stage + 1 : op.stage - 1);
+            if (op.recv)
+                received[{op.recv->peer, r}].emplace_back(int(op.recv->tensor), op.microbatch,
+                                                          op.stage);
+        }
+    }
+    const auto name = [](const Posted& t) {
+        return toString(TensorKind(std::get<0>(t))) + " of microbatch " +
+               std::to_string(std::get<1>(t)) + " for stage " + std::to_string(std::get<2>(t));
+    };
+    for (const auto& [pair, sends] : sent) {
+        const std::vector<Posted>& receives = received[pair];
+        for (std::size_t i = 0; i < std::min(sends.size(), receives.size()); ++i) {
+            if (sends[i] == receives[i])
+                continue;
+            problems.push_back("rank " + std::to_string(pair.first) + " -> rank " +
+                               std::to_string(pair.second) + ": transfer " + std::to_string(i + 1) +
+                               " is sent as the " + name(sends[i]) + " but received as the " +
+                               name(receives[i]) +
+                               "; two ranks must take their transfers in the order they are "
+                               "sent");
+            break;
+        }
+    }
+
     // Run every rank's list in order (sends do not block): an op may run once the op it depends
     // on has run, on any rank. No progress with ops left means deadlock.
     std::map<Key, bool> done;

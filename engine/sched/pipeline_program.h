@@ -64,8 +64,10 @@ PipelineProgram buildPipelineProgram(const ScheduleSpec& spec);
 
 // Everything wrong with a program, empty when it is sound: each (microbatch, stage) has its
 // forward and its backward (fused, or B and W) exactly once on the right rank; every op comes
-// after what it needs on its own rank; every receive has its send; and the ranks, each running
-// its list in order with sends that do not block, finish without deadlock.
+// after what it needs on its own rank; every receive has its send; between any two ranks the
+// receives come in the order of the sends (so transfers can be matched by posting order, with no
+// tags); and the ranks, each running its list in order with sends that do not block, finish
+// without deadlock.
 std::vector<std::string> verifyProgram(const PipelineProgram& program);
 
 } // namespace shardscope

@@ -130,7 +130,8 @@ TEST(LaunchPlan, TheSlurmScriptStartsEveryRankWithSrunAndHoldsNoToken) {
     EXPECT_TRUE(script.contains("#SBATCH --partition=debug\n"));
     EXPECT_TRUE(script.contains("#SBATCH --time=1:00:00\n"));
     EXPECT_TRUE(script.contains("#SBATCH --output=/runs/a.slurm-%j.out\n"));
-    EXPECT_TRUE(script.contains("exec 'srun' '--mpi=pmix' '/opt/shardscope/bin/shardscope-engine' "
+    EXPECT_TRUE(script.contains("exec 'srun' '--mpi=pmix' '--kill-on-bad-exit=1' "
+                                "'/opt/shardscope/bin/shardscope-engine' "
                                 "'train' '--config' '/runs/a.launch.json'"));
     EXPECT_FALSE(script.contains("TOKEN"));
     r.runDirectory = "/runs/a\n#SBATCH --uid=0";

@@ -21,8 +21,8 @@ public:
         return {};
     }
     Request allGatherVInPlace(kernels::Ptr, const std::vector<std::size_t>&) override { return {}; }
-    Request send(kernels::ConstPtr, std::size_t, int, int) override { return {}; }
-    Request receive(kernels::Ptr, std::size_t, int, int) override { return {}; }
+    Request send(kernels::ConstPtr, std::size_t, int) override { return {}; }
+    Request receive(kernels::Ptr, std::size_t, int) override { return {}; }
     void barrier() override {}
     void orderAfter(kernels::Stream&) override {}
     std::unique_ptr<ControlChannel> controlChannel() override { return nullptr; }

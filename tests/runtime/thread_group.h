@@ -90,10 +90,10 @@ private:
         Request allGatherVInPlace(kernels::Ptr, const std::vector<std::size_t>&) override {
             throw std::logic_error("ThreadGroup has no allGatherVInPlace");
         }
-        Request send(kernels::ConstPtr, std::size_t, int, int) override {
+        Request send(kernels::ConstPtr, std::size_t, int) override {
             throw std::logic_error("ThreadGroup has no send");
         }
-        Request receive(kernels::Ptr, std::size_t, int, int) override {
+        Request receive(kernels::Ptr, std::size_t, int) override {
             throw std::logic_error("ThreadGroup has no receive");
         }
         void barrier() override { g_.sync_.arrive_and_wait(); }

@@ -150,6 +150,15 @@ TEST(PipelineProgram, VerifyCatchesBrokenPrograms) {
     unpaired.ranks[1][0].recv.reset();
     EXPECT_NE(joined(verifyProgram(unpaired)).find("never received"), std::string::npos);
 
+    // Receives taken out of the order of their sends: the last rank runs F1 before F0, which
+    // waits for nothing it lacks but would take microbatch 0's activation as microbatch 1's if
+    // transfers were matched by order.
+    PipelineProgram reordered = buildPipelineProgram(spec(PipelineSchedule::GPipe, 2, 2));
+    std::swap(reordered.ranks[1][0], reordered.ranks[1][1]);
+    EXPECT_NE(joined(verifyProgram(reordered)).find("in the order they are sent"),
+              std::string::npos)
+        << joined(verifyProgram(reordered));
+
     // Two ranks each waiting for the other: rank 0's and rank 1's first backwards first.
     PipelineProgram crossed = buildPipelineProgram(spec(PipelineSchedule::GPipe, 2, 2));
     std::swap(crossed.ranks[1][0], crossed.ranks[1][2]); // B0 before F0 on the last rank

@@ -131,11 +131,36 @@ TEST(MpiCommunicator, NonBlockingTransfersAroundARing) {
     const int P = world->size(), r = world->rank();
     std::vector<float> out(64, float(r)), in(64, -1.0f);
     std::vector<Request> pending;
-    pending.push_back(world->receive(in.data(), in.size(), (r + P - 1) % P, 7));
-    pending.push_back(world->send(out.data(), out.size(), (r + 1) % P, 7));
+    pending.push_back(world->receive(in.data(), in.size(), (r + P - 1) % P));
+    pending.push_back(world->send(out.data(), out.size(), (r + 1) % P));
     waitAll(pending);
     EXPECT_EQ(in.front(), float((r + P - 1) % P));
     EXPECT_EQ(in.back(), float((r + P - 1) % P));
+}
+
+// Transfers carry no tags: the k-th receive from a peer takes the k-th send to it, even with
+// many in flight at once and the receives posted in the same order later (as a pipeline stage
+// posts them, one op at a time). 40,000 transfers pass MPI's smallest tag limit (32,767), which
+// tags derived from (stage, microbatch) used to wrap at.
+TEST(MpiCommunicator, TransfersAreMatchedInPostingOrder) {
+    auto world = testing::mpiSession()->world();
+    const int P = world->size(), r = world->rank();
+    const int next = (r + 1) % P, previous = (r + P - 1) % P;
+    constexpr int kTransfers = 40000, kInFlight = 64;
+    std::vector<float> sent(kTransfers), got(kInFlight);
+    std::vector<Request> sends;
+    for (int k = 0; k < kTransfers; ++k) {
+        sent[std::size_t(k)] = float(k);
+        sends.push_back(world->send(&sent[std::size_t(k)], 1, next));
+        if (k % kInFlight == kInFlight - 1) { // receive this batch in order, then go on
+            for (int j = 0; j < kInFlight; ++j)
+                world->receive(&got[std::size_t(j)], 1, previous).wait();
+            for (int j = 0; j < kInFlight; ++j)
+                ASSERT_EQ(got[std::size_t(j)], float(k - kInFlight + 1 + j)) << k;
+            waitAll(sends);
+            sends.clear();
+        }
+    }
 }
 
 // Control values are doubles (a float would lose the 1e-9 below) and travel apart from the data:
@@ -155,7 +180,7 @@ TEST(ControlChannel, SumsDoublesAndKeepsApartFromTheData) {
 
     const int next = (r + 1) % P, previous = (r + P - 1) % P;
     float data = -1.0f;
-    Request dataIn = world->receive(&data, 1, previous, 0);
+    Request dataIn = world->receive(&data, 1, previous);
     double message = 1e10 + r, received = 0;
     if (r % 2 == 0) { // blocking sends and receives, paired so that the ring cannot deadlock
         control->send(&message, 1, next);
@@ -168,7 +193,7 @@ TEST(ControlChannel, SumsDoublesAndKeepsApartFromTheData) {
     EXPECT_FALSE(dataIn.done()) << "a control message reached a data receive";
     control->total(0.0); // no rank posts its data send before every rank has looked
     const float sent = float(r);
-    world->send(&sent, 1, next, 0).wait();
+    world->send(&sent, 1, next).wait();
     dataIn.wait();
     EXPECT_EQ(data, float(previous));
 }

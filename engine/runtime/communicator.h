@@ -74,19 +74,13 @@ public:
     // data[n] becomes the elementwise sum over the group, in place; the maximum is fp32 only.
     virtual Request allReduceSum(kernels::Ptr data, std::size_t n) = 0;
     virtual Request allReduceMax(float* data, std::size_t n) = 0;
-    // out[size * n] = the n values of every rank, in rank order.
+    // out[size * n] = the n values of every rank, in rank order. In place when in is out + rank
+    // * n (this rank's part already in its place), as MPI_IN_PLACE and NCCL allow.
     virtual Request allGather(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) = 0;
     // out[n] = the sum over ranks of in[rank * n .. (rank + 1) * n): rank i keeps chunk i.
+    // Parts are always of one size, as NCCL takes them: ZeRO pads its units to fit
+    // (parallel/shard_layout.h).
     virtual Request reduceScatterSum(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) = 0;
-    // The v forms, for parts of unequal size: rank i's part is counts[i] elements, the parts
-    // lying one after another in rank order (ZeRO's slices of a bucket). reduceScatterSumV:
-    // out[counts[rank]] = the sum over ranks of their in[] at this rank's part.
-    // allGatherVInPlace: every rank's part, taken from its own place in data[sum of counts],
-    // ends up in every rank's.
-    virtual Request reduceScatterSumV(kernels::ConstPtr in, kernels::Ptr out,
-                                      const std::vector<std::size_t>& counts) = 0;
-    virtual Request allGatherVInPlace(kernels::Ptr data,
-                                      const std::vector<std::size_t>& counts) = 0;
     // Point to point, matched by posting order: the k-th receive one rank posts from a peer
     // takes the k-th send that peer posted to it (NCCL has no tags; MPI keeps one sender's
     // messages to one receiver in order). The pipeline schedules are checked to post in

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -76,8 +77,8 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
     if (chunks_.empty())
         chunks_ = pipelineChunks(shape_.layers, 1, 1, 0);
     buildTensorTable();
-    store_ = std::make_unique<ZeroStore>(parameterCount_, zero, ops_, memory_, types_.weights,
-                                         types_.gradients);
+    store_ = std::make_unique<ZeroStore>(parameterCount_, shardUnits(), zero, ops_, memory_,
+                                         types_.weights, types_.gradients);
 }
 
 kernels::Ptr GptModel::parametersOf(std::size_t first, std::size_t last, Buffer& holder) const {
@@ -114,6 +115,22 @@ void GptModel::buildTensorTable() {
     lmHead_ = t.lmHead;
     if (shape_.tied && (wte_ == npos) != (lmHead_ == npos))
         shared_ = wte_ != npos ? wte_ : lmHead_;
+}
+
+std::vector<std::size_t> GptModel::shardUnits() const {
+    std::vector<std::size_t> firsts; // tensors that begin a unit
+    for (std::size_t t : {wte_, lnfWeight_, lmHead_})
+        if (t != npos)
+            firsts.push_back(t);
+    for (std::size_t t : layerTensor_)
+        if (t != npos)
+            firsts.push_back(t);
+    std::vector<std::size_t> offsets{0};
+    for (std::size_t t : firsts)
+        offsets.push_back(tensors_[t].offset);
+    std::sort(offsets.begin(), offsets.end());
+    offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
+    return offsets;
 }
 
 const ModelChunk& GptModel::chunkAt(int chunk) const {
@@ -331,7 +348,9 @@ void GptModel::headForward(MicrobatchState* state, kernels::ConstPtr input,
     if (sp_.on()) // the head reads every token
         normed = sp_.gather(normed.ptr());
     Buffer lg = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(V));
-    const kernels::ConstPtr head = parametersOf(lmHead_, lmHead_, gatheredHead);
+    // A tied head is the token table, gathered and reduced with the embeddings' unit.
+    const std::size_t headUnit = lmHead_ == wte_ ? wpe_ : lmHead_;
+    const kernels::ConstPtr head = parametersOf(lmHead_, headUnit, gatheredHead);
     ops_.matmulForward(lg.f(), normed.ptr(), head, nullptr, N, C, V);
     if (logits) {
         logits->resize(std::size_t(N) * std::size_t(V));
@@ -348,9 +367,9 @@ void GptModel::headForward(MicrobatchState* state, kernels::ConstPtr input,
         sp_.reduce(partial, shard);
         state->finalNormGrad = sp_.on() ? std::move(shard) : std::move(partial);
         Buffer gradients;
-        ops_.matmulBackwardWeightAccumulate(gradientsFor(lmHead_, lmHead_, gradients), nullptr,
+        ops_.matmulBackwardWeightAccumulate(gradientsFor(lmHead_, headUnit, gradients), nullptr,
                                             lg.f(), normed.ptr(), N, C, V);
-        gradientsDone(lmHead_, lmHead_, gradients);
+        gradientsDone(lmHead_, headUnit, gradients);
         state->finalMean = std::move(mean);
         state->finalRstd = std::move(rstd);
     }

@@ -118,13 +118,12 @@ public:
     const std::vector<ParameterTensor>& tensors() const { return tensors_; }
     std::size_t parameterCount() const { return parameterCount_; }
     // The stored parameters and gradients: the whole flat buffers, or under ZeRO-3 (ZeRO-2 for
-    // gradients) this replica's slice [ownedBegin, ownedEnd) of them.
+    // gradients) this replica's shards of them, as shardLayout() places them.
     kernels::Ptr parameters() const { return store_->parameters(); }
     kernels::Ptr gradients() const { return store_->gradients(); }
-    std::size_t ownedBegin() const { return store_->ownedBegin(); }
-    // Where what this rank stores starts in the flat buffer.
-    std::size_t storedOffset() const { return shardsParameters() ? ownedBegin() : 0; }
-    std::size_t ownedEnd() const { return store_->ownedEnd(); }
+    // What this replica owns under ZeRO 1-3, unit by unit (the embeddings, each layer, the final
+    // norm, the head); everything without ZeRO.
+    const ShardLayout& shardLayout() const { return store_->layout(); }
     bool shardsGradients() const { return store_->shardsGradients(); }
     bool shardsParameters() const { return store_->shardsParameters(); }
     // Where the stored value of flat offset `offset` is (an owned one, when sharded).
@@ -144,9 +143,11 @@ public:
     // The same values in fp32, this rank's share of the whole flat buffer (what initialize
     // stores, rounded to the weights' type): mixed precision's master weights start from them.
     std::vector<float> initialValues(std::uint64_t seed) const;
-    // Stores host fp32 values of exactly what this rank stores (its ZeRO-3 slice, or the whole),
+    // Stores host fp32 values of exactly what this rank stores (its ZeRO-3 shards, or the whole),
     // in the weights' type: a checkpoint's parameters.
     void setStoredParameters(const float* values) { store_->setStoredParameters(values); }
+    // The same from the whole flat buffer's values (this rank keeps what it stores).
+    void setParameters(const float* whole) { store_->setParameters(whole); }
     void zeroGradients();
 
     // Runs the forward of one microbatch of microBatch x seqLen tokens (host arrays) and the
@@ -217,6 +218,9 @@ private:
     std::size_t lastTensorOf(int layer) const { return firstTensorOf(layer) + 11; }
     std::size_t firstTensorOf(int layer) const { return layerTensor_[std::size_t(layer)]; }
     void buildTensorTable();
+    // Where each range gathered or reduced as one begins: the embeddings, each layer, the final
+    // norm, the head.
+    std::vector<std::size_t> shardUnits() const;
     LayerActivations allocateLayer(MemoryCategory category) const;
     // prefetch: a layer whose ZeRO-3 parameters to start gathering (-1: none).
     void layerForward(int layer, LayerActivations& a, kernels::ConstPtr input, kernels::Ptr output,

@@ -57,22 +57,10 @@ MPI_Op sumOf(kernels::DType t) {
     return op;
 }
 
-// A started MPI operation. A v collective reads its counts and displacements until it
-// completes, so the request keeps them.
+// A started MPI operation.
 class MpiPending final : public Request::Pending {
 public:
-    MpiPending() = default;
-    explicit MpiPending(const std::vector<std::size_t>& counts) {
-        int at = 0;
-        for (std::size_t c : counts) {
-            counts_.push_back(count(c));
-            displacements_.push_back(at);
-            at += counts_.back();
-        }
-    }
     MPI_Request* request() { return &request_; }
-    const int* counts() const { return counts_.data(); }
-    const int* displacements() const { return displacements_.data(); }
     void wait() override { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait"); }
     bool test() override {
         int flag = 0;
@@ -82,7 +70,6 @@ public:
 
 private:
     MPI_Request request_ = MPI_REQUEST_NULL;
-    std::vector<int> counts_, displacements_;
 };
 
 Request started(MPI_Request r) {
@@ -160,8 +147,9 @@ public:
         sameType(in.type, out.type);
         waitForCompute();
         MPI_Request r;
-        check(MPI_Iallgather(in.data, count(n), mpiType(in.type), out.data, count(n),
-                             mpiType(out.type), comm_, &r),
+        const bool inPlace = in.data == (out + std::size_t(rank_) * n).data;
+        check(MPI_Iallgather(inPlace ? MPI_IN_PLACE : in.data, count(n), mpiType(in.type), out.data,
+                             count(n), mpiType(out.type), comm_, &r),
               "MPI_Iallgather");
         return started(r);
     }
@@ -173,24 +161,6 @@ public:
                                         sumOf(in.type), comm_, &r),
               "MPI_Ireduce_scatter_block");
         return started(r);
-    }
-    Request reduceScatterSumV(kernels::ConstPtr in, kernels::Ptr out,
-                              const std::vector<std::size_t>& counts) override {
-        sameType(in.type, out.type);
-        waitForCompute();
-        auto p = std::make_unique<MpiPending>(counts);
-        check(MPI_Ireduce_scatter(in.data, out.data, p->counts(), mpiType(in.type), sumOf(in.type),
-                                  comm_, p->request()),
-              "MPI_Ireduce_scatter");
-        return Request(std::move(p));
-    }
-    Request allGatherVInPlace(kernels::Ptr data, const std::vector<std::size_t>& counts) override {
-        waitForCompute();
-        auto p = std::make_unique<MpiPending>(counts);
-        check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data, p->counts(),
-                              p->displacements(), mpiType(data.type), comm_, p->request()),
-              "MPI_Iallgatherv");
-        return Request(std::move(p));
     }
     // One tag for every transfer: MPI matches one sender's messages to one receiver in the
     // order they were posted, which is the order the schedules post them in.

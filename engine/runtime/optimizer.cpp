@@ -18,12 +18,10 @@ double learningRateAt(const TrainConfig& t, std::int64_t step, std::int64_t tota
                                    (t.learningRate - t.minLearningRate);
 }
 
-AdamW::AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train,
-             std::size_t begin, std::size_t end)
-    : model_(model), ops_(ops), memory_(memory), train_(train), begin_(begin),
-      end_(std::min(end, model.parameterCount())),
-      m_(memory.floats(MemoryCategory::Optimizer, end_ - begin_)),
-      v_(memory.floats(MemoryCategory::Optimizer, end_ - begin_)) {
+AdamW::AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train)
+    : model_(model), ops_(ops), memory_(memory), train_(train), layout_(model.shardLayout()),
+      m_(memory.floats(MemoryCategory::Optimizer, size())),
+      v_(memory.floats(MemoryCategory::Optimizer, size())) {
     ops_.zero(m_.f(), size());
     ops_.zero(v_.f(), size());
     if (model.parameters().type != kernels::DType::F32) {
@@ -32,9 +30,25 @@ AdamW::AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const 
     }
 }
 
-void AdamW::setMasterWeights(const float* values) {
+void AdamW::setMasterWeights(const float* stored) {
     if (master_)
-        ops_.copyToDevice(master_.f(), values, size() * sizeof(float));
+        ops_.copyToDevice(master_.f(), stored, size() * sizeof(float));
+}
+
+void AdamW::setMasterWeightsFromWhole(const float* whole) {
+    if (!master_)
+        return;
+    if (!layout_.sharded())
+        return setMasterWeights(whole);
+    const std::vector<float> stored = layout_.pack(whole);
+    setMasterWeights(stored.data());
+}
+
+void AdamW::writeWorkingWeights() const {
+    if (!master_)
+        return;
+    for (const ShardLayout::Piece& p : layout_.owned())
+        ops_.copy(model_.parameterAt(p.flat), master_.f() + p.stored, p.count);
 }
 
 double AdamW::gradientNorm() const {
@@ -46,15 +60,15 @@ double AdamW::gradientSquares(const std::function<bool(const ParameterTensor&)>&
     Buffer sum = memory_.allocate(MemoryCategory::Workspace, sizeof(double));
     ops_.zeroDoubles(sum.as<double>(), 1);
     auto add = [&](std::size_t a, std::size_t b) {
-        if (a < b)
-            ops_.sumOfSquaresAccumulate(model_.gradientAt(a), b - a, sum.as<double>());
+        for (const ShardLayout::Piece& p : layout_.owned(a, b))
+            ops_.sumOfSquaresAccumulate(model_.gradientAt(p.flat), p.count, sum.as<double>());
     };
     if (!counted) {
-        add(begin_, end_);
+        add(0, model_.parameterCount());
     } else { // runs of adjacent counted tensors, each summed in one call
         std::size_t runBegin = 0, runEnd = 0;
         auto flush = [&] {
-            add(std::max(runBegin, begin_), std::min(runEnd, end_));
+            add(runBegin, runEnd);
             runBegin = runEnd = 0;
         };
         for (const ParameterTensor& t : model_.tensors()) {
@@ -83,19 +97,19 @@ double AdamW::clipScale(double norm) const {
 
 void AdamW::step(double lr, double gradScale) {
     ++t_;
-    for (const ParameterTensor& p : model_.tensors()) {
-        const std::size_t a = std::max(p.offset, begin_), b = std::min(p.offset + p.count, end_);
-        if (a >= b)
-            continue;
-        const float decay = p.decay ? static_cast<float>(train_.weightDecay) : 0.0f;
-        const std::size_t k = a - begin_;
-        // Mixed precision: the update goes to the fp32 master, which rewrites the working copy.
-        float* weights = master_ ? master_.f() + k : kernels::asFloats(model_.parameterAt(a));
-        const kernels::Ptr working = master_ ? model_.parameterAt(a) : kernels::Ptr{};
-        ops_.adamwUpdate(weights, model_.gradientAt(a), m_.f() + k, v_.f() + k, b - a,
-                         static_cast<float>(lr), static_cast<float>(train_.beta1),
-                         static_cast<float>(train_.beta2), static_cast<float>(train_.epsilon),
-                         decay, static_cast<float>(gradScale), static_cast<int>(t_), working);
+    for (const ParameterTensor& t : model_.tensors()) {
+        const float decay = t.decay ? static_cast<float>(train_.weightDecay) : 0.0f;
+        for (const ShardLayout::Piece& p : layout_.owned(t.offset, t.offset + t.count)) {
+            // Mixed precision: the update goes to the fp32 master, which rewrites the working
+            // copy.
+            const kernels::Ptr at = model_.parameterAt(p.flat);
+            float* weights = master_ ? master_.f() + p.stored : kernels::asFloats(at);
+            ops_.adamwUpdate(
+                weights, model_.gradientAt(p.flat), m_.f() + p.stored, v_.f() + p.stored, p.count,
+                static_cast<float>(lr), static_cast<float>(train_.beta1),
+                static_cast<float>(train_.beta2), static_cast<float>(train_.epsilon), decay,
+                static_cast<float>(gradScale), static_cast<int>(t_), master_ ? at : kernels::Ptr{});
+        }
     }
 }
 

@@ -17,20 +17,19 @@ namespace shardscope {
 // learningRate, then cosine decay to minLearningRate at the last step.
 double learningRateAt(const TrainConfig& train, std::int64_t step, std::int64_t totalSteps);
 
-// Updates the parameters in [begin, end) of the model's flat buffer and keeps moments for those
-// only: the whole model, or the slice a ZeRO rank owns.
+// Updates the parameters this rank owns by the model's shard layout and keeps moments for those
+// only: the whole model, or under ZeRO the shards of it a replica owns, stored one after another
+// as the layout stores them (padding included).
 class AdamW {
 public:
-    AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train,
-          std::size_t begin = 0, std::size_t end = GptModel::npos);
+    AdamW(GptModel& model, kernels::Ops& ops, DeviceAllocator& memory, const TrainConfig& train);
 
     double gradientNorm() const; // L2 norm of all gradients
     // Sum of squares of the owned gradients of the tensors `counted` says yes to (all when it is
     // empty), for a global norm summed over ranks that counts each shared tensor once. Summed on
     // the device and read once (the host waits for the step's work here).
     double gradientSquares(const std::function<bool(const ParameterTensor&)>& counted) const;
-    std::size_t begin() const { return begin_; }
-    std::size_t size() const { return end_ - begin_; } // floats of each moment
+    std::size_t size() const { return layout_.stored(); } // floats of each moment
     // The scale clipping applies to a gradient of this norm (1 when within gradClip).
     double clipScale(double norm) const;
     // One update at learning rate lr, gradients multiplied by gradScale first.
@@ -40,17 +39,23 @@ public:
     void setSteps(std::int64_t t) { t_ = t; }
     float* firstMoment() const { return m_.f(); }
     float* secondMoment() const { return v_.f(); }
-    // The fp32 master weights of [begin, begin + size()), null when the model's are fp32.
+    // The fp32 master weights of what this rank owns, in the moments' order; null when the
+    // model's weights are fp32.
     float* masterWeights() const { return master_ ? master_.f() : nullptr; }
-    // Sets them from host values (the fp32 initialisation or a checkpoint's parameters).
-    void setMasterWeights(const float* values);
+    // Sets them from host values in that order (a checkpoint's), or from the whole flat buffer's
+    // (the initialisation).
+    void setMasterWeights(const float* stored);
+    void setMasterWeightsFromWhole(const float* whole);
+    // Rewrites the model's working weights this rank owns from the master weights (mixed
+    // precision's resume; a ZeRO replica gathers the rest after).
+    void writeWorkingWeights() const;
 
 private:
     GptModel& model_;
     kernels::Ops& ops_;
     DeviceAllocator& memory_;
     TrainConfig train_;
-    std::size_t begin_, end_;
+    const ShardLayout& layout_;
     Buffer m_, v_, master_;
     std::int64_t t_ = 0;
 };

@@ -131,8 +131,8 @@ std::optional<LoadedCheckpoint> TrainingRun::checkpointToResume() {
 void TrainingRun::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck) {
     if (!ck) {
         const std::vector<float> initial = model_->initialValues(c_.train.seed);
-        model_->setStoredParameters(initial.data() + model_->storedOffset());
-        optimizer_->setMasterWeights(initial.data() + optimizer_->begin());
+        model_->setParameters(initial.data());
+        optimizer_->setMasterWeightsFromWhole(initial.data());
         return;
     }
     const fs::path& dir = ck->info.dir;
@@ -141,7 +141,7 @@ void TrainingRun::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck)
         const auto it = ck->blobs.find(name);
         if (it == ck->blobs.end() || it->second.size() != floats * sizeof(float))
             throw CheckpointError("checkpoint " + dir.string() + ": " + name +
-                                  " is missing or has the wrong size for this model");
+                                  " is missing or has the wrong size for this model and layout");
         return reinterpret_cast<const float*>(it->second.data());
     };
     auto restore = [&](const std::string& name, float* dst, std::size_t floats) {
@@ -151,12 +151,14 @@ void TrainingRun::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck)
     const bool slices = checkpointsParameterSlices();
     const float* params =
         blob(parameterFile(), slices ? optimizer_->size() : model_->parameterCount());
-    optimizer_->setMasterWeights(params + (slices ? 0 : optimizer_->begin()));
+    if (slices)
+        optimizer_->setMasterWeights(params);
+    else
+        optimizer_->setMasterWeightsFromWhole(params);
     if (slices && !model_->shardsParameters()) {
-        // ZeRO-1/2 in mixed precision: this replica's slice, rounded from its master weights,
+        // ZeRO-1/2 in mixed precision: this replica's shards, rounded from its master weights,
         // then every replica's, as after a step.
-        ops_->copy(model_->parameterAt(optimizer_->begin()), optimizer_->masterWeights(),
-                   optimizer_->size());
+        optimizer_->writeWorkingWeights();
         gatherParameters();
     } else {
         model_->setStoredParameters(params);
@@ -222,7 +224,7 @@ void TrainingRun::saveCheckpoint(std::int64_t stepsDone) {
                 return;
             // Device buffers are copied to the host first so the file write never reads device
             // memory.
-            // Parameters: replica 0's whole copy, or every replica's slice (ZeRO-3, and ZeRO-1/2
+            // Parameters: replica 0's whole copy, or every replica's shards (ZeRO-3, and ZeRO-1/2
             // in mixed precision).
             const std::size_t k = optimizer_->size();
             const std::size_t p = checkpointsParameterSlices() ? k : dpRank() == 0 ? n : 0;

@@ -223,14 +223,7 @@ void TrainingRun::buildModel() {
         embeddingGroup_ = world_->subgroup(members, "embedding");
     }
     zero_ = p.zero >= 1 && dataParallel_;
-    if (zero_) {
-        zeroShards_ = {model_->parameterCount(), p.dp};
-        optimizer_ =
-            std::make_unique<AdamW>(*model_, *ops_, memory_, c_.train, zeroShards_.begin(dpRank()),
-                                    zeroShards_.end(dpRank()));
-    } else {
-        optimizer_ = std::make_unique<AdamW>(*model_, *ops_, memory_, c_.train);
-    }
+    optimizer_ = std::make_unique<AdamW>(*model_, *ops_, memory_, c_.train); // owned shards only
     executor_ = std::make_unique<ScheduleExecutor>(
         *model_, buildPipelineProgram({p.schedule, p.pp, p.microbatches(), p.vpp}), ppRank_, p.dp,
         pipeline_);
@@ -242,7 +235,7 @@ void TrainingRun::buildModel() {
                 return static_cast<const TrainingRun*>(self)->telemetry_->now();
             });
         if (zero_)
-            buckets_->shardOver(zeroShards_, memory_, *ops_);
+            buckets_->shardOver(model_->shardLayout(), memory_, *ops_);
         executor_->setGradientListener(buckets_.get());
     }
 }
@@ -410,7 +403,7 @@ StepRecord TrainingRun::trainStep(std::int64_t step) {
             })
                                      : optimizer_->gradientSquares({});
         // Replicas hold the same gradients after the all-reduce, except under ZeRO, where each
-        // holds the summed gradients of its own slice only.
+        // holds the summed gradients of its own shards only.
         return std::sqrt(totalOverRanks(zero_ || dpRank() == 0 ? squares : 0.0));
     });
     r.learningRate = learningRateAt(c_.train, step, totalSteps_);
@@ -490,16 +483,34 @@ double TrainingRun::measureStandaloneReduction() {
     return best;
 }
 
-// ZeRO: every replica updated only its slice; the slices go to everyone before the next step.
+// ZeRO-1/2: every replica updated only its shards; they go to everyone before the next step,
+// unit by unit in equal parts: in place where a unit divides evenly, else through a padded buffer
+// (one at a time, so the padding never holds more than one unit).
 void TrainingRun::gatherParameters() {
     const double start = spans_->now();
-    std::vector<std::size_t> counts;
-    for (int d = 0; d < zeroShards_.parts; ++d)
-        counts.push_back(zeroShards_.size(d));
-    dataParallel_->allGatherVInPlace(model_->parameters(), counts).wait();
-    CommunicationSpan span =
-        collectiveSpan("dp", model_->parameterCount() * kernels::sizeOf(model_->parameters().type),
-                       start, spans_->now());
+    const ShardLayout& layout = model_->shardLayout();
+    const int me = dpRank();
+    const kernels::Ptr params = model_->parameters();
+    std::size_t moved = 0;
+    std::vector<Request> inPlace;
+    for (const ShardLayout::Unit& u : layout.units()) {
+        const std::size_t padded = u.padded(layout.parts());
+        moved += padded;
+        if (padded == u.count) {
+            inPlace.push_back(dataParallel_->allGather(
+                params + (u.offset + u.shard * std::size_t(me)), params + u.offset, u.shard));
+            continue;
+        }
+        const ShardLayout::Piece mine = layout.pieceOf(u, me);
+        Buffer staged = memory_.tensor(MemoryCategory::Workspace, padded, params.type);
+        ops_->copy(staged.ptr() + u.shard * std::size_t(me), params + mine.flat, mine.count);
+        dataParallel_->allGather(staged.ptr() + u.shard * std::size_t(me), staged.ptr(), u.shard)
+            .wait();
+        ops_->copy(params + u.offset, staged.ptr(), u.count);
+    }
+    waitAll(inPlace);
+    CommunicationSpan span = collectiveSpan(
+        "dp", moved * kernels::sizeOf(model_->parameters().type), start, spans_->now());
     span.collective = "all_gather";
     span.waited = true;
     span.waitStart = start;

@@ -109,16 +109,16 @@ private:
     std::vector<std::string> shardNames() const;
     int dpRank() const { return mesh_ ? mesh_->coordinate().dp : 0; }
     // Replica 0 of each stage writes the parameters; under ZeRO every replica writes the
-    // optimizer slice it owns.
+    // optimizer shards it owns.
     bool writesShard() const { return dpRank() == 0 || zero_; }
     std::string ownShard() const { return shardName(ppRank_, tpRank_, zero_ ? dpRank() : 0); }
-    // Whether each replica checkpoints its slice of the parameters: under ZeRO-3, and under
+    // Whether each replica checkpoints its shards of the parameters: under ZeRO-3, and under
     // ZeRO-1/2 with mixed precision, where the fp32 values are the master weights of the
-    // optimizer's slice.
+    // optimizer's shards.
     bool checkpointsParameterSlices() const {
         return model_->shardsParameters() || (zero_ && optimizer_->masterWeights());
     }
-    // The parameters this rank restores: its slice, or its stage's whole copy.
+    // The parameters this rank restores: its shards, or its stage's whole copy.
     std::string parameterFile() const {
         return (checkpointsParameterSlices() ? ownShard() : shardName(ppRank_, tpRank_, 0)) +
                ".params.f32";
@@ -141,10 +141,10 @@ private:
     // them; a group of one on the other ranks.
     std::unique_ptr<Communicator> embeddingGroup_;
     int rank_ = 0, ppRank_ = 0, tpRank_ = 0;
-    // ZeRO-1: each dp rank owns a slice of the flat parameters, updates it with its own slice of
-    // the optimizer state, and the slices are all-gathered after the step.
+    // ZeRO-1: each dp rank owns shards of the flat parameters (the model's shard layout),
+    // updates them with its own share of the optimizer state, and they are all-gathered after
+    // the step.
     bool zero_ = false;
-    FlatShards zeroShards_;
     double standaloneReduction_ = 0; // seconds the step's gradient reduction takes alone
     bool leader_ = true;             // rank 0 writes the config, checkpoints, summary and progress
     std::unique_ptr<kernels::Ops> ownedOps_; // the backend, unless the caller gave one

@@ -282,14 +282,6 @@ Request WatchedCommunicator::reduceScatterSum(kernels::ConstPtr in, kernels::Ptr
                                               std::size_t n) {
     return watched(inner_.reduceScatterSum(in, out, n), "reduce_scatter");
 }
-Request WatchedCommunicator::reduceScatterSumV(kernels::ConstPtr in, kernels::Ptr out,
-                                               const std::vector<std::size_t>& counts) {
-    return watched(inner_.reduceScatterSumV(in, out, counts), "reduce_scatter");
-}
-Request WatchedCommunicator::allGatherVInPlace(kernels::Ptr data,
-                                               const std::vector<std::size_t>& counts) {
-    return watched(inner_.allGatherVInPlace(data, counts), "all_gather");
-}
 Request WatchedCommunicator::send(kernels::ConstPtr data, std::size_t n, int peer) {
     return watched(inner_.send(data, n, peer), "send");
 }

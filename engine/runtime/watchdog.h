@@ -119,9 +119,6 @@ public:
     Request allReduceMax(float* data, std::size_t n) override;
     Request allGather(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) override;
     Request reduceScatterSum(kernels::ConstPtr in, kernels::Ptr out, std::size_t n) override;
-    Request reduceScatterSumV(kernels::ConstPtr in, kernels::Ptr out,
-                              const std::vector<std::size_t>& counts) override;
-    Request allGatherVInPlace(kernels::Ptr data, const std::vector<std::size_t>& counts) override;
     Request send(kernels::ConstPtr data, std::size_t n, int peer) override;
     Request receive(kernels::Ptr data, std::size_t n, int peer) override;
     void barrier() override;

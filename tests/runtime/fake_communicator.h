@@ -16,11 +16,6 @@ public:
     Request allReduceMax(float*, std::size_t) override { return {}; }
     Request allGather(kernels::ConstPtr, kernels::Ptr, std::size_t) override { return {}; }
     Request reduceScatterSum(kernels::ConstPtr, kernels::Ptr, std::size_t) override { return {}; }
-    Request reduceScatterSumV(kernels::ConstPtr, kernels::Ptr,
-                              const std::vector<std::size_t>&) override {
-        return {};
-    }
-    Request allGatherVInPlace(kernels::Ptr, const std::vector<std::size_t>&) override { return {}; }
     Request send(kernels::ConstPtr, std::size_t, int) override { return {}; }
     Request receive(kernels::Ptr, std::size_t, int) override { return {}; }
     void barrier() override {}

@@ -1,6 +1,7 @@
 #include "fake_communicator.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/parallel/gradient_buckets.h"
+#include "thread_group.h"
 
 #include <gtest/gtest.h>
 #include <stdexcept>
@@ -34,17 +35,6 @@ public:
         };
         return Request(std::make_unique<Doubling>(data, n));
     }
-    // As if the other replica held the same values: this rank's part, doubled.
-    std::vector<std::vector<std::size_t>> scatterCounts;
-    Request reduceScatterSumV(kernels::ConstPtr typedIn, kernels::Ptr typedOut,
-                              const std::vector<std::size_t>& counts) override {
-        const float* in = kernels::asFloats(typedIn);
-        float* out = kernels::asFloats(typedOut);
-        scatterCounts.push_back(counts);
-        for (std::size_t i = 0; i < counts[1]; ++i)
-            out[i] = 2 * in[counts[0] + i];
-        return {};
-    }
 };
 
 double zeroClock(const void*) {
@@ -72,42 +62,35 @@ TEST(GradientBuckets, CoalescesRangesFinishedBackToFrontUpToTheBucketSize) {
     EXPECT_EQ(buckets.buckets().size(), group.calls.size());
 }
 
-TEST(FlatShards, SplitIntoCeilingSlicesTheLastShorter) {
-    const FlatShards s{10, 4}; // 3, 3, 3, 1
-    EXPECT_EQ(s.begin(0), 0u);
-    EXPECT_EQ(s.end(0), 3u);
-    EXPECT_EQ(s.begin(3), 9u);
-    EXPECT_EQ(s.size(3), 1u);
-    EXPECT_EQ(s.countsOf(2, 6), (std::vector<std::size_t>{1, 3, 2, 0}));
-    EXPECT_EQ(s.countsOf(0, 10), (std::vector<std::size_t>{3, 3, 3, 1}));
-    const FlatShards tiny{2, 4}; // more ranks than floats: the last ones own nothing
-    EXPECT_EQ(tiny.countsOf(0, 2), (std::vector<std::size_t>{1, 1, 0, 0}));
-}
-
-// ZeRO: each bucket is reduce-scattered; this rank (1 of 2) ends with the sums of its own
-// slice, assembled from the parts of every bucket that fall in it.
-TEST(GradientBuckets, UnderZeroEachRankReceivesItsOwnSliceOfEveryBucket) {
-    TwoReplicas group;
-    std::vector<float> grads(100);
-    for (std::size_t i = 0; i < grads.size(); ++i)
-        grads[i] = float(i);
-    auto ops = kernels::makeCpuOps(1);
-    DeviceAllocator memory(*ops);
-    const FlatShards shards{100, 2};
-    GradientBuckets buckets(group, grads.data(), grads.size(), 30 * sizeof(float), nullptr,
-                            zeroClock);
-    buckets.shardOver(shards, memory, *ops);
-    buckets.startStep();
-    buckets.gradientsReady(60, 40);
-    buckets.gradientsReady(30, 30);
-    buckets.gradientsReady(0, 30);
-    buckets.finish();
-    EXPECT_EQ(group.scatterCounts,
-              (std::vector<std::vector<std::size_t>>{{0, 40}, {20, 10}, {30, 0}}));
-    for (std::size_t i = 50; i < 100; ++i)
-        EXPECT_EQ(grads[i], 2.0f * float(i)) << i;
-    EXPECT_STREQ(buckets.collective(), "reduce_scatter");
-    EXPECT_EQ(memory.live()[MemoryCategory::Workspace], 0); // the received parts are let go
+// ZeRO over three replicas (threads with real collectives): units of 30, 30 and 40 floats,
+// the last padded to 42. Each rank ends with the sums of the shards it owns.
+TEST(GradientBuckets, UnderZeroEachRankReceivesTheSumOfItsShardOfEveryUnit) {
+    const std::vector<std::size_t> units = {0, 30, 60};
+    testing::ThreadGroup(3).run([&](int rank, Communicator& group) {
+        const ShardLayout layout(100, units, 3, rank);
+        std::vector<float> grads(100);
+        for (std::size_t i = 0; i < grads.size(); ++i)
+            grads[i] = float(rank + 1) * float(i); // summed over ranks: 6 i
+        auto ops = kernels::makeCpuOps(1);
+        DeviceAllocator memory(*ops);
+        GradientBuckets buckets(group, grads.data(), grads.size(), 50 * sizeof(float), nullptr,
+                                zeroClock);
+        buckets.shardOver(layout, memory, *ops);
+        buckets.startStep();
+        buckets.gradientsReady(60, 40); // the last unit: a bucket of 40, under the size
+        buckets.gradientsReady(45, 15); // half a unit: nothing joins yet
+        buckets.gradientsReady(30, 15); // the rest of it: 70 floats, a bucket of two units
+        buckets.gradientsReady(0, 30);
+        buckets.finish();
+        EXPECT_EQ(buckets.buckets().size(), 2u);
+        EXPECT_EQ(buckets.buckets()[0].offset, 30u);
+        EXPECT_EQ(buckets.buckets()[0].count, 70u);
+        for (const ShardLayout::Piece& p : layout.owned())
+            for (std::size_t i = p.flat; i < p.flat + p.count; ++i)
+                EXPECT_EQ(grads[i], 6.0f * float(i)) << "element " << i;
+        EXPECT_STREQ(buckets.collective(), "reduce_scatter");
+        EXPECT_EQ(memory.live()[MemoryCategory::Workspace], 0); // the received parts are let go
+    });
 }
 
 TEST(GradientBuckets, RefusesToFinishWithGradientsLeftOut) {

@@ -1,32 +1,17 @@
 #include "fake_communicator.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/parallel/zero_store.h"
+#include "thread_group.h"
 
 #include <gtest/gtest.h>
 
 namespace shardscope {
 namespace {
 
-// Replica 1 of 2. A gather fills the other replica's part with 100 + its flat offset; a
-// reduce-scatter returns this replica's part doubled (as if the other held the same values).
+// Replica 1 of 2, for what needs no collective.
 class SecondOfTwo final : public testing::FakeCommunicator {
 public:
     SecondOfTwo() : FakeCommunicator(1, 2) {}
-    std::size_t gatherOffset = 0; // the flat offset of the range being gathered
-    Request reduceScatterSumV(kernels::ConstPtr typedIn, kernels::Ptr typedOut,
-                              const std::vector<std::size_t>& counts) override {
-        const float* in = kernels::asFloats(typedIn);
-        float* out = kernels::asFloats(typedOut);
-        for (std::size_t i = 0; i < counts[1]; ++i)
-            out[i] = 2 * in[counts[0] + i];
-        return {};
-    }
-    Request allGatherVInPlace(kernels::Ptr typed, const std::vector<std::size_t>& counts) override {
-        float* data = kernels::asFloats(typed);
-        for (std::size_t i = 0; i < counts[0]; ++i)
-            data[i] = 100.0f + float(gatherOffset + i);
-        return {};
-    }
 };
 
 std::vector<float> iota(std::size_t n) {
@@ -36,14 +21,17 @@ std::vector<float> iota(std::size_t n) {
     return v;
 }
 
+// Units of 7, 8 and 5 elements over 3 replicas: only the second divides evenly.
+const std::vector<std::size_t> kUnits = {0, 7, 15};
+constexpr std::size_t kTotal = 20;
+
 TEST(ZeroStore, WithoutShardingEverythingIsStoredWhole) {
     auto ops = kernels::makeCpuOps(1);
     DeviceAllocator memory(*ops);
     SecondOfTwo group;
-    ZeroStore store(10, ZeroSharding{1, &group}, *ops, memory); // ZeRO-1: not the store's job
+    ZeroStore store(10, {0, 4}, ZeroSharding{1, &group}, *ops, memory); // ZeRO-1: the optimizer's
     EXPECT_FALSE(store.shardsGradients());
-    EXPECT_EQ(store.ownedBegin(), 0u);
-    EXPECT_EQ(store.ownedEnd(), 10u);
+    EXPECT_TRUE(store.layout().sharded()); // the optimizer keeps its shards by it
     const std::vector<float> whole = iota(10);
     store.setParameters(whole.data());
     Buffer held;
@@ -56,42 +44,51 @@ TEST(ZeroStore, WithoutShardingEverythingIsStoredWhole) {
     EXPECT_EQ(memory.live()[MemoryCategory::Gradients], 40);
 }
 
-TEST(ZeroStore, ZeroThreeKeepsTheSliceAndGathersRangesAroundIt) {
-    auto ops = kernels::makeCpuOps(1);
-    DeviceAllocator memory(*ops);
-    SecondOfTwo group;
-    ZeroStore store(10, ZeroSharding{3, &group}, *ops, memory);
-    EXPECT_EQ(store.ownedBegin(), 5u); // replica 1 of 2 owns [5, 10)
-    EXPECT_EQ(memory.live()[MemoryCategory::Parameters], 20);
-    EXPECT_EQ(memory.live()[MemoryCategory::Gradients], 20);
-    const std::vector<float> whole = iota(10);
-    store.setParameters(whole.data());
-    EXPECT_EQ(*kernels::asFloats(store.parameterAt(7)), 7.0f);
+// Three replicas as threads, with real collectives: each stores its padded shards, a gathered
+// unit is the whole unit on every replica, and a reduced gradient lands summed in its owner's
+// shard, whether the unit divides evenly or is padded.
+TEST(ZeroStore, ZeroThreeGathersWholeUnitsAndReducesIntoEachOwnersShard) {
+    std::vector<float> whole(kTotal);
+    for (std::size_t i = 0; i < kTotal; ++i)
+        whole[i] = float(i + 1);
+    testing::ThreadGroup(3).run([&](int rank, Communicator& group) {
+        auto ops = kernels::makeCpuOps(1);
+        DeviceAllocator memory(*ops);
+        ZeroStore store(kTotal, kUnits, ZeroSharding{3, &group}, *ops, memory);
+        EXPECT_TRUE(store.shardsParameters());
+        const std::size_t stored = 3 + 3 + 2; // ceil(7/3) + ceil(8/3) + ceil(5/3)
+        EXPECT_EQ(memory.live()[MemoryCategory::Parameters], stored * sizeof(float));
+        EXPECT_EQ(memory.live()[MemoryCategory::Gradients], stored * sizeof(float));
+        store.setParameters(whole.data());
 
-    // [3, 8): flat 3 and 4 from replica 0, then this replica's 5, 6 and 7 in place.
-    group.gatherOffset = 3;
-    Buffer held;
-    const float* range = kernels::asFloats(store.parametersOf(3, 5, held));
-    EXPECT_EQ(std::vector<float>(range, range + 5), (std::vector<float>{103, 104, 5, 6, 7}));
-    held.reset();
-    // A prefetch of the same range is what the next use gets.
-    store.prefetch(3, 5);
-    const float* prefetched = kernels::asFloats(store.parametersOf(3, 5, held));
-    EXPECT_EQ(prefetched[2], 5.0f);
-    held.reset();
+        std::vector<std::vector<float>> gathered;
+        for (std::size_t u = 0; u < kUnits.size(); ++u) {
+            const std::size_t offset = kUnits[u];
+            const std::size_t n = (u + 1 < kUnits.size() ? kUnits[u + 1] : kTotal) - offset;
+            if (u == 1)
+                store.prefetch(offset, n); // the next use takes the prefetched gather
+            Buffer held;
+            const float* values = kernels::asFloats(store.parametersOf(offset, n, held));
+            gathered.emplace_back(values, values + n);
 
-    // A microbatch's gradient of [2, 9) lands, reduced, in the owned [5, 9) part of the slice.
-    float* g = kernels::asFloats(store.gradientsFor(2, 7, held));
-    for (int i = 0; i < 7; ++i)
-        g[i] = float(2 + i);
-    store.gradientsDone(2, 7, held);
-    EXPECT_FALSE(held);
-    EXPECT_EQ(std::vector<float>(kernels::asFloats(store.gradients()),
-                                 kernels::asFloats(store.gradients()) + 5),
-              (std::vector<float>{10, 12, 14, 16, 0}));
-    store.zeroGradients();
-    EXPECT_EQ(*kernels::asFloats(store.gradientAt(6)), 0.0f);
-    EXPECT_EQ(memory.live()[MemoryCategory::Workspace], 0); // every temporary let go
+            // Replica r's gradient of element i is (r + 1) * (i + 1): summed, 6 * (i + 1).
+            float* g = kernels::asFloats(store.gradientsFor(offset, n, held));
+            for (std::size_t i = 0; i < n; ++i)
+                g[i] = float(rank + 1) * float(offset + i + 1);
+            store.gradientsDone(offset, n, held);
+        }
+        for (std::size_t u = 0; u < kUnits.size(); ++u)
+            EXPECT_EQ(gathered[u], std::vector<float>(whole.begin() + std::ptrdiff_t(kUnits[u]),
+                                                      whole.begin() + std::ptrdiff_t(kUnits[u]) +
+                                                          std::ptrdiff_t(gathered[u].size())))
+                << "unit " << u;
+        for (const ShardLayout::Piece& p : store.layout().owned())
+            for (std::size_t i = 0; i < p.count; ++i)
+                EXPECT_EQ(*kernels::asFloats(store.gradientAt(p.flat + i)),
+                          6.0f * float(p.flat + i + 1))
+                    << "element " << p.flat + i;
+        EXPECT_EQ(memory.live()[MemoryCategory::Workspace], 0); // every temporary let go
+    });
 }
 
 } // namespace

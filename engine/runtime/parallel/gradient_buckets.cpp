@@ -6,27 +6,10 @@
 
 namespace shardscope {
 
-std::size_t FlatShards::begin(int part) const {
-    const std::size_t each = (total + std::size_t(parts) - 1) / std::size_t(parts);
-    return std::min(total, each * std::size_t(part));
-}
-
-std::size_t FlatShards::end(int part) const {
-    return begin(part + 1);
-}
-
-std::vector<std::size_t> FlatShards::countsOf(std::size_t offset, std::size_t count) const {
-    std::vector<std::size_t> counts;
-    for (int p = 0; p < parts; ++p) {
-        const std::size_t a = std::max(offset, begin(p)), b = std::min(offset + count, end(p));
-        counts.push_back(b > a ? b - a : 0);
-    }
-    return counts;
-}
-
-void GradientBuckets::shardOver(const FlatShards& shards, DeviceAllocator& memory,
+void GradientBuckets::shardOver(const ShardLayout& shards, DeviceAllocator& memory,
                                 kernels::Ops& ops) {
-    if (shards.parts != group_.size() || shards.total != total_)
+    if (shards.parts() != group_.size() || shards.rank() != group_.rank() ||
+        shards.total() != total_)
         throw std::logic_error("ZeRO shards must split the gradient buffer over the group");
     shards_ = &shards;
     memory_ = &memory;
@@ -44,12 +27,33 @@ void GradientBuckets::startStep() {
     received_.clear();
     timings_.clear();
     pendingCount_ = 0;
+    pendingUnits_.clear();
+    reportedOfUnit_.assign(shards_ ? shards_->units().size() : 0, 0);
     covered_ = 0;
 }
 
 void GradientBuckets::gradientsReady(std::size_t offset, std::size_t count) {
     if (count == 0)
         return;
+    if (shards_) { // a unit joins the bucket once all of it has been reported
+        const std::vector<ShardLayout::Unit>& units = shards_->units();
+        for (std::size_t k = 0; k < units.size(); ++k) {
+            const ShardLayout::Unit& u = units[k];
+            const std::size_t a = std::max(offset, u.offset),
+                              b = std::min(offset + count, u.offset + u.count);
+            if (a >= b)
+                continue;
+            reportedOfUnit_[k] += b - a;
+            if (reportedOfUnit_[k] == u.count) {
+                pendingUnits_.push_back(k);
+                pendingCount_ += u.count;
+            }
+        }
+        if (pendingCount_ >= bucketFloats_)
+            flush();
+        progress();
+        return;
+    }
     // The backward finishes ranges from the end of the buffer towards its start, so a new range
     // usually ends where the pending one begins.
     if (pendingCount_ > 0 && offset + count != pendingOffset_)
@@ -64,29 +68,58 @@ void GradientBuckets::gradientsReady(std::size_t offset, std::size_t count) {
 void GradientBuckets::flush() {
     if (pendingCount_ == 0)
         return;
-    timings_.push_back({pendingOffset_, pendingCount_, clock_(clockContext_), 0});
+    const double started = clock_(clockContext_);
+    std::vector<Request> requests;
     if (shards_) {
-        const std::vector<std::size_t> counts = shards_->countsOf(pendingOffset_, pendingCount_);
-        const int me = group_.rank();
-        Received r;
-        r.count = counts[std::size_t(me)];
-        r.destination = std::max(pendingOffset_, shards_->begin(me));
-        r.part = memory_->tensor(MemoryCategory::Workspace, std::max<std::size_t>(1, r.count),
-                                 gradients_.type);
-        inFlight_.push_back(
-            group_.reduceScatterSumV(gradients_ + pendingOffset_, r.part.ptr(), counts));
-        received_.push_back(std::move(r));
+        std::size_t first = total_;
+        for (std::size_t k : pendingUnits_) {
+            const ShardLayout::Unit& u = shards_->units()[k];
+            first = std::min(first, u.offset);
+            reduceScatterUnit(u, requests);
+        }
+        timings_.push_back({first, pendingCount_, started, 0});
+        pendingUnits_.clear();
     } else {
-        inFlight_.push_back(group_.allReduceSum(gradients_ + pendingOffset_, pendingCount_));
+        timings_.push_back({pendingOffset_, pendingCount_, started, 0});
+        requests.push_back(group_.allReduceSum(gradients_ + pendingOffset_, pendingCount_));
     }
+    inFlight_.push_back({std::move(requests), false});
     covered_ += pendingCount_;
     pendingCount_ = 0;
 }
 
+// Equal parts of the unit padded to a multiple of the group: in place when it divides evenly.
+void GradientBuckets::reduceScatterUnit(const ShardLayout::Unit& u,
+                                        std::vector<Request>& requests) {
+    const int parts = shards_->parts();
+    const kernels::DType type = gradients_.type;
+    Received r;
+    const ShardLayout::Piece mine = shards_->pieceOf(u, group_.rank());
+    r.destination = mine.flat;
+    r.count = mine.count;
+    r.part = memory_->tensor(MemoryCategory::Workspace, std::max<std::size_t>(1, u.shard), type);
+    kernels::ConstPtr in = gradients_ + u.offset;
+    if (u.padded(parts) != u.count) {
+        r.padded = memory_->tensor(MemoryCategory::Workspace, u.padded(parts), type);
+        ops_->copy(r.padded.ptr(), in, u.count);
+        ops_->zero(r.padded.ptr() + u.count, u.padded(parts) - u.count);
+        in = r.padded.ptr();
+    }
+    requests.push_back(group_.reduceScatterSum(in, r.part.ptr(), u.shard));
+    received_.push_back(std::move(r));
+}
+
 void GradientBuckets::progress() {
-    for (std::size_t i = 0; i < inFlight_.size(); ++i)
-        if (inFlight_[i].active() && inFlight_[i].done())
+    for (std::size_t i = 0; i < inFlight_.size(); ++i) {
+        InFlight& bucket = inFlight_[i];
+        if (bucket.complete)
+            continue;
+        bucket.complete = true;
+        for (Request& r : bucket.requests)
+            bucket.complete = r.done() && bucket.complete;
+        if (bucket.complete)
             timings_[i].completed = clock_(clockContext_);
+    }
 }
 
 double GradientBuckets::finish() {
@@ -95,11 +128,14 @@ double GradientBuckets::finish() {
         throw std::logic_error("gradient buckets covered " + std::to_string(covered_) + " of " +
                                std::to_string(total_) + " gradients");
     const double start = clock_(clockContext_);
-    for (std::size_t i = 0; i < inFlight_.size(); ++i)
-        if (inFlight_[i].active()) {
-            inFlight_[i].wait();
-            timings_[i].completed = clock_(clockContext_);
-        }
+    for (std::size_t i = 0; i < inFlight_.size(); ++i) {
+        InFlight& bucket = inFlight_[i];
+        if (bucket.complete)
+            continue;
+        waitAll(bucket.requests);
+        bucket.complete = true;
+        timings_[i].completed = clock_(clockContext_);
+    }
     const double waited = clock_(clockContext_) - start;
     for (Received& r : received_)
         if (r.count > 0)

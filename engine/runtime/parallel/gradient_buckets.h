@@ -2,12 +2,13 @@
 // backward has finished the gradients it covers, and all completed before the optimizer step:
 // what PyTorch DDP does, over any Communicator. The model reports finished ranges of its flat
 // gradient buffer; adjacent ranges coalesce until a bucket reaches its size. Without sharding a
-// bucket is all-reduced; with ZeRO's shards it is reduce-scattered, each rank receiving the sum
-// of the part of the bucket that lies in its own shard.
+// bucket is all-reduced; with ZeRO's shards a bucket is made of whole units (shard_layout.h), each
+// reduce-scattered in equal padded parts, each rank receiving the sum of its own shard of it.
 #pragma once
 
 #include "runtime/communicator.h"
 #include "runtime/device_memory.h"
+#include "shard_layout.h"
 
 #include <cstddef>
 #include <vector>
@@ -21,18 +22,6 @@ public:
     virtual void gradientsReady(std::size_t offset, std::size_t count) = 0;
 };
 
-// The contiguous slices of a flat buffer of `total` floats that ZeRO gives each of `parts` ranks
-// to own: ceil(total / parts) each, the last ones shorter.
-struct FlatShards {
-    std::size_t total = 0;
-    int parts = 1;
-    std::size_t begin(int part) const;
-    std::size_t end(int part) const;
-    std::size_t size(int part) const { return end(part) - begin(part); }
-    // How many of the floats [offset, offset + count) fall in each part's slice.
-    std::vector<std::size_t> countsOf(std::size_t offset, std::size_t count) const;
-};
-
 struct BucketTiming {
     std::size_t offset = 0, count = 0;
     double started = 0, completed = 0; // seconds on the caller's clock
@@ -44,10 +33,11 @@ public:
 
     GradientBuckets(Communicator& group, kernels::Ptr gradients, std::size_t count,
                     std::size_t bucketBytes, const void* clockContext, Clock clock);
-    // ZeRO: buckets are reduce-scattered over `shards` (parts = the group's ranks); when finish()
-    // returns, this rank's slice of `gradients` holds the summed gradients, the rest is stale.
-    // Each bucket's own part arrives in a workspace buffer from `memory`, copied in by `ops`.
-    void shardOver(const FlatShards& shards, DeviceAllocator& memory, kernels::Ops& ops);
+    // ZeRO: buckets are reduce-scattered by the units of `shards` (parts = the group's ranks);
+    // when finish() returns, the pieces of `gradients` this rank owns hold the summed gradients,
+    // the rest is stale. Padded inputs and received parts are workspace buffers from `memory`,
+    // filled by `ops`.
+    void shardOver(const ShardLayout& shards, DeviceAllocator& memory, kernels::Ops& ops);
 
     void gradientsReady(std::size_t offset, std::size_t count) override;
     // Starts what is left, waits for every bucket, and checks that every gradient was covered
@@ -60,6 +50,7 @@ public:
 
 private:
     void flush();
+    void reduceScatterUnit(const ShardLayout::Unit& unit, std::vector<Request>& requests);
     void progress(); // lets started collectives advance and notes the ones that completed
 
     Communicator& group_;
@@ -67,16 +58,24 @@ private:
     std::size_t total_, bucketFloats_;
     const void* clockContext_;
     Clock clock_;
+    // Unsharded: the pending contiguous range. Sharded: the complete units not yet started,
+    // pendingCount_ their floats, and how many floats of each unit have been reported.
     std::size_t pendingOffset_ = 0, pendingCount_ = 0;
+    std::vector<std::size_t> pendingUnits_, reportedOfUnit_;
     std::size_t covered_ = 0;
-    // ZeRO: each bucket's own part, received here and copied to where it belongs.
+    // ZeRO: each unit's padded input (where the unit does not divide evenly) and this rank's
+    // received part, copied to where it belongs.
     struct Received {
-        Buffer part;
+        Buffer padded, part;
         std::size_t destination = 0, count = 0;
     };
     std::vector<Received> received_;
-    std::vector<Request> inFlight_; // after received_: destroyed (waited for) first
-    const FlatShards* shards_ = nullptr;
+    struct InFlight { // a bucket's collectives: one, or under ZeRO one per unit
+        std::vector<Request> requests;
+        bool complete = false;
+    };
+    std::vector<InFlight> inFlight_; // after received_: destroyed (waited for) first
+    const ShardLayout* shards_ = nullptr;
     DeviceAllocator* memory_ = nullptr;
     kernels::Ops* ops_ = nullptr;
     std::vector<BucketTiming> timings_;

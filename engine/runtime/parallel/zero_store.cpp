@@ -4,40 +4,41 @@
 
 namespace shardscope {
 
-ZeroStore::ZeroStore(std::size_t count, ZeroSharding zero, kernels::Ops& ops,
-                     DeviceAllocator& memory, kernels::DType weights, kernels::DType grads)
+ZeroStore::ZeroStore(std::size_t count, const std::vector<std::size_t>& units, ZeroSharding zero,
+                     kernels::Ops& ops, DeviceAllocator& memory, kernels::DType weights,
+                     kernels::DType grads)
     : count_(count),
       stage_(zero.stage >= 2 && zero.group && zero.group->size() > 1 ? zero.stage : 0),
-      group_(zero.group), ops_(ops), memory_(memory) {
-    shards_ = {count_, stage_ ? group_->size() : 1};
-    const int replica = stage_ ? group_->rank() : 0;
-    ownedBegin_ = shards_.begin(replica);
-    ownedEnd_ = shards_.end(replica);
-    const std::size_t owned = ownedEnd_ - ownedBegin_;
-    const std::size_t paramFloats = shardsParameters() ? owned : count_;
-    const std::size_t gradFloats = shardsGradients() ? owned : count_;
-    // At least one float, so a replica owning nothing still has valid pointers.
-    params_ =
-        memory_.tensor(MemoryCategory::Parameters, std::max<std::size_t>(1, paramFloats), weights);
-    grads_ = memory_.tensor(MemoryCategory::Gradients, std::max<std::size_t>(1, gradFloats), grads);
-    ops_.zero(params_.ptr(), paramFloats);
-    ops_.zero(grads_.ptr(), gradFloats);
+      group_(zero.group), ops_(ops), memory_(memory),
+      layout_(zero.stage >= 1 && zero.group && zero.group->size() > 1
+                  ? ShardLayout(count, units, zero.group->size(), zero.group->rank())
+                  : ShardLayout(count)) {
+    // At least one element, so a replica storing nothing still has valid pointers.
+    params_ = memory_.tensor(MemoryCategory::Parameters,
+                             std::max<std::size_t>(1, storedParameters()), weights);
+    grads_ = memory_.tensor(MemoryCategory::Gradients, std::max<std::size_t>(1, storedGradients()),
+                            grads);
+    ops_.zero(params_.ptr(), storedParameters());
+    ops_.zero(grads_.ptr(), storedGradients());
 }
 
 kernels::Ptr ZeroStore::parameterAt(std::size_t offset) const {
-    return params_.ptr() + (shardsParameters() ? offset - ownedBegin_ : offset);
+    return params_.ptr() + (shardsParameters() ? layout_.storedIndex(offset) : offset);
 }
 
 kernels::Ptr ZeroStore::gradientAt(std::size_t offset) const {
-    return grads_.ptr() + (shardsGradients() ? offset - ownedBegin_ : offset);
+    return grads_.ptr() + (shardsGradients() ? layout_.storedIndex(offset) : offset);
 }
 
 void ZeroStore::setParameters(const float* whole) {
-    setStoredParameters(whole + (shardsParameters() ? ownedBegin_ : 0));
+    if (!shardsParameters())
+        return setStoredParameters(whole);
+    const std::vector<float> stored = layout_.pack(whole);
+    setStoredParameters(stored.data());
 }
 
 void ZeroStore::setStoredParameters(const float* stored) {
-    const std::size_t n = shardsParameters() ? ownedEnd_ - ownedBegin_ : count_;
+    const std::size_t n = storedParameters();
     if (params_.type() == kernels::DType::F32) {
         ops_.copyToDevice(params_.f(), stored, n * sizeof(float));
         return;
@@ -48,31 +49,25 @@ void ZeroStore::setStoredParameters(const float* stored) {
 }
 
 void ZeroStore::zeroGradients() {
-    ops_.zero(grads_.ptr(), shardsGradients() ? ownedEnd_ - ownedBegin_ : count_);
+    ops_.zero(grads_.ptr(), storedGradients());
 }
 
-// The other replicas' parts of the range land around this one's, which sits in its slice.
-Request ZeroStore::startGather(std::size_t offset, std::size_t n, kernels::Ptr into) const {
-    const std::vector<std::size_t> counts = shards_.countsOf(offset, n);
-    const int me = group_->rank();
-    std::size_t before = 0;
-    for (int d = 0; d < me; ++d)
-        before += counts[std::size_t(d)];
-    if (counts[std::size_t(me)] > 0)
-        ops_.copy(into + before, parameterAt(std::max(offset, ownedBegin_)),
-                  counts[std::size_t(me)]);
-    return group_->allGatherVInPlace(into, counts);
+// Every replica sends its whole shard, padding included, so the parts are of one size.
+Request ZeroStore::startGather(const ShardLayout::Unit& unit, kernels::Ptr into) const {
+    return group_->allGather(params_.ptr() + unit.stored, into, unit.shard);
 }
 
 void ZeroStore::prefetch(std::size_t offset, std::size_t n) const {
     if (!shardsParameters())
         return;
+    const ShardLayout::Unit& unit = layout_.unitOf(offset, n);
     prefetched_.request.wait(); // an unused earlier one completes before its buffer goes
     prefetched_ = Prefetch{};
     prefetched_.offset = offset;
     prefetched_.count = n;
-    prefetched_.buffer = memory_.tensor(MemoryCategory::Workspace, n, params_.type());
-    prefetched_.request = startGather(offset, n, prefetched_.buffer.ptr());
+    prefetched_.buffer =
+        memory_.tensor(MemoryCategory::Workspace, unit.padded(layout_.parts()), params_.type());
+    prefetched_.request = startGather(unit, prefetched_.buffer.ptr());
 }
 
 kernels::Ptr ZeroStore::parametersOf(std::size_t offset, std::size_t n, Buffer& holder) const {
@@ -84,39 +79,41 @@ kernels::Ptr ZeroStore::parametersOf(std::size_t offset, std::size_t n, Buffer& 
         prefetched_ = Prefetch{};
         return holder.ptr();
     }
-    holder = memory_.tensor(MemoryCategory::Workspace, n, params_.type());
-    startGather(offset, n, holder.ptr()).wait();
+    const ShardLayout::Unit& unit = layout_.unitOf(offset, n);
+    holder =
+        memory_.tensor(MemoryCategory::Workspace, unit.padded(layout_.parts()), params_.type());
+    startGather(unit, holder.ptr()).wait();
     return holder.ptr();
 }
 
 kernels::Ptr ZeroStore::gradientsFor(std::size_t offset, std::size_t n, Buffer& holder) const {
     if (!shardsGradients())
         return grads_.ptr() + offset;
-    holder = memory_.tensor(MemoryCategory::Workspace, n, grads_.type());
-    ops_.zero(holder.ptr(), n);
+    const std::size_t padded = layout_.unitOf(offset, n).padded(layout_.parts());
+    holder = memory_.tensor(MemoryCategory::Workspace, padded, grads_.type());
+    ops_.zero(holder.ptr(), padded); // the padding too: it is summed with the rest
     return holder.ptr();
 }
 
 void ZeroStore::gradientsDone(std::size_t offset, std::size_t n, Buffer& holder) const {
     if (!shardsGradients())
         return;
-    const std::vector<std::size_t> counts = shards_.countsOf(offset, n);
-    const std::size_t mine = counts[std::size_t(group_->rank())];
-    Buffer part =
-        memory_.tensor(MemoryCategory::Workspace, std::max<std::size_t>(1, mine), grads_.type());
+    const ShardLayout::Unit& unit = layout_.unitOf(offset, n);
+    Buffer part = memory_.tensor(MemoryCategory::Workspace, std::max<std::size_t>(1, unit.shard),
+                                 grads_.type());
     CommunicationSpan span;
     span.collective = "reduce_scatter";
     span.axis = "dp";
-    span.bytes = n * kernels::sizeOf(grads_.type());
+    span.bytes = unit.padded(layout_.parts()) * kernels::sizeOf(grads_.type());
     span.waited = true;
     span.start = span.waitStart = comms_ ? comms_->now() : 0.0;
-    group_->reduceScatterSumV(holder.ptr(), part.ptr(), counts).wait();
+    group_->reduceScatterSum(holder.ptr(), part.ptr(), unit.shard).wait();
     if (comms_) {
         span.end = comms_->now();
         comms_->communication(span);
     }
-    if (mine > 0)
-        ops_.addInPlace(gradientAt(std::max(offset, ownedBegin_)), part.ptr(), mine);
+    // The whole shard, padding included: the padding's sum is zero.
+    ops_.addInPlace(grads_.ptr() + unit.stored, part.ptr(), unit.shard);
     holder.reset();
 }
 

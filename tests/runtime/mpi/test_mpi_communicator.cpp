@@ -92,38 +92,19 @@ TEST(MpiCommunicator, AllGatherAndReduceScatterAreInverseHalves) {
 }
 
 // ZeRO's slices are uneven (and may be empty): rank i's part has counts[i] floats.
-TEST(MpiCommunicator, VariableCountCollectivesSumAndGatherUnevenParts) {
+// In place, as ZeRO gathers its shards: each rank's part already lies at its place in the
+// output, and the others' parts land around it.
+TEST(MpiCommunicator, AllGatherInPlaceKeepsThisRanksPartAndFillsTheOthers) {
     auto world = testing::mpiSession()->world();
     const int P = world->size(), r = world->rank();
-    std::vector<std::size_t> counts;
-    std::size_t total = 0;
-    for (int i = 0; i < P; ++i) {
-        counts.push_back(std::size_t(i % 3 == 1 ? 0 : 2 * i + 1));
-        total += counts.back();
-    }
-    std::vector<float> in(total);
-    for (std::size_t i = 0; i < total; ++i)
-        in[i] = valueOf(r, i);
-    std::vector<float> out(std::max<std::size_t>(1, counts[std::size_t(r)]), -1.0f);
-    world->reduceScatterSumV(in.data(), out.data(), counts).wait();
-    std::size_t first = 0;
-    for (int i = 0; i < r; ++i)
-        first += counts[std::size_t(i)];
-    for (std::size_t k = 0; k < counts[std::size_t(r)]; ++k) {
-        float want = 0;
-        for (int q = 0; q < P; ++q)
-            want += valueOf(q, first + k);
-        EXPECT_FLOAT_EQ(out[k], want) << k;
-    }
-    // Each rank fills only its own part; afterwards every rank has every part.
-    std::vector<float> gathered(total, -1.0f);
-    for (std::size_t k = 0; k < counts[std::size_t(r)]; ++k)
-        gathered[first + k] = valueOf(r, k);
-    world->allGatherVInPlace(gathered.data(), counts).wait();
-    std::size_t at = 0;
+    const std::size_t n = 5;
+    std::vector<float> all(n * std::size_t(P), -1.0f);
+    for (std::size_t k = 0; k < n; ++k)
+        all[std::size_t(r) * n + k] = valueOf(r, k);
+    world->allGather(all.data() + std::size_t(r) * n, all.data(), n).wait();
     for (int q = 0; q < P; ++q)
-        for (std::size_t k = 0; k < counts[std::size_t(q)]; ++k)
-            ASSERT_EQ(gathered[at++], valueOf(q, k)) << "part of rank " << q;
+        for (std::size_t k = 0; k < n; ++k)
+            ASSERT_EQ(all[std::size_t(q) * n + k], valueOf(q, k)) << "part of rank " << q;
 }
 
 TEST(MpiCommunicator, NonBlockingTransfersAroundARing) {

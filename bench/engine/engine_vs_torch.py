@@ -21,11 +21,11 @@ import tempfile
 import time
 
 
-def engine_run(engine, config, threads, steps, precision="fp32"):
+def engine_run(engine, config, threads, steps, precision="fp32", extra=()):
     with tempfile.TemporaryDirectory() as run:
         cmd = [engine, "train", "--config", config, "--out", os.path.join(run, "r"),
                "--threads", str(threads), "--steps", str(steps), "--precision", precision,
-               "--quiet"]
+               "--quiet", *extra]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         times = []
         with open(os.path.join(run, "r", "telemetry", "rank-0.jsonl")) as f:

@@ -163,14 +163,31 @@ TensorTypes TensorTypes::of(const PrecisionPolicy& p) {
 }
 
 std::vector<float> GptModel::initialValues(std::uint64_t seed) const {
+    std::vector<float> values(parameterCount_);
+    initialValues(seed, 0, parameterCount_, values.data());
+    return values;
+}
+
+void GptModel::initialValues(std::uint64_t seed, std::size_t offset, std::size_t n,
+                             float* out) const {
     TensorTable table;
     table.tensors = tensors_;
     table.count = parameterCount_;
-    return initialParameters(shape_, table, seed, tp_.size(), tp_.rank());
+    InitialValues(shape_, table, seed, tp_.size(), tp_.rank()).fill(offset, n, out);
 }
 
 void GptModel::initialize(std::uint64_t seed) {
-    store_->setParameters(initialValues(seed).data());
+    TensorTable table;
+    table.tensors = tensors_;
+    table.count = parameterCount_;
+    const InitialValues values(shape_, table, seed, tp_.size(), tp_.rank());
+    const std::vector<ShardLayout::Piece> stored =
+        shardsParameters() ? shardLayout().owned()
+                           : std::vector<ShardLayout::Piece>{{0, parameterCount_, 0}};
+    forEachChunk(stored, [&](std::size_t flat, std::size_t n, float* host) {
+        values.fill(flat, n, host);
+        storeParameters(flat, host, n);
+    });
 }
 
 void GptModel::reportReady(std::size_t firstTensor, std::size_t lastTensor) const {

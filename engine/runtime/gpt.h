@@ -136,18 +136,25 @@ public:
     static constexpr std::size_t npos = std::size_t(-1);
     std::size_t sharedTensor() const { return shared_; }
 
-    // GPT-2's initialisation for a seed (initialParameters): every rank draws the whole
-    // model's values in the same order and keeps its own, so any layout starts from the weights
-    // of a single process.
+    // GPT-2's initialisation for a seed (InitialValues): each value comes from its place in the
+    // whole model, so any layout starts from the weights of a single process, and this rank
+    // computes and stores only what it keeps (its ZeRO-3 shards, or its stage's share), a
+    // bounded range at a time.
     void initialize(std::uint64_t seed);
-    // The same values in fp32, this rank's share of the whole flat buffer (what initialize
-    // stores, rounded to the weights' type): mixed precision's master weights start from them.
+    // The same values in fp32 of the flat range [offset, offset + n) (what initialize stores,
+    // before rounding to the weights' type): mixed precision's master weights start from them.
+    void initialValues(std::uint64_t seed, std::size_t offset, std::size_t n, float* out) const;
+    // This rank's whole share at once (tools and tests).
     std::vector<float> initialValues(std::uint64_t seed) const;
     // Stores host fp32 values of exactly what this rank stores (its ZeRO-3 shards, or the whole),
     // in the weights' type: a checkpoint's parameters.
     void setStoredParameters(const float* values) { store_->setStoredParameters(values); }
     // The same from the whole flat buffer's values (this rank keeps what it stores).
     void setParameters(const float* whole) { store_->setParameters(whole); }
+    // Host fp32 values of the flat range [offset, offset + n), which this rank stores whole.
+    void storeParameters(std::size_t offset, const float* values, std::size_t n) {
+        store_->storeParameters(offset, values, n);
+    }
     void zeroGradients();
 
     // Runs the forward of one microbatch of microBatch x seqLen tokens (host arrays) and the

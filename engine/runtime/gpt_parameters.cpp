@@ -16,36 +16,26 @@ constexpr const char* kLayerTensorNames[kTensorsPerLayer] = {
     "attn.proj.weight", "attn.proj.bias", "ln_2.weight",     "ln_2.bias",
     "mlp.fc.weight",    "mlp.fc.bias",    "mlp.proj.weight", "mlp.proj.bias"};
 
-// A counter-based normal generator: the same seed gives the same weights on every platform.
-class NormalStream {
-public:
-    explicit NormalStream(std::uint64_t seed) : state_(seed) {}
-    double next() {
-        if (spare_) {
-            spare_ = false;
-            return spareValue_;
-        }
-        const double u1 = (double(nextBits() >> 11) + 1.0) * 0x1.0p-53; // (0, 1]
-        const double u2 = double(nextBits() >> 11) * 0x1.0p-53;
-        const double r = std::sqrt(-2.0 * std::log(u1));
-        spareValue_ = r * std::sin(2.0 * std::numbers::pi * u2);
-        spare_ = true;
-        return r * std::cos(2.0 * std::numbers::pi * u2);
-    }
+} // namespace
 
-private:
-    std::uint64_t nextBits() { // splitmix64
-        std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+// The n-th value of a stream of standard normals, found without drawing the ones before it:
+// Box-Muller on pairs of splitmix64 draws, a counter-based generator (draw k is the mix of
+// seed + k x the golden-ratio increment), so every rank computes only the values it stores,
+// and the same seed gives the same weights on every platform.
+double normalAt(std::uint64_t seed, std::uint64_t n) {
+    auto draw = [seed](std::uint64_t k) { // splitmix64's k-th output (k from 1)
+        std::uint64_t z = seed + k * 0x9E3779B97F4A7C15ull;
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         return z ^ (z >> 31);
-    }
-    std::uint64_t state_;
-    bool spare_ = false;
-    double spareValue_ = 0;
-};
-
-} // namespace
+    };
+    const std::uint64_t pair = n / 2;
+    const double u1 = (double(draw(2 * pair + 1) >> 11) + 1.0) * 0x1.0p-53; // (0, 1]
+    const double u2 = double(draw(2 * pair + 2) >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    return n % 2 ? r * std::sin(2.0 * std::numbers::pi * u2)
+                 : r * std::cos(2.0 * std::numbers::pi * u2);
+}
 
 TensorTable tensorTable(const GptShape& shape, const std::vector<ModelChunk>& chunks, int tp) {
     TensorTable t;
@@ -147,37 +137,79 @@ GptShape GptShape::of(const ModelSpec& m) {
     return s;
 }
 
+InitialValues::InitialValues(const GptShape& shape, const TensorTable& table, std::uint64_t seed,
+                             int tp, int tpRank)
+    : table_(table), seed_(seed), tp_(tp), tpRank_(tpRank) {
+    const TensorTable whole = tensorTable(shape, pipelineChunks(shape.layers, 1, 1, 0), 1);
+    const double residualStd = 0.02 / std::sqrt(2.0 * shape.layers);
+    std::uint64_t drawn = 0; // normals drawn by the tensors before, in the whole model's order
+    std::map<std::string, Rule> byName;
+    for (const ParameterTensor& t : whole.tensors) {
+        Rule rule;
+        if (t.name.ends_with(".bias")) {
+            rule.constant = 0.0f;
+        } else if (t.name.find(".ln_") != std::string::npos || t.name.starts_with("ln_")) {
+            rule.constant = 1.0f;
+        } else {
+            rule.firstDraw = drawn;
+            rule.std = t.name.ends_with("attn.proj.weight") || t.name.ends_with("mlp.proj.weight")
+                           ? residualStd
+                           : 0.02;
+            drawn += t.count;
+        }
+        byName[t.name] = rule;
+    }
+    for (const ParameterTensor& t : table_.tensors) // a tied head's copy is the token table
+        rules_.push_back(byName.at(shape.tied && t.name == "lm_head.weight" ? "wte" : t.name));
+}
+
+// Where element j of a tensor-parallel rank's share lies in the whole tensor (the inverse of
+// copyTensorParallelShare).
+std::size_t InitialValues::wholeIndex(const ParameterTensor& t, std::size_t j) const {
+    const std::size_t rows =
+        std::size_t(t.shape[0]) *
+        (t.split == TpSplit::Rows || t.split == TpSplit::QkvRows ? std::size_t(tp_) : 1);
+    const std::size_t cols = t.shape.size() > 1 ? std::size_t(t.shape[1]) : 1;
+    const std::size_t r = std::size_t(tpRank_), n = std::size_t(tp_);
+    switch (t.split) {
+    case TpSplit::None:
+        return j;
+    case TpSplit::Rows:
+        return r * (rows / n * cols) + j;
+    case TpSplit::Columns: {
+        const std::size_t share = cols, wholeCols = cols * n;
+        return j / share * wholeCols + r * share + j % share;
+    }
+    case TpSplit::QkvRows: {
+        const std::size_t block = rows / 3, share = block / n * cols;
+        return j / share * block * cols + r * share + j % share;
+    }
+    }
+    return j;
+}
+
+void InitialValues::fill(std::size_t offset, std::size_t n, float* out) const {
+    const std::size_t end = offset + n;
+    for (std::size_t i = 0; i < table_.tensors.size(); ++i) {
+        const ParameterTensor& t = table_.tensors[i];
+        const std::size_t a = std::max(offset, t.offset), b = std::min(end, t.offset + t.count);
+        if (a >= b)
+            continue;
+        const Rule& rule = rules_[i];
+        for (std::size_t k = a; k < b; ++k)
+            out[k - offset] =
+                rule.firstDraw == kConstant
+                    ? rule.constant
+                    : static_cast<float>(
+                          normalAt(seed_, rule.firstDraw + wholeIndex(t, k - t.offset)) * rule.std);
+    }
+}
+
 std::vector<float> initialParameters(const GptShape& shape, const TensorTable& table,
                                      std::uint64_t seed, int tp, int tpRank) {
-    const TensorTable whole = tensorTable(shape, pipelineChunks(shape.layers, 1, 1, 0), 1);
-    std::vector<float> values(whole.count, 0.0f);
-    NormalStream normal(seed);
-    const double residualStd = 0.02 / std::sqrt(2.0 * shape.layers);
-    std::map<std::string, const ParameterTensor*> byName;
-    for (const ParameterTensor& t : whole.tensors) {
-        byName[t.name] = &t;
-        const bool norm = t.name.find(".ln_") != std::string::npos || t.name.starts_with("ln_");
-        const bool bias = t.name.ends_with(".bias");
-        const bool residualProjection =
-            t.name.ends_with("attn.proj.weight") || t.name.ends_with("mlp.proj.weight");
-        for (std::size_t i = 0; i < t.count; ++i) {
-            float& w = values[t.offset + i];
-            if (bias)
-                w = 0.0f;
-            else if (norm)
-                w = 1.0f;
-            else
-                w = static_cast<float>(normal.next() * (residualProjection ? residualStd : 0.02));
-        }
-    }
-    std::vector<float> local(table.count);
-    for (const ParameterTensor& t : table.tensors) {
-        const bool tiedCopy = shape.tied && t.name == "lm_head.weight";
-        const ParameterTensor& from = *byName.at(tiedCopy ? "wte" : t.name);
-        copyTensorParallelShare(local.data() + t.offset, values.data() + from.offset, from.shape,
-                                t.split, tp, tpRank);
-    }
-    return local;
+    std::vector<float> values(table.count);
+    InitialValues(shape, table, seed, tp, tpRank).fill(0, table.count, values.data());
+    return values;
 }
 
 } // namespace shardscope

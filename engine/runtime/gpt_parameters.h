@@ -48,10 +48,38 @@ struct TensorTable {
 // order, so checkpoints of one process keep their layout.
 TensorTable tensorTable(const GptShape& shape, const std::vector<ModelChunk>& chunks, int tp);
 
+// The n-th standard normal of the stream a seed gives, computed on its own (counter-based).
+double normalAt(std::uint64_t seed, std::uint64_t n);
+
 // GPT-2's initialisation, deterministic for a seed: N(0, 0.02) weights, residual output
-// projections N(0, 0.02 / sqrt(2 L)), zero biases, unit norm weights. The whole model's values
-// are drawn in its own order and the share `table` describes (tensor-parallel rank tpRank of
-// tp) is kept, so any layout starts from the weights of a single process.
+// projections N(0, 0.02 / sqrt(2 L)), zero biases, unit norm weights. The whole model's weights
+// take the normal stream's values in its own order, and any element of the share `table`
+// describes (tensor-parallel rank tpRank of tp) is computed from its place in the whole model
+// alone: every layout starts from the weights of a single process, and each rank computes only
+// what it stores, range by range (never the whole model in host memory).
+class InitialValues {
+public:
+    InitialValues(const GptShape& shape, const TensorTable& table, std::uint64_t seed, int tp,
+                  int tpRank);
+    // out[0, n) = the values of the table's flat range [offset, offset + n).
+    void fill(std::size_t offset, std::size_t n, float* out) const;
+
+private:
+    static constexpr std::uint64_t kConstant = ~std::uint64_t(0);
+    struct Rule {                            // how one tensor's elements get their values
+        std::uint64_t firstDraw = kConstant; // the stream position of its first element
+        double std = 0;
+        float constant = 0;
+    };
+    std::size_t wholeIndex(const ParameterTensor& t, std::size_t j) const;
+
+    TensorTable table_;
+    std::vector<Rule> rules_; // per tensor of table_
+    std::uint64_t seed_;
+    int tp_, tpRank_;
+};
+
+// The whole share at once (tools and tests).
 std::vector<float> initialParameters(const GptShape& shape, const TensorTable& table,
                                      std::uint64_t seed, int tp, int tpRank);
 

@@ -44,6 +44,15 @@ void AdamW::setMasterWeightsFromWhole(const float* whole) {
     setMasterWeights(stored.data());
 }
 
+void AdamW::initializeMasterWeights(std::uint64_t seed) {
+    if (!master_)
+        return;
+    forEachChunk(layout_.owned(), [&](std::size_t flat, std::size_t n, float* host) {
+        model_.initialValues(seed, flat, n, host);
+        ops_.copyToDevice(master_.f() + layout_.storedIndex(flat), host, n * sizeof(float));
+    });
+}
+
 void AdamW::writeWorkingWeights() const {
     if (!master_)
         return;

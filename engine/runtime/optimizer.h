@@ -46,6 +46,8 @@ public:
     // (the initialisation).
     void setMasterWeights(const float* stored);
     void setMasterWeightsFromWhole(const float* whole);
+    // From the model's initial values for a seed, computed for this rank's shards only.
+    void initializeMasterWeights(std::uint64_t seed);
     // Rewrites the model's working weights this rank owns from the master weights (mixed
     // precision's resume; a ZeRO replica gathers the rest after).
     void writeWorkingWeights() const;

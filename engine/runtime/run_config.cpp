@@ -4,8 +4,10 @@
 #include "core/json_io.h"
 #include "core/presets.h"
 #include "data.h"
+#include "rank_device.h"
 #include "sched/pipeline_program.h"
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -131,6 +133,7 @@ RunConfig runConfigFromJson(const json& j) {
         try {
             EngineOptions& o = c.engine;
             o.runDir = e.value("run_dir", o.runDir);
+            o.device = e.value("device", o.device);
             o.threads = e.value("threads", o.threads);
             o.telemetry = e.value("telemetry", o.telemetry);
             o.peakFlops = e.value("peak_tflops", o.peakFlops / 1e12) * 1e12;
@@ -141,6 +144,11 @@ RunConfig runConfigFromJson(const json& j) {
         } catch (const json::exception& ex) {
             throw InputError(std::string("run config engine: ") + ex.what());
         }
+        if (std::find(kDeviceKinds.begin(), kDeviceKinds.end(), c.engine.device) ==
+            kDeviceKinds.end())
+            throw InputError("run config engine: device is \"" + c.engine.device.substr(0, 24) +
+                             (c.engine.device.size() > 24 ? "...\"" : "\"") +
+                             ": use \"cpu\" or \"cuda\"");
         if (c.engine.threads < 0 || c.engine.logEvery < 1 || c.engine.peakFlops < 0 ||
             !(c.engine.bucketMiB > 0) || !(c.engine.watchdogSeconds > 0) ||
             !(c.engine.stallSeconds >= 0) || !std::isfinite(c.engine.stallSeconds))
@@ -159,6 +167,7 @@ json toJson(const RunConfig& c) {
                 {"train", c.train},
                 {"engine",
                  {{"run_dir", c.engine.runDir},
+                  {"device", c.engine.device},
                   {"threads", c.engine.threads},
                   {"telemetry", c.engine.telemetry},
                   {"peak_tflops", c.engine.peakFlops / 1e12},
@@ -209,6 +218,10 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     for (const Violation& v : validate(c.model, c.parallel))
         out.push_back(v.message + (v.hint.empty() ? "" : " (" + v.hint + ")"));
     const ParallelConfig& p = c.parallel;
+    if (!engineRunsOn(c.engine.device))
+        out.push_back("engine.device " + c.engine.device +
+                      ": this engine has CPU operators only (its CUDA backend is not written "
+                      "yet); use \"device\": \"cpu\" (--device cpu)");
     if (p.cp != 1)
         out.push_back("the engine has no context parallelism yet: cp must be 1 (got " +
                       layoutSummary(p) + "); use dp, tp and pp for several ranks");

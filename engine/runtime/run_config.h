@@ -18,9 +18,10 @@ namespace shardscope {
 
 struct EngineOptions {
     std::string runDir;           // "" : runs/<date>-<time> under the working directory
+    std::string device = "cpu";   // the backend each rank computes on: cpu or cuda (rank_device.h)
     int threads = 0;              // OpenBLAS and OpenMP threads; 0: one per core
     std::string telemetry;        // "" or tcp://HOST:PORT: stream events to a collector
-    double peakFlops = 0;         // FLOP/s that MFU is measured against; 0: estimated for the CPU
+    double peakFlops = 0;         // FLOP/s that MFU is measured against; 0: from the device
     bool resume = false;          // continue from a checkpoint
     std::string resumeFrom;       // a checkpoint directory; "" with resume: the run's latest
     std::int64_t stopAfter = 0;   // stop cleanly after this many steps of this invocation

@@ -130,9 +130,9 @@ std::optional<LoadedCheckpoint> TrainingRun::checkpointToResume() {
 
 void TrainingRun::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck) {
     if (!ck) {
-        const std::vector<float> initial = model_->initialValues(c_.train.seed);
-        model_->setParameters(initial.data());
-        optimizer_->setMasterWeightsFromWhole(initial.data());
+        // Each rank computes only what it stores: its shards, or its stage's share.
+        model_->initialize(c_.train.seed);
+        optimizer_->initializeMasterWeights(c_.train.seed);
         return;
     }
     const fs::path& dir = ck->info.dir;

@@ -116,7 +116,7 @@ TrainResult TrainingRun::execute() {
         parseCollectorAddress(c_.engine.telemetry);
     data_ = Dataset::open(dataSpecOf(c_));
     buildModel();
-    choosePeakFlops();
+    chooseDevice();
     // Measured before the barrier, so the ranks leave it together and their clocks are
     // compared without one of them copying memory meanwhile.
     const ClusterSpec hardware =
@@ -240,12 +240,18 @@ void TrainingRun::buildModel() {
     }
 }
 
-void TrainingRun::choosePeakFlops() {
+void TrainingRun::chooseDevice() {
     flopsPerToken_ = tokenFlops(c_.model, c_.parallel, Assumptions{}).model;
     threads_ = c_.engine.threads > 0 ? c_.engine.threads : kernels::cpuCores();
-    peak_ = c_.engine.peakFlops > 0
-                ? kernels::PeakFlops{c_.engine.peakFlops, "configured (engine.peak_tflops)"}
-                : kernels::estimateCpuPeakFlops(threads_);
+    device_ = shardscope::chooseDevice(c_.engine.device, localRankOnThisHost(), ranksOnThisHost(),
+                                       threads_, c_.parallel.precision.compute,
+                                       c_.engine.device == "cpu" ? DeviceReport{} : queryDevices());
+    if (c_.engine.peakFlops > 0)
+        peak_ = {c_.engine.peakFlops, "configured (engine.peak_tflops)"};
+    else if (device_.peakFlops > 0)
+        peak_ = {device_.peakFlops, device_.peakFormula};
+    else
+        throw InputError(device_.peakFormula);
     if (world_ && world_->size() > 1) { // MFU is the job's tokens against every rank's peak
         peak_.flops *= world_->size();
         peak_.formula = std::to_string(world_->size()) + " ranks x (" + peak_.formula + ")";
@@ -303,6 +309,12 @@ void TrainingRun::writeStartEvent(const ClusterSpec& hardware, const ClockOffset
                        {"config", toJson(c_)},
                        {"threads", threads_},
                        {"backend", ops_->name()},
+                       {"device",
+                        {{"kind", device_.kind},
+                         {"index", device_.index},
+                         {"name", device_.name},
+                         {"local_rank", device_.localRank},
+                         {"local_ranks", device_.localRanks}}},
                        {"thread_pools", threadPoolSettings()},
                        {"peak_flops", peak_.flops},
                        {"peak_flops_source", peak_.formula},

@@ -16,6 +16,7 @@
 #include "parallel/gradient_buckets.h"
 #include "plan/estimate.h"
 #include "process_mesh.h"
+#include "rank_device.h"
 #include "schedule_executor.h"
 #include "telemetry.h"
 #include "telemetry_spans.h"
@@ -60,7 +61,9 @@ private:
     // ---- setting up, in execute's order (trainer.cpp)
     void joinRanks();  // the watchdog, the control channel, the mesh and the groups
     void buildModel(); // model, optimizer, schedule executor, gradient buckets
-    void choosePeakFlops();
+    // This rank's device (its local rank's GPU, or the CPU) and the peak MFU is measured
+    // against: the device's, or engine.peak_tflops.
+    void chooseDevice();
     void openTelemetry();
     ClockOffset alignClocks();
     void writeStartEvent(const ClusterSpec& hardware, const ClockOffset& clock);
@@ -162,6 +165,7 @@ private:
     std::int64_t startStep_ = 0, totalSteps_ = 0;
     double flopsPerToken_ = 0;
     int threads_ = 1;
+    RankDevice device_;
     kernels::PeakFlops peak_;
     double lastLoss_ = NAN, lastValLoss_ = NAN;
     std::string lastCheckpoint_, resumedFrom_;

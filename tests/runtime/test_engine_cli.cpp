@@ -170,6 +170,16 @@ TEST(EngineCli, DataParallelRanksGiveTheSingleRankLosses) {
         }
         EXPECT_GT(standalone, 0.0);
         EXPECT_EQ(fractions, 20);
+        // mpirun starts every rank on this host: each has its own local rank, on the CPU.
+        for (int r = 0; r < dp; ++r) {
+            std::ifstream rank(out / "telemetry" / ("rank-" + std::to_string(r) + ".jsonl"));
+            std::string first;
+            std::getline(rank, first);
+            const json device = json::parse(first)["device"];
+            EXPECT_EQ(device["kind"], "cpu");
+            EXPECT_EQ(device["local_rank"], r);
+            EXPECT_EQ(device["local_ranks"], dp);
+        }
         for (std::size_t i = 0; i < one.size(); ++i)
             EXPECT_NEAR(many[i], one[i], 1e-5 * std::fabs(one[i]))
                 << "dp " << dp << " step " << i + 1;
@@ -195,6 +205,8 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
     typo["train"]["stpes"] = 3;
     json vocab = smallConfig();
     std::ofstream(dir / "bytes.txt") << std::string(200, 'x');
+    json tpu = smallConfig();
+    tpu["engine"]["device"] = "tpu";
     struct Case {
         std::vector<std::string> args;
         std::string expect;
@@ -218,6 +230,10 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
          "needs 2 ranks, not --ranks 4"},
         {{"train", "--dp", "2", "--ranks", "2", "--steps", "5", "--out", (dir / "g").string()},
          "warmup_steps (20)"},
+        {{"train", "--config", writeConfig(dir, tpu), "--out", (dir / "h").string()},
+         "device is \"tpu\": use \"cpu\" or \"cuda\""},
+        {{"train", "--device", "gpu", "--out", (dir / "i").string()}, "--device"},
+        {{"train", "--device", "cuda", "--out", (dir / "j").string()}, "CPU operators only"},
     };
     for (const Case& c : cases) {
         const Outcome o = run(c.args);
@@ -225,7 +241,7 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         EXPECT_NE(o.err.find(c.expect), std::string::npos) << o.err;
     }
     // Refused input leaves no run behind, so the corrected command just works.
-    for (const char* d : {"a", "b", "c", "d", "e", "f", "g"})
+    for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"})
         EXPECT_FALSE(std::filesystem::exists(dir / d / "config.json")) << d;
 }
 

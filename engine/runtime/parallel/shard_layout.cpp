@@ -79,4 +79,16 @@ std::vector<float> ShardLayout::pack(const float* whole) const {
     return stored;
 }
 
+void forEachChunk(const std::vector<ShardLayout::Piece>& pieces,
+                  const std::function<void(std::size_t flat, std::size_t n, float* host)>& fn,
+                  std::size_t maxElements) {
+    std::size_t largest = 0;
+    for (const ShardLayout::Piece& p : pieces)
+        largest = std::max(largest, p.count);
+    std::vector<float> host(std::min(largest, maxElements));
+    for (const ShardLayout::Piece& p : pieces)
+        for (std::size_t done = 0; done < p.count; done += maxElements)
+            fn(p.flat + done, std::min(maxElements, p.count - done), host.data());
+}
+
 } // namespace shardscope

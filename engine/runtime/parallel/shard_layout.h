@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 namespace shardscope {
@@ -57,5 +58,11 @@ private:
     int parts_ = 1, rank_ = 0;
     std::vector<Unit> units_;
 };
+
+// Calls fn(flat, n, host) over `pieces` in runs of at most maxElements, host a buffer of n
+// floats it reuses: how values computed on the host reach a device a bounded range at a time.
+void forEachChunk(const std::vector<ShardLayout::Piece>& pieces,
+                  const std::function<void(std::size_t flat, std::size_t n, float* host)>& fn,
+                  std::size_t maxElements = std::size_t(1) << 20);
 
 } // namespace shardscope

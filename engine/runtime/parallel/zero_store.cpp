@@ -48,6 +48,19 @@ void ZeroStore::setStoredParameters(const float* stored) {
     ops_.copy(params_.ptr(), staged.f(), n);
 }
 
+void ZeroStore::storeParameters(std::size_t offset, const float* values, std::size_t n) {
+    if (n == 0)
+        return;
+    const kernels::Ptr at = parameterAt(offset);
+    if (at.type == kernels::DType::F32) {
+        ops_.copyToDevice(at.data, values, n * sizeof(float));
+        return;
+    }
+    Buffer staged = memory_.floats(MemoryCategory::Workspace, n);
+    ops_.copyToDevice(staged.f(), values, n * sizeof(float));
+    ops_.copy(at, staged.f(), n);
+}
+
 void ZeroStore::zeroGradients() {
     ops_.zero(grads_.ptr(), storedGradients());
 }

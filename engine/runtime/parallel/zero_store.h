@@ -49,8 +49,10 @@ public:
     // Stores the parameters this replica keeps from the whole flat buffer (host memory, fp32),
     // in the store's type.
     void setParameters(const float* whole);
-    // The same from host values of exactly what this replica stores (its slice, or the whole).
+    // The same from host values of exactly what this replica stores (its shards, or the whole).
     void setStoredParameters(const float* stored);
+    // Host fp32 values of the flat range [offset, offset + n), which this replica stores whole.
+    void storeParameters(std::size_t offset, const float* values, std::size_t n);
     void zeroGradients();
     void setCommunicationSink(CommunicationSink* sink) { comms_ = sink; }
 

@@ -9,6 +9,7 @@
 #include "runtime/gpt.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/prediction.h"
+#include "runtime/rank_device.h"
 #include "runtime/run_config.h"
 #include "runtime/telemetry.h"
 #include "runtime/trainer.h"
@@ -37,7 +38,8 @@ namespace fs = std::filesystem;
 // Flags that override the config file's fields; unset ones leave the file alone.
 struct Overrides {
     std::string config;
-    std::optional<std::string> out, data, dataFormat, telemetry, recompute, schedule, precision;
+    std::optional<std::string> out, data, dataFormat, telemetry, recompute, schedule, precision,
+        device;
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
     std::optional<double> lr, peakTflops, bucketMb, watchdog, stallReport, clockSkew;
     std::optional<std::uint64_t> seed;
@@ -94,6 +96,10 @@ struct Overrides {
                        "weights) or bf16-bf16grads");
         app.add_option("--schedule", schedule,
                        "pipeline schedule: naive, gpipe, 1f1b, interleaved, zero-bubble");
+        app.add_option("--device", device,
+                       "the backend each rank computes on: cpu, or cuda (each rank on the GPU of "
+                       "its local rank)")
+            ->check(CLI::IsMember(kDeviceKinds));
         app.add_option("--threads", threads, "CPU threads (default: one per core)")
             ->check(CLI::NonNegativeNumber);
         app.add_option("--peak-tflops", peakTflops, "peak TFLOP/s that MFU is measured against")
@@ -167,6 +173,8 @@ struct Overrides {
             c.parallel.schedule = scheduleFromString(*schedule);
         if (threads)
             c.engine.threads = *threads;
+        if (device)
+            c.engine.device = *device;
         if (telemetry)
             c.engine.telemetry = *telemetry;
         if (peakTflops)

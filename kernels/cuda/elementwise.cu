@@ -1,66 +1,14 @@
+#include "device_elements.cuh"
 #include "elementwise.h"
 
-#include <algorithm>
 #include <cmath>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-#include <stdexcept>
-#include <string>
 
 namespace shardscope::cuda {
 
 namespace {
 
+using namespace detail;
 using kernels::DType;
-using bf16 = __nv_bfloat16;
-
-__device__ inline float load(const float* p, std::size_t i) {
-    return p[i];
-}
-__device__ inline float load(const bf16* p, std::size_t i) {
-    return __bfloat162float(p[i]);
-}
-__device__ inline void store(float* p, std::size_t i, float v) {
-    p[i] = v;
-}
-__device__ inline void store(bf16* p, std::size_t i, float v) {
-    p[i] = __float2bfloat16_rn(v);
-}
-
-// Grid-stride loops: any n with a bounded grid.
-constexpr int kThreads = 256;
-constexpr std::size_t kMaxBlocks = 65535;
-unsigned blocksFor(std::size_t n) {
-    return unsigned(std::clamp<std::size_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
-#define SHARDSCOPE_GRID_STRIDE(i, n)                                                               \
-    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (n);              \
-         i += std::size_t(gridDim.x) * blockDim.x)
-
-cudaStream_t streamOf(void* s) {
-    return static_cast<cudaStream_t>(s);
-}
-
-void checkLaunch(const char* kernel) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        throw std::runtime_error(std::string("CUDA kernel ") + kernel + ": " +
-                                 cudaGetErrorString(e));
-}
-
-// Calls f with the elements of p as what they are: float* or bf16*.
-template <typename F> void withElements(kernels::Ptr p, F f) {
-    if (p.type == DType::F32)
-        f(static_cast<float*>(p.data));
-    else
-        f(static_cast<bf16*>(p.data));
-}
-template <typename F> void withElements(kernels::ConstPtr p, F f) {
-    if (p.type == DType::F32)
-        f(static_cast<const float*>(p.data));
-    else
-        f(static_cast<const bf16*>(p.data));
-}
 
 template <typename Out, typename In>
 __global__ void convertKernel(Out* dst, const In* src, std::size_t n) {
@@ -100,19 +48,6 @@ __global__ void geluBackwardKernel(Out* dinp, const In* inp, const D* dout, std:
             0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
         store(dinp, i, grad * load(dout, i));
     }
-}
-
-// A block's doubles summed by a tree in shared memory: a fixed order for a fixed block size.
-template <int Threads> __device__ double blockSum(double value) {
-    __shared__ double partial[Threads];
-    partial[threadIdx.x] = value;
-    __syncthreads();
-    for (int stride = Threads / 2; stride > 0; stride /= 2) {
-        if (int(threadIdx.x) < stride)
-            partial[threadIdx.x] += partial[threadIdx.x + stride];
-        __syncthreads();
-    }
-    return partial[0];
 }
 
 template <typename X>
@@ -157,10 +92,9 @@ void convertCopy(kernels::Ptr dst, kernels::ConstPtr src, std::size_t n, void* s
     if (n == 0)
         return;
     if (dst.type == src.type) {
-        const cudaError_t e = cudaMemcpyAsync(dst.data, src.data, n * kernels::sizeOf(dst.type),
-                                              cudaMemcpyDeviceToDevice, streamOf(stream));
-        if (e != cudaSuccess)
-            throw std::runtime_error(std::string("cudaMemcpyAsync: ") + cudaGetErrorString(e));
+        check(cudaMemcpyAsync(dst.data, src.data, n * kernels::sizeOf(dst.type),
+                              cudaMemcpyDeviceToDevice, streamOf(stream)),
+              "cudaMemcpyAsync");
         return;
     }
     withElements(dst, [&](auto* d) {
@@ -175,9 +109,8 @@ void zeroFill(kernels::Ptr x, std::size_t n, void* stream) {
     if (n == 0)
         return;
     // All-zero bits are +0.0 in fp32 and in bf16.
-    const cudaError_t e = cudaMemsetAsync(x.data, 0, n * kernels::sizeOf(x.type), streamOf(stream));
-    if (e != cudaSuccess)
-        throw std::runtime_error(std::string("cudaMemsetAsync: ") + cudaGetErrorString(e));
+    check(cudaMemsetAsync(x.data, 0, n * kernels::sizeOf(x.type), streamOf(stream)),
+          "cudaMemsetAsync");
 }
 
 void add(kernels::Ptr out, kernels::ConstPtr a, kernels::ConstPtr b, std::size_t n, void* stream) {
@@ -235,18 +168,15 @@ void sumOfSquaresAccumulate(kernels::ConstPtr x, std::size_t n, double* sum, voi
     // The grid depends on n only, so the order of the additions does too.
     const unsigned blocks = std::min(blocksFor(n), 1024u);
     double* blockSums = nullptr;
-    cudaError_t e = cudaMallocAsync(&blockSums, blocks * sizeof(double), streamOf(stream));
-    if (e != cudaSuccess)
-        throw std::runtime_error(std::string("cudaMallocAsync: ") + cudaGetErrorString(e));
+    check(cudaMallocAsync(&blockSums, blocks * sizeof(double), streamOf(stream)),
+          "cudaMallocAsync");
     withElements(x, [&](const auto* values) {
         squaresPerBlockKernel<<<blocks, kThreads, 0, streamOf(stream)>>>(values, n, blockSums);
     });
     checkLaunch("squaresPerBlock");
     addBlockSumsKernel<<<1, kSumThreads, 0, streamOf(stream)>>>(blockSums, blocks, sum);
     checkLaunch("addBlockSums");
-    e = cudaFreeAsync(blockSums, streamOf(stream));
-    if (e != cudaSuccess)
-        throw std::runtime_error(std::string("cudaFreeAsync: ") + cudaGetErrorString(e));
+    check(cudaFreeAsync(blockSums, streamOf(stream)), "cudaFreeAsync");
 }
 
 void adamwUpdate(float* param, kernels::ConstPtr grad, float* m, float* v, std::size_t n,

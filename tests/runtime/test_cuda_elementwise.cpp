@@ -1,98 +1,19 @@
 // The CUDA backend's elementwise operators against the CPU backend's (each checked against
 // PyTorch), on random inputs of awkward sizes and every storage type. Label gpu: every test skips
 // with the CUDA runtime's reason where there is no GPU.
-#include "kernels/bf16.h"
+#include "cuda_test_support.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cuda/device_array.h"
-#include "kernels/cuda/device_query.h"
 #include "kernels/cuda/elementwise.h"
 
-#include <cmath>
 #include <cstring>
 #include <gtest/gtest.h>
-#include <random>
 #include <string>
-#include <vector>
 
 namespace shardscope {
 namespace {
 
 using kernels::DType;
-
-const cuda::DeviceQuery& gpus() {
-    static const cuda::DeviceQuery q = cuda::queryDevices();
-    return q;
-}
-
-#define SKIP_WITHOUT_GPU()                                                                         \
-    do {                                                                                           \
-        if (gpus().devices.empty())                                                                \
-            GTEST_SKIP() << "no CUDA device: " << gpus().error;                                    \
-    } while (0)
-
-// Sizes that fill no block or grid evenly: one element, a block and one, a prime past the grid.
-const std::size_t kSizes[] = {1, 257, 1000003};
-
-// Values in one storage type, on the host and the same on the GPU.
-struct Tensor {
-    DType type;
-    std::vector<unsigned char> host;
-    cuda::DeviceArray device;
-
-    Tensor(DType t, const std::vector<float>& values)
-        : type(t), host(values.size() * kernels::sizeOf(t)), device(host.size()) {
-        for (std::size_t i = 0; i < values.size(); ++i)
-            if (t == DType::F32)
-                std::memcpy(host.data() + 4 * i, &values[i], 4);
-            else {
-                const std::uint16_t b = kernels::floatToBf16(values[i]);
-                std::memcpy(host.data() + 2 * i, &b, 2);
-            }
-        device.upload(host.data(), host.size());
-    }
-    kernels::Ptr cpu() { return {host.data(), type}; }
-    kernels::Ptr gpu() { return {device.data(), type}; }
-    std::vector<float> valuesOf(const unsigned char* bytes) const {
-        std::vector<float> out(host.size() / kernels::sizeOf(type));
-        for (std::size_t i = 0; i < out.size(); ++i)
-            if (type == DType::F32)
-                std::memcpy(&out[i], bytes + 4 * i, 4);
-            else {
-                std::uint16_t b;
-                std::memcpy(&b, bytes + 2 * i, 2);
-                out[i] = kernels::bf16ToFloat(b);
-            }
-        return out;
-    }
-    std::vector<float> cpuValues() const { return valuesOf(host.data()); }
-    std::vector<float> gpuValues() const {
-        std::vector<unsigned char> bytes(host.size());
-        device.download(bytes.data(), bytes.size());
-        return valuesOf(bytes.data());
-    }
-};
-
-std::vector<float> randomValues(std::size_t n, unsigned seed, float scale = 2.0f) {
-    std::mt19937 gen(seed);
-    std::normal_distribution<float> normal(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v)
-        x = normal(gen);
-    return v;
-}
-
-// The two backends agree within what the output type can tell apart: fp32 to 1e-5 (the CPU's
-// tanh and exp are polynomial approximations good to about 1e-7), bf16 to one unit in the last
-// place (2^-7: a value near a rounding boundary may round either way).
-void expectClose(const Tensor& t, const std::string& what) {
-    const std::vector<float> cpu = t.cpuValues(), gpu = t.gpuValues();
-    const float relative = t.type == DType::F32 ? 1e-5f : 0x1.0p-7f;
-    for (std::size_t i = 0; i < cpu.size(); ++i)
-        ASSERT_NEAR(gpu[i], cpu[i], relative * std::fabs(cpu[i]) + 1e-6f)
-            << what << ", element " << i << " of " << cpu.size();
-}
-
-const DType kTypes[] = {DType::F32, DType::BF16};
+using namespace testing;
 
 TEST(CudaElementwise, ConvertAddAndGeluMatchTheCpuInEveryTypeMix) {
     SKIP_WITHOUT_GPU();

@@ -1,0 +1,90 @@
+#include "device_elements.cuh"
+#include "embedding.h"
+
+namespace shardscope::cuda {
+
+namespace {
+
+using namespace detail;
+
+template <typename Out, typename Table, typename Pos>
+__global__ void embeddingForwardKernel(Out* out, const std::int32_t* tokens, const Table* wte,
+                                       int vocabStart, int vocabCount, const Pos* wpe, int T, int C,
+                                       std::size_t n) {
+    SHARDSCOPE_GRID_STRIDE(i, n) {
+        const std::size_t bt = i / std::size_t(C), c = i % std::size_t(C);
+        const int row = tokens[bt] - vocabStart;
+        float v = row >= 0 && row < vocabCount ? load(wte, std::size_t(row) * C + c) : 0.0f;
+        if (wpe)
+            v += load(wpe, (bt % std::size_t(T)) * C + c);
+        store(out, i, v);
+    }
+}
+
+// One thread per (position, channel): the batch's rows added in order, one rounding.
+template <typename Pos, typename G>
+__global__ void positionGradientKernel(Pos* dwpe, const G* dout, int B, int T, int C) {
+    SHARDSCOPE_GRID_STRIDE(i, std::size_t(T) * std::size_t(C)) {
+        float sum = load(dwpe, i);
+        for (int b = 0; b < B; ++b)
+            sum += load(dout, std::size_t(b) * std::size_t(T) * std::size_t(C) + i);
+        store(dwpe, i, sum);
+    }
+}
+
+// One thread per channel: rows in order, so rows sharing a token never race.
+template <typename Table, typename G>
+__global__ void tokenGradientKernel(Table* dwte, int vocabStart, int vocabCount, const G* dout,
+                                    const std::int32_t* tokens, std::size_t rows, int C) {
+    const int c = blockIdx.x * kThreads + threadIdx.x;
+    if (c >= C)
+        return;
+    for (std::size_t bt = 0; bt < rows; ++bt) {
+        const int row = tokens[bt] - vocabStart;
+        if (row < 0 || row >= vocabCount)
+            continue;
+        const std::size_t at = std::size_t(row) * C + c;
+        store(dwte, at, load(dwte, at) + load(dout, bt * C + c));
+    }
+}
+
+} // namespace
+
+void embeddingForward(kernels::Ptr out, const std::int32_t* tokens, kernels::ConstPtr wte,
+                      int vocabStart, int vocabCount, kernels::ConstPtr wpe, int B, int T, int C,
+                      void* stream) {
+    const std::size_t n = std::size_t(B) * std::size_t(T) * std::size_t(C);
+    if (n == 0)
+        return;
+    withElements(out, [&](auto* o) {
+        withElements(wte, [&](const auto* table) {
+            withElements(wpe, [&](const auto* positions) {
+                embeddingForwardKernel<<<blocksFor(n), kThreads, 0, streamOf(stream)>>>(
+                    o, tokens, table, vocabStart, vocabCount, positions, T, C, n);
+            });
+        });
+    });
+    checkLaunch("embeddingForward");
+}
+
+void embeddingBackwardAccumulate(kernels::Ptr dwte, int vocabStart, int vocabCount,
+                                 kernels::Ptr dwpe, kernels::ConstPtr dout,
+                                 const std::int32_t* tokens, int B, int T, int C, void* stream) {
+    if (B <= 0 || T <= 0 || C <= 0)
+        return;
+    withElements(dout, [&](const auto* d) {
+        if (dwpe)
+            withElements(dwpe, [&](auto* p) {
+                positionGradientKernel<<<blocksFor(std::size_t(T) * std::size_t(C)), kThreads, 0,
+                                         streamOf(stream)>>>(p, d, B, T, C);
+            });
+        withElements(dwte, [&](auto* table) {
+            tokenGradientKernel<<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0,
+                                  streamOf(stream)>>>(table, vocabStart, vocabCount, d, tokens,
+                                                      std::size_t(B) * std::size_t(T), C);
+        });
+    });
+    checkLaunch("embeddingBackward");
+}
+
+} // namespace shardscope::cuda

@@ -45,21 +45,27 @@ inline void checkLaunch(const char* kernel) {
     check(cudaGetLastError(), (std::string("CUDA kernel ") + kernel).c_str());
 }
 
-// The sum of every thread's value in a block of Threads (a power of two), by a tree in shared
-// memory: a fixed order for a fixed block size, so the same inputs give the same bits. Every
-// thread of the block calls it and gets the sum.
-template <int Threads, typename T> __device__ T blockSum(T value) {
+// Every thread's value in a block of Threads (a power of two) combined by `op`, by a tree in
+// shared memory: a fixed order for a fixed block size, so the same inputs give the same bits.
+// Every thread of the block calls it and gets the result.
+template <int Threads, typename T, typename Op> __device__ T blockReduce(T value, Op op) {
     __shared__ T partial[Threads];
     partial[threadIdx.x] = value;
     __syncthreads();
     for (int stride = Threads / 2; stride > 0; stride /= 2) {
         if (int(threadIdx.x) < stride)
-            partial[threadIdx.x] += partial[threadIdx.x + stride];
+            partial[threadIdx.x] = op(partial[threadIdx.x], partial[threadIdx.x + stride]);
         __syncthreads();
     }
-    const T sum = partial[0];
+    const T result = partial[0];
     __syncthreads(); // before a next call writes partial again
-    return sum;
+    return result;
+}
+template <int Threads, typename T> __device__ T blockSum(T value) {
+    return blockReduce<Threads>(value, [](T a, T b) { return a + b; });
+}
+template <int Threads> __device__ float blockMax(float value) {
+    return blockReduce<Threads>(value, [](float a, float b) { return fmaxf(a, b); });
 }
 
 // Calls f with the elements of p as what they are: float* or bf16*.

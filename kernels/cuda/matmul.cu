@@ -1,0 +1,268 @@
+#include "device_elements.cuh"
+#include "elementwise.h"
+#include "matmul.h"
+
+#include <cstdint>
+#include <cublasLt.h>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace shardscope::cuda {
+
+namespace {
+
+using namespace detail;
+using kernels::ConstPtr;
+using kernels::DType;
+using kernels::Ptr;
+
+// Hopper's kernels use up to 32 MiB (NVIDIA's recommendation for sm_90).
+constexpr std::size_t kWorkspaceBytes = 32u << 20;
+
+void checkBlas(cublasStatus_t s, const std::string& what) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+        throw std::runtime_error("cuBLASLt " + what + ": " + cublasLtGetStatusString(s));
+}
+
+cudaDataType_t cudaTypeOf(DType t) {
+    return t == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+// The largest power of two (up to 256) that divides the address: cuBLASLt picks only kernels
+// whose loads this alignment allows.
+std::uint32_t alignmentOf(const void* p) {
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    std::uint32_t a = 256;
+    while (a > 1 && address % a != 0)
+        a /= 2;
+    return a;
+}
+
+// A device buffer from the stream-ordered pool, freed in stream order: temporaries for converted
+// operands live exactly as long as the GEMM that reads them.
+class StreamBuffer {
+public:
+    StreamBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+        check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync");
+    }
+    ~StreamBuffer() { cudaFreeAsync(data_, stream_); }
+    StreamBuffer(const StreamBuffer&) = delete;
+    StreamBuffer& operator=(const StreamBuffer&) = delete;
+    void* data() const { return data_; }
+
+private:
+    void* data_ = nullptr;
+    cudaStream_t stream_;
+};
+
+// dbias[o] += sum over n of dout[n, o]: a thread per column, rows in order.
+template <typename G, typename D>
+__global__ void biasGradientKernel(G* dbias, const D* dout, int N, int OC) {
+    const int o = blockIdx.x * kThreads + threadIdx.x;
+    if (o >= OC)
+        return;
+    float sum = 0.0f;
+    for (int n = 0; n < N; ++n)
+        sum += load(dout, std::size_t(n) * std::size_t(OC) + std::size_t(o));
+    store(dbias, o, load(dbias, o) + sum);
+}
+
+template <typename Handle, typename Destroy> auto owned(Handle h, Destroy destroy) {
+    return std::unique_ptr<std::remove_pointer_t<Handle>, Destroy>(h, destroy);
+}
+
+} // namespace
+
+// Row-major C[M,N] = op(A)[M,K] op(B)[K,N] (+ beta C) (+ bias[N] on every row), as the CPU
+// backend's gemm states it.
+struct Blas::Gemm {
+    const char* what;
+    bool transA, transB;
+    int M, N, K;
+    ConstPtr A;
+    int lda;
+    ConstPtr B;
+    int ldb;
+    float beta;
+    Ptr C;
+    int ldc;
+    ConstPtr bias; // length N, or null
+};
+
+Blas::Blas() : workspaceBytes_(kWorkspaceBytes) {
+    cublasLtHandle_t h = nullptr;
+    checkBlas(cublasLtCreate(&h), "create");
+    handle_ = h;
+    if (cudaMalloc(&workspace_, workspaceBytes_) != cudaSuccess) {
+        cublasLtDestroy(h);
+        throw std::runtime_error("cuBLASLt: no room on the GPU for its " +
+                                 std::to_string(workspaceBytes_ >> 20) + " MiB workspace");
+    }
+}
+
+Blas::~Blas() {
+    cudaFree(workspace_);
+    cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+std::string Blas::name() const {
+    const std::size_t v = cublasLtGetVersion(); // major * 10000 + minor * 100 + patch
+    return "cuBLASLt " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+           std::to_string(v % 100);
+}
+
+void Blas::matmulForward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
+                         int OC, void* stream) {
+    run({"matmulForward", false, true, N, OC, C, inp, C, weight, C, 0.0f, out, OC, bias}, stream);
+}
+
+void Blas::matmulBackwardInput(Ptr dinp, ConstPtr dout, ConstPtr weight, int N, int C, int OC,
+                               bool accumulate, void* stream) {
+    run({"matmulBackwardInput", false, false, N, C, OC, dout, OC, weight, C,
+         accumulate ? 1.0f : 0.0f, dinp, C, nullptr},
+        stream);
+}
+
+void Blas::matmulBackwardWeightAccumulate(Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
+                                          int N, int C, int OC, void* stream) {
+    run({"matmulBackwardWeight", true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C,
+         nullptr},
+        stream);
+    if (!dbias || OC <= 0 || N <= 0)
+        return;
+    withElements(dbias, [&](auto* db) {
+        withElements(dout, [&](const auto* d) {
+            biasGradientKernel<<<unsigned((OC + kThreads - 1) / kThreads), kThreads, 0,
+                                 streamOf(stream)>>>(db, d, N, OC);
+        });
+    });
+    checkLaunch("bias gradient");
+}
+
+// cuBLASLt is column-major: the row-major C[M,N] is the column-major C^T[N,M] = op(B)^T op(A)^T,
+// so B comes first and each stored matrix is read as its own transpose.
+void Blas::run(const Gemm& g, void* stream) {
+    if (g.M <= 0 || g.N <= 0)
+        return;
+    const cudaStream_t s = streamOf(stream);
+    const std::string shape = std::string(g.what) + " (" + std::to_string(g.M) + " x " +
+                              std::to_string(g.N) + " x " + std::to_string(g.K) + ", " +
+                              kernels::toString(g.A.type) + " x " + kernels::toString(g.B.type) +
+                              " -> " + kernels::toString(g.C.type) + ")";
+    if (g.K <= 0) { // an empty sum: C = beta C (+ bias), which cuBLASLt does not take
+        throw std::logic_error("cuBLASLt " + shape + ": the inner dimension is empty");
+    }
+
+    // Operands in one type: bf16 when either is (the fp32 one rounded), fp32 when both are.
+    const DType operands =
+        g.A.type == DType::BF16 || g.B.type == DType::BF16 ? DType::BF16 : DType::F32;
+    std::unique_ptr<StreamBuffer> roundedA, roundedB, wideC, castBias;
+    ConstPtr A = g.A, B = g.B;
+    const std::size_t countA = std::size_t(g.transA ? g.K : g.M) * std::size_t(g.lda);
+    const std::size_t countB = std::size_t(g.transB ? g.N : g.K) * std::size_t(g.ldb);
+    if (A.type != operands) {
+        roundedA = std::make_unique<StreamBuffer>(countA * 2, s);
+        convertCopy({roundedA->data(), operands}, g.A, countA, stream);
+        A = {roundedA->data(), operands};
+    }
+    if (B.type != operands) {
+        roundedB = std::make_unique<StreamBuffer>(countB * 2, s);
+        convertCopy({roundedB->data(), operands}, g.B, countB, stream);
+        B = {roundedB->data(), operands};
+    }
+    // fp32 operands give an fp32 result only: a bf16 output goes through an fp32 copy.
+    Ptr D = g.C;
+    const std::size_t countC = std::size_t(g.M) * std::size_t(g.ldc);
+    if (operands == DType::F32 && D.type == DType::BF16) {
+        wideC = std::make_unique<StreamBuffer>(countC * 4, s);
+        D = {wideC->data(), DType::F32};
+        if (g.beta != 0.0f)
+            convertCopy(D, g.C, countC, stream);
+    }
+    ConstPtr bias = g.bias;
+    if (bias && bias.type != D.type) { // cuBLASLt adds a bias of the output's type
+        castBias = std::make_unique<StreamBuffer>(std::size_t(g.N) * kernels::sizeOf(D.type), s);
+        convertCopy({castBias->data(), D.type}, g.bias, std::size_t(g.N), stream);
+        bias = {castBias->data(), D.type};
+    }
+
+    cublasLtMatmulDesc_t rawDesc = nullptr;
+    checkBlas(cublasLtMatmulDescCreate(&rawDesc, CUBLAS_COMPUTE_32F, CUDA_R_32F), shape);
+    const auto desc = owned(rawDesc, cublasLtMatmulDescDestroy);
+    const cublasOperation_t opFirst = g.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opSecond = g.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    checkBlas(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &opFirst,
+                                             sizeof opFirst),
+              shape);
+    checkBlas(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &opSecond,
+                                             sizeof opSecond),
+              shape);
+    if (bias) {
+        const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        const void* biasData = bias.data;
+        const auto biasType = static_cast<std::int32_t>(cudaTypeOf(bias.type));
+        checkBlas(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                 &epilogue, sizeof epilogue),
+                  shape);
+        checkBlas(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                 &biasData, sizeof biasData),
+                  shape);
+        checkBlas(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                 &biasType, sizeof biasType),
+                  shape);
+    }
+
+    // Stored shapes, column-major: the first operand is B (N x K, or K x N when transposed).
+    auto layout = [&](DType t, int rows, int cols, int ld) {
+        cublasLtMatrixLayout_t l = nullptr;
+        checkBlas(cublasLtMatrixLayoutCreate(&l, cudaTypeOf(t), std::uint64_t(rows),
+                                             std::uint64_t(cols), std::int64_t(ld)),
+                  shape);
+        return owned(l, cublasLtMatrixLayoutDestroy);
+    };
+    const auto first =
+        g.transB ? layout(operands, g.K, g.N, g.ldb) : layout(operands, g.N, g.K, g.ldb);
+    const auto second =
+        g.transA ? layout(operands, g.M, g.K, g.lda) : layout(operands, g.K, g.M, g.lda);
+    const auto out = layout(D.type, g.N, g.M, g.ldc);
+
+    cublasLtMatmulPreference_t rawPreference = nullptr;
+    checkBlas(cublasLtMatmulPreferenceCreate(&rawPreference), shape);
+    const auto preference = owned(rawPreference, cublasLtMatmulPreferenceDestroy);
+    checkBlas(cublasLtMatmulPreferenceSetAttribute(preference.get(),
+                                                   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &workspaceBytes_, sizeof workspaceBytes_),
+              shape);
+    const std::uint32_t alignFirst = alignmentOf(B.data), alignSecond = alignmentOf(A.data),
+                        alignOut = alignmentOf(D.data);
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, const std::uint32_t*> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &alignFirst},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &alignSecond},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &alignOut},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &alignOut}};
+    for (const auto& [attribute, value] : alignments)
+        checkBlas(
+            cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, value, sizeof *value),
+            shape);
+
+    auto* handle = static_cast<cublasLtHandle_t>(handle_);
+    cublasLtMatmulHeuristicResult_t best{};
+    int found = 0;
+    checkBlas(cublasLtMatmulAlgoGetHeuristic(handle, desc.get(), first.get(), second.get(),
+                                             out.get(), out.get(), preference.get(), 1, &best,
+                                             &found),
+              shape);
+    if (found == 0)
+        throw std::runtime_error("cuBLASLt " + shape + ": no algorithm for this shape and types");
+    const float alpha = 1.0f;
+    checkBlas(cublasLtMatmul(handle, desc.get(), &alpha, B.data, first.get(), A.data, second.get(),
+                             &g.beta, D.data, out.get(), D.data, out.get(), &best.algo, workspace_,
+                             workspaceBytes_, s),
+              shape);
+    if (wideC)
+        convertCopy(g.C, D, countC, stream);
+}
+
+} // namespace shardscope::cuda

@@ -26,8 +26,8 @@ inline const cuda::DeviceQuery& gpus() {
 
 #define SKIP_WITHOUT_GPU()                                                                         \
     do {                                                                                           \
-        if (gpus().devices.empty())                                                                \
-            GTEST_SKIP() << "no CUDA device: " << gpus().error;                                    \
+        if (::shardscope::testing::gpus().devices.empty())                                         \
+            GTEST_SKIP() << "no CUDA device: " << ::shardscope::testing::gpus().error;             \
     } while (0)
 
 // Sizes that fill no block or grid evenly: one element, a block and one, a prime past the grid.

@@ -1,6 +1,7 @@
 #include "rank_device.h"
 
 #include "core/error.h"
+#include "cuda_backend.h"
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cstdlib>
@@ -9,7 +10,11 @@
 namespace shardscope {
 
 bool engineRunsOn(const std::string& kind) {
+#ifdef SHARDSCOPE_HAVE_CUDA
+    return kind == "cpu" || kind == "cuda";
+#else
     return kind == "cpu";
+#endif
 }
 
 int localRankOnThisHost() {
@@ -56,6 +61,13 @@ RankDevice chooseDevice(const std::string& kind, int localRank, int localRanks, 
         formula << " (" << source->second << ")";
     d.peakFormula = formula.str();
     return d;
+}
+
+std::unique_ptr<kernels::Ops> makeBackend(const std::string& kind, int threads, Precision compute) {
+    if (kind == "cpu")
+        return kernels::makeCpuOps(threads);
+    const RankDevice d = chooseDevice(kind, localRankOnThisHost(), 1, 1, compute, queryDevices());
+    return loadCudaBackend(d.index);
 }
 
 } // namespace shardscope

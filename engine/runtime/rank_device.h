@@ -5,7 +5,9 @@
 
 #include "core/parallel_config.h"
 #include "devices.h"
+#include "kernels/ops.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,7 +16,7 @@ namespace shardscope {
 // The device kinds engine.device takes.
 inline const std::vector<std::string> kDeviceKinds = {"cpu", "cuda"};
 
-// Whether this engine has operators for the kind: the CUDA backend is not built yet.
+// Whether this engine has operators for the kind: cuda only where it was built with CUDA.
 bool engineRunsOn(const std::string& kind);
 
 struct RankDevice {
@@ -36,5 +38,10 @@ int localRankOnThisHost();
 // matches). Throws InputError naming the fix when the host has no GPU.
 RankDevice chooseDevice(const std::string& kind, int localRank, int localRanks, int threads,
                         Precision compute, const DeviceReport& gpus);
+
+// The operators this process computes with: the CPU backend on `threads` cores, or the CUDA
+// backend (a plugin, cuda_backend.h) on the GPU chooseDevice gives this process's local rank.
+// Throws InputError naming the fix when there is no usable GPU or backend.
+std::unique_ptr<kernels::Ops> makeBackend(const std::string& kind, int threads, Precision compute);
 
 } // namespace shardscope

@@ -4,6 +4,7 @@
 #include "core/json_io.h"
 #include "plan/compute.h"
 #include "prediction.h"
+#include "rank_device.h"
 #include "sched/pipeline_program.h"
 #include "stop_signal.h"
 #include "tcp_event_stream.h"
@@ -656,7 +657,14 @@ void TrainingRun::finish(TrainResult& result) {
 
 TrainResult train(const RunConfig& config, std::ostream& progress, Communicator* world,
                   kernels::Ops* device) {
-    TrainingRun run(config, progress, world, device);
+    checkTrainable(config); // a config's mistakes are reported before any device is opened
+    std::unique_ptr<kernels::Ops> backend;
+    if (!device) {
+        backend = makeBackend(config.engine.device, config.engine.threads,
+                              config.parallel.precision.compute);
+        device = backend.get();
+    }
+    TrainingRun run(config, progress, world, *device);
     return run.execute();
 }
 

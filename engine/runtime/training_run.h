@@ -42,10 +42,8 @@ nlohmann::json predictedJson(const MemoryBreakdown& m, int stage);
 class TrainingRun {
 public:
     TrainingRun(const RunConfig& config, std::ostream& progress, Communicator* world,
-                kernels::Ops* device)
-        : c_(config), progress_(progress), world_(world),
-          ownedOps_(device ? nullptr : kernels::makeCpuOps(config.engine.threads)),
-          ops_(device ? device : ownedOps_.get()), memory_(*ops_) {}
+                kernels::Ops& device)
+        : c_(config), progress_(progress), world_(world), ops_(&device), memory_(*ops_) {}
 
     ~TrainingRun() {
         // The watchdog's thread writes stall and hang events into telemetry_, which goes first.
@@ -150,7 +148,6 @@ private:
     bool zero_ = false;
     double standaloneReduction_ = 0; // seconds the step's gradient reduction takes alone
     bool leader_ = true;             // rank 0 writes the config, checkpoints, summary and progress
-    std::unique_ptr<kernels::Ops> ownedOps_; // the backend, unless the caller gave one
     kernels::Ops* ops_;
     DeviceAllocator memory_;
     std::unique_ptr<GptModel> model_;

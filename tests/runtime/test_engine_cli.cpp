@@ -1,5 +1,6 @@
 #include "engine/engine_commands.h"
 #include "engine_test_support.h"
+#include "runtime/devices.h"
 #include "runtime/telemetry.h"
 
 #include <arpa/inet.h>
@@ -233,7 +234,8 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         {{"train", "--config", writeConfig(dir, tpu), "--out", (dir / "h").string()},
          "device is \"tpu\": use \"cpu\" or \"cuda\""},
         {{"train", "--device", "gpu", "--out", (dir / "i").string()}, "--device"},
-        {{"train", "--device", "cuda", "--out", (dir / "j").string()}, "CPU operators only"},
+        {{"train", "--device", "cuda", "--dp", "2", "--ranks", "2", "--out", (dir / "j").string()},
+         "runs one rank so far"},
     };
     for (const Case& c : cases) {
         const Outcome o = run(c.args);
@@ -243,6 +245,38 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
     // Refused input leaves no run behind, so the corrected command just works.
     for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"})
         EXPECT_FALSE(std::filesystem::exists(dir / d / "config.json")) << d;
+}
+
+// One rank on the GPU: it trains where the host has one (its start event names the GPU), and
+// otherwise is refused with the runtime's reason and the way out, leaving no run behind.
+TEST(EngineCli, DeviceCudaTrainsOnTheGpuOrSaysWhyNot) {
+    TempDir dir;
+    const auto out = dir / "run";
+    const Outcome o = run({"train", "--device", "cuda", "--steps", "3", "--warmup-steps", "0",
+                           "--out", out.string()});
+    const DeviceReport gpus = queryDevices();
+    if (gpus.devices.empty()) {
+        EXPECT_EQ(o.code, 2) << o.out << o.err;
+        EXPECT_NE(o.err.find("--device cpu"), std::string::npos) << o.err;
+        EXPECT_NE(o.err.find(gpus.builtWithCuda ? gpus.reason : "built without CUDA"),
+                  std::string::npos)
+            << o.err;
+        EXPECT_FALSE(std::filesystem::exists(out / "config.json"));
+        return;
+    }
+    ASSERT_EQ(o.code, 0) << o.out << o.err;
+    std::ifstream in(out / "telemetry" / "rank-0.jsonl");
+    std::string line;
+    bool named = false;
+    while (std::getline(in, line)) {
+        const json e = json::parse(line);
+        if (e["type"] == "event" && e["event"] == "start") {
+            EXPECT_EQ(e["device"]["kind"], "cuda");
+            EXPECT_EQ(e["device"]["name"], gpus.devices[0].name);
+            named = true;
+        }
+    }
+    EXPECT_TRUE(named) << "no start event";
 }
 
 TEST(EngineCli, AVanishingCollectorNeverStopsTraining) {

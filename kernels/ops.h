@@ -108,6 +108,9 @@ public:
     virtual std::unique_ptr<Event> createEvent() = 0;
 
     // ---- memory: device buffers, and the copies and fills a step needs
+    // Whether the host may read and write this backend's buffers directly (CPU memory); where it
+    // may not (a GPU's), host libraries such as MPI get them only through copies.
+    virtual bool memoryIsHostMemory() const = 0;
     virtual void* allocate(std::size_t bytes) = 0; // never returns null: throws std::bad_alloc
     virtual void release(void* p, std::size_t bytes) = 0;
     // Enqueued; src is read before the call returns, so the host may reuse it at once.

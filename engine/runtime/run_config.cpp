@@ -223,10 +223,6 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
                       ": this engine was built without CUDA (no nvcc or NCCL when it was "
                       "configured); use \"device\": \"cpu\" (--device cpu), or rebuild it where "
                       "the CUDA toolkit is installed");
-    else if (c.engine.device == "cuda" && p.worldSize() > 1)
-        out.push_back("engine.device cuda runs one rank so far (got " + layoutSummary(p) +
-                      "): layouts across GPUs wait for the CUDA backend's communicator; use "
-                      "--device cpu for them, or dp = tp = pp = 1 on the GPU");
     if (p.cp != 1)
         out.push_back("the engine has no context parallelism yet: cp must be 1 (got " +
                       layoutSummary(p) + "); use dp, tp and pp for several ranks");

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/json_io.h"
+#include "host_staged_communicator.h"
 #include "plan/compute.h"
 #include "prediction.h"
 #include "rank_device.h"
@@ -185,6 +186,10 @@ void TrainingRun::joinRanks() {
         // watchdogs would end them soon after anyway.
         watchdog_ = std::make_unique<Watchdog>(c_.engine.watchdogSeconds, world_->rank(),
                                                world_->size(), [](int code) { std::_Exit(code); });
+        if (!ops_->memoryIsHostMemory()) { // MPI moves host memory: stage through it
+            stagedWorld_ = std::make_unique<HostStagedCommunicator>(*world_, *ops_);
+            world_ = stagedWorld_.get();
+        }
         watchedWorld_ = std::make_unique<WatchedCommunicator>(*world_, *watchdog_);
         world_ = watchedWorld_.get();
         world_->orderAfter(ops_->computeStream()); // every group made below inherits it

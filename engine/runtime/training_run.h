@@ -10,6 +10,7 @@
 #include "data.h"
 #include "device_memory.h"
 #include "gpt.h"
+#include "host_staged_communicator.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "optimizer.h"
@@ -132,6 +133,8 @@ private:
     Communicator* world_; // null or a world of one: a single process
     // With more than one rank every wait is watched (the watchdog outlives every group).
     std::unique_ptr<Watchdog> watchdog_;
+    // Over the job's communicator where the device's memory is not host memory (a GPU's).
+    std::unique_ptr<HostStagedCommunicator> stagedWorld_;
     std::unique_ptr<WatchedCommunicator> watchedWorld_;
     std::unique_ptr<ControlChannel> control_; // votes and sums, with more than one rank
     std::unique_ptr<ProcessMesh> mesh_;       // with more than one rank

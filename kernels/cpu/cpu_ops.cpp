@@ -349,6 +349,7 @@ public:
         return p;
     }
     void release(void* p, size_t) override { std::free(p); }
+    bool memoryIsHostMemory() const override { return true; }
     void copyToDevice(void* dst, const void* src, size_t bytes) override {
         std::memcpy(dst, src, bytes);
     }

@@ -184,6 +184,7 @@ public:
         return p;
     }
     void release(void* p, std::size_t) override { check(cudaFree(p), "cudaFree"); }
+    bool memoryIsHostMemory() const override { return false; }
     void copyToDevice(void* dst, const void* src, std::size_t bytes) override {
         // From pageable memory the call returns once src has been staged, so it may be reused.
         check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s()), "copy to device");

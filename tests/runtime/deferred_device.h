@@ -117,6 +117,7 @@ public:
         return p;
     }
     void release(void* p, std::size_t bytes) override { cpu_->release(p, bytes); }
+    bool memoryIsHostMemory() const override { return true; }
     void copyToDevice(void* dst, const void* src, std::size_t bytes) override {
         auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                           static_cast<const char*>(src) + bytes);

@@ -3,11 +3,11 @@
 // counted as on the CPU, and a GPU checkpoint resumes bit for bit on the GPU and closely on the
 // CPU. Label gpu: skips where there is no GPU.
 #include "cuda_test_support.h"
+#include "engine_run_support.h"
 #include "engine_test_support.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "runtime/trainer.h"
 
-#include <fstream>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -20,17 +20,8 @@ namespace {
 using nlohmann::json;
 using testing::TempDir;
 using testing::tinyRun;
-
-json eventNamed(const std::filesystem::path& run, const std::string& name) {
-    std::ifstream in(run / "telemetry" / "rank-0.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-        json e = json::parse(line);
-        if (e["type"] == "event" && e["event"] == name)
-            return e;
-    }
-    throw std::runtime_error("no " + name + " event in " + run.string());
-}
+using testing::engine_runs::eventNamed;
+using testing::engine_runs::eventsOf;
 
 struct Case {
     const char* name;
@@ -75,8 +66,8 @@ TEST(CudaTraining, TheTestModelTrainsAsOnTheCpuWithTheSameMemory) {
         }
         EXPECT_LT(onGpu.steps.back().loss, onGpu.steps.front().loss - 0.3) << "it did not learn";
         // The same buffers through the same allocator: every category's peak is the CPU's.
-        const json cpuPeak = eventNamed(cpu.runDir, "end")["memory_peak"];
-        const json gpuPeak = eventNamed(onGpu.runDir, "end")["memory_peak"];
+        const json cpuPeak = eventNamed(eventsOf(cpu.runDir, 0), "end")["memory_peak"];
+        const json gpuPeak = eventNamed(eventsOf(onGpu.runDir, 0), "end")["memory_peak"];
         for (const char* category :
              {"parameters", "gradients", "optimizer", "activations", "workspace"})
             EXPECT_EQ(gpuPeak[category], cpuPeak[category]) << category;

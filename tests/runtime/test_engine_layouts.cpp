@@ -2,6 +2,7 @@
 // one process with the same seed and global batch: the documented fp32 tolerance is 1e-5
 // relative per step's loss over 20 steps. Each rank's measured memory stands beside the
 // planner's prediction for its own stage, and its telemetry carries what the issue asks for.
+#include "engine_run_support.h"
 #include "engine_test_support.h"
 
 #include <cmath>
@@ -19,87 +20,7 @@ namespace {
 
 using nlohmann::json;
 using testing::TempDir;
-
-// Eight layers, so four pipeline ranks with two chunks each still get a layer per chunk.
-json layoutConfig(bool tied = true) {
-    json c = json::parse(R"({
-      "model": {"name": "layout GPT", "family": "gpt2", "layers": 8, "hidden": 32, "heads": 4,
-                "kv_heads": 4, "ffn_hidden": 128, "vocab": 64, "seq_len": 16,
-                "max_positions": 16, "activation": "gelu", "norm": "layernorm",
-                "positions": "learned", "attention_bias": true, "output_bias": true,
-                "mlp_bias": true, "dropout": false},
-      "parallel": {"micro_batch": 1, "global_batch": 8},
-      "train": {"steps": 20, "warmup_steps": 2},
-      "engine": {"threads": 1}})");
-    c["model"]["tied_embeddings"] = tied;
-    return c;
-}
-
-std::string writeConfig(const TempDir& dir, const std::string& name, const json& j) {
-    const auto path = dir / (name + ".json");
-    std::ofstream(path) << j.dump();
-    return path.string();
-}
-
-int runEngine(const std::string& args, const std::filesystem::path& log) {
-    const std::string cmd =
-        std::string(SHARDSCOPE_ENGINE_EXE) + " train -q " + args + " > " + log.string() + " 2>&1";
-    return std::system(cmd.c_str());
-}
-
-std::string readText(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-std::vector<json> eventsOf(const std::filesystem::path& run, int rank) {
-    std::ifstream in(run / "telemetry" / ("rank-" + std::to_string(rank) + ".jsonl"));
-    std::vector<json> out;
-    std::string line;
-    while (std::getline(in, line))
-        out.push_back(json::parse(line));
-    return out;
-}
-
-std::vector<double> lossesOf(const std::filesystem::path& run) {
-    std::vector<double> out;
-    for (const json& e : eventsOf(run, 0))
-        if (e["type"] == "step")
-            out.push_back(e["loss"].get<double>());
-    return out;
-}
-
-const json& eventNamed(const std::vector<json>& events, const char* name) {
-    for (const json& e : events)
-        if (e["type"] == "event" && e["event"] == name)
-            return e;
-    throw std::runtime_error(std::string("no ") + name + " event");
-}
-
-struct Layout {
-    std::string flags;
-    int ranks;
-};
-
-// Model state bytes by category exactly as the planner predicts for the rank's stage, up to
-// `padding` bytes more (ZeRO pads each unit it shards to a multiple of dp: under one element
-// per unit, 0 where every unit divides evenly); activations within 10%.
-void expectMemoryAsPlanned(const std::filesystem::path& run, int ranks, double padding = 0) {
-    for (int r = 0; r < ranks; ++r) {
-        SCOPED_TRACE("rank " + std::to_string(r));
-        const std::vector<json> events = eventsOf(run, r);
-        const json& predicted = eventNamed(events, "start")["memory_predicted"];
-        const json& peak = eventNamed(events, "end")["memory_peak"];
-        for (const char* exact : {"parameters", "gradients", "optimizer"}) {
-            EXPECT_GE(peak[exact].get<double>(), predicted[exact].get<double>()) << exact;
-            EXPECT_LE(peak[exact].get<double>(), predicted[exact].get<double>() + padding) << exact;
-        }
-        EXPECT_NEAR(peak["activations"].get<double>(), predicted["activations"].get<double>(),
-                    0.10 * predicted["activations"].get<double>());
-    }
-}
+using namespace testing::engine_runs;
 
 // Every layout the engine runs with a tied head: the pipeline schedules, data parallelism with
 // ZeRO 0-3, tensor and sequence parallelism, and their combinations.
@@ -133,34 +54,6 @@ const std::vector<Layout> kTiedLayouts = {
     {"--dp 4 --zero 3 --schedule zero-bubble --recompute full", 4},
     {"--dp 2 --tp 2 --sp --zero 3", 4},
 };
-
-// Runs one process, then each layout over MPI ranks, from the same config; every step's loss
-// within `tolerance` (relative) of the one process's, and memory as the planner predicts.
-void expectLayoutsGiveTheSingleRankLosses(const TempDir& dir, const std::string& name,
-                                          const json& config, const std::vector<Layout>& layouts,
-                                          double tolerance, double padding = 0) {
-    const std::string path = writeConfig(dir, name, config);
-    const auto one = dir / ("one-" + name);
-    ASSERT_EQ(runEngine("--config " + path + " --out " + one.string(), dir / "log"), 0)
-        << readText(dir / "log");
-    const std::vector<double> reference = lossesOf(one);
-    ASSERT_EQ(reference.size(), 20u);
-    for (const Layout& l : layouts) {
-        SCOPED_TRACE(l.flags + " " + name);
-        const auto out = dir / ("run-" + std::to_string(&l - layouts.data()) + "-" + name);
-        ASSERT_EQ(runEngine("--config " + path + " --out " + out.string() + " " + l.flags +
-                                " --ranks " + std::to_string(l.ranks),
-                            dir / "log"),
-                  0)
-            << readText(dir / "log");
-        const std::vector<double> losses = lossesOf(out);
-        ASSERT_EQ(losses.size(), reference.size());
-        for (std::size_t i = 0; i < losses.size(); ++i)
-            EXPECT_NEAR(losses[i], reference[i], tolerance * std::fabs(reference[i]))
-                << "step " << i + 1;
-        expectMemoryAsPlanned(out, l.ranks, padding);
-    }
-}
 
 TEST(EngineLayouts, EveryLayoutGivesTheSingleRankLosses) {
     TempDir dir;

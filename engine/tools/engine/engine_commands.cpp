@@ -429,6 +429,8 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
                 throw InputError("the layout " + layoutSummary(c.parallel) + " needs " +
                                  std::to_string(c.parallel.worldSize()) + " ranks, not --ranks " +
                                  std::to_string(ranks));
+            if (c.engine.device == "cuda") // the ranks start on this host: is there a GPU?
+                chooseDevice("cuda", 0, ranks, 1, c.parallel.precision.compute, queryDevices());
             launchRanks(argc, argv, ranks, trainFlags.out.has_value(),
                         trainFlags.threads.has_value());
         }

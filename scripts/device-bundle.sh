@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine without Debian's libraries needs to run the CUDA backend's checks: the
+# gpu test programs, the engine with its CUDA plugin, and every shared library they load that such
+# a machine may lack (OpenBLAS, Open MPI's libraries, ...), stripped. The GPU machine brings its
+# own C library, C++ runtime, driver and NVIDIA libraries (cuBLASLt).
+#
+#   scripts/device-bundle.sh [BUILD_DIR] [OUT_DIR]      (defaults: build/dev, .device-bundle)
+#
+# It leaves OUT_DIR and OUT_DIR.tar.xz (about 10 MB: the folder is about 70 MB, most of it
+# OpenBLAS, over the device tool's 64 MiB carry limit). On the GPU machine, from the repository
+# root: tar -xJf .device-bundle.tar.xz && .device-bundle/run.sh [regex of test programs]. It
+# runs every single-process gpu test program and prints what each says; the engine in
+# OUT_DIR/bin finds its plugin in OUT_DIR/lib/shardscope (for bench/engine/gpu_vs_torch.py).
+# Layouts across ranks (test_cuda_layouts) need mpirun, which the bundle does not carry.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build/dev}
+out=${2:-.device-bundle}
+[ -x "$build/kernels/cuda/libshardscope-cuda.so" ] || {
+  echo "no CUDA build in $build: run cmake --preset dev && cmake --build --preset dev where nvcc is" >&2
+  exit 2
+}
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib/shardscope" "$out/tests"
+cp "$build/engine/tools/shardscope-engine" "$build/engine/tools/shardscope-cli" "$out/bin/"
+cp "$build/kernels/cuda/libshardscope-cuda.so" "$out/lib/shardscope/"
+for t in "$build"/tests/runtime/test_cuda_*; do
+  [ -x "$t" ] && [ -f "$t" ] && [ "$(basename "$t")" != test_cuda_layouts ] && cp "$t" "$out/tests/"
+done
+
+# Every library the programs load, except what the GPU machine has itself.
+keep_out='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libpthread|/libdl\.so|/librt\.so|libgcc_s|libstdc\+\+|libcuda\.so|libcublas|libnccl'
+for f in "$out"/bin/* "$out"/lib/shardscope/* "$out"/tests/*; do
+  ldd "$f" | awk '$3 ~ /^\// {print $3}'
+done | sort -u | grep -Ev "$keep_out" | while read -r lib; do
+  cp -L "$lib" "$out/lib/"
+done
+strip --strip-debug "$out"/bin/* "$out"/lib/shardscope/* "$out"/tests/* "$out"/lib/*.so* 2>/dev/null || true
+
+cat > "$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs the bundled gpu test programs on this machine (see scripts/device-bundle.sh).
+here=$(cd "$(dirname "$0")" && pwd)
+cuda_libs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null | tr '\n' ':')
+py_libs=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$here/lib:${cuda_libs}${py_libs}:${LD_LIBRARY_PATH:-}"
+export SHARDSCOPE_CUDA_BACKEND="$here/lib/shardscope/libshardscope-cuda.so"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+status=0
+for t in "$here"/tests/*; do
+  [ -n "${1:-}" ] && ! [[ "$(basename "$t")" =~ $1 ]] && continue
+  echo "=== $(basename "$t")"
+  "$t" --gtest_brief=1 || status=1
+done
+exit $status
+RUN
+chmod +x "$out/run.sh"
+tar -cJf "$out.tar.xz" -C "$(dirname "$out")" "$(basename "$out")"
+du -sh "$out" "$out.tar.xz"

@@ -77,11 +77,6 @@ std::string aliasText(Aliases names) {
     return out;
 }
 
-std::string shortDump(const json& v) {
-    std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-    return text.size() > 60 ? text.substr(0, 57) + "..." : text;
-}
-
 // Reads config fields under any of their names, collecting every missing or invalid one so the
 // error lists them all at once. null reads as absent (GPT-2 writes "n_inner": null).
 class ConfigReader {
@@ -112,7 +107,7 @@ public:
         if (!std::isfinite(d) || d != std::floor(d) || d < double(lo) ||
             d > double(std::numeric_limits<int>::max())) {
             invalid_.push_back(std::string(name) + ": expected a whole number >= " +
-                               std::to_string(lo) + ", got " + shortDump(*v));
+                               std::to_string(lo) + ", got " + jsonExcerpt(*v));
             return std::nullopt;
         }
         return std::int64_t(d);
@@ -123,7 +118,7 @@ public:
         if (!v)
             return std::nullopt;
         if (!v->is_number() || !std::isfinite(v->get<double>())) {
-            invalid_.push_back(std::string(name) + ": expected a number, got " + shortDump(*v));
+            invalid_.push_back(std::string(name) + ": expected a number, got " + jsonExcerpt(*v));
             return std::nullopt;
         }
         return v->get<double>();
@@ -135,7 +130,7 @@ public:
             return std::nullopt;
         if (!v->is_boolean()) {
             invalid_.push_back(std::string(name) + ": expected true or false, got " +
-                               shortDump(*v));
+                               jsonExcerpt(*v));
             return std::nullopt;
         }
         return v->get<bool>();
@@ -146,7 +141,7 @@ public:
         if (!v)
             return std::nullopt;
         if (!v->is_string()) {
-            invalid_.push_back(std::string(name) + ": expected a string, got " + shortDump(*v));
+            invalid_.push_back(std::string(name) + ": expected a string, got " + jsonExcerpt(*v));
             return std::nullopt;
         }
         return v->get<std::string>();

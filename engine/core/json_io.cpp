@@ -49,10 +49,9 @@ std::string plain(double v) {
 
 // A value as it appears in an error message: numbers as written, anything else with its type.
 std::string describe(const json& v) {
-    std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-    if (text.size() > 60)
-        text = text.substr(0, 57) + "...";
-    return v.is_number() ? text : std::string(v.type_name()) + " " + text;
+    const std::string text = jsonExcerpt(v);
+    return v.is_number() || v.is_array() || v.is_object() ? text
+                                                          : std::string(v.type_name()) + " " + text;
 }
 
 // An integer written as one, or as a float with no fraction ("vocab": 5e4); nullopt otherwise.
@@ -722,7 +721,54 @@ void from_json(const json& j, TrainConfig& out) {
 
 // ---- text and files -----------------------------------------------------------------------
 
+std::size_t jsonNestingDepth(std::string_view text) {
+    std::size_t depth = 0, deepest = 0;
+    bool inString = false, escaped = false;
+    for (const char c : text) {
+        if (inString) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                inString = false;
+            continue;
+        }
+        if (c == '"')
+            inString = true;
+        else if (c == '{' || c == '[')
+            deepest = std::max(deepest, ++depth);
+        else if (c == '}' || c == ']')
+            depth -= depth > 0 ? 1 : 0;
+    }
+    return deepest;
+}
+
+std::string jsonExcerpt(const json& v) {
+    constexpr std::size_t kChars = 40;
+    switch (v.type()) {
+    case json::value_t::array:
+        return "an array of " + std::to_string(v.size());
+    case json::value_t::object:
+        return "an object of " + std::to_string(v.size()) + (v.size() == 1 ? " field" : " fields");
+    case json::value_t::string: {
+        const auto& s = v.get_ref<const std::string&>();
+        const json cut = s.size() > kChars ? s.substr(0, kChars) : s;
+        std::string text = cut.dump(-1, ' ', false, json::error_handler_t::replace);
+        if (s.size() > kChars)
+            text.insert(text.size() - 1, "...");
+        return text;
+    }
+    default: // a scalar: nothing to walk into
+        return v.dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+}
+
 json parseJson(const std::string& text, const std::string& what) {
+    if (const std::size_t depth = jsonNestingDepth(text); depth > kMaxJsonDepth)
+        throw InputError(what + ": arrays and objects nest " + std::to_string(depth) +
+                         " levels deep, more than the " + std::to_string(kMaxJsonDepth) +
+                         " a Shardscope document can have; is this the right file?");
     try {
         return json::parse(text);
     } catch (const json::parse_error& e) {

@@ -6,8 +6,10 @@
 #include "parallel_config.h"
 #include "train_config.h"
 
+#include <cstddef>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 
 namespace shardscope {
 
@@ -30,7 +32,14 @@ void from_json(const nlohmann::json& j, ParallelConfig& p);
 void to_json(nlohmann::json& j, const TrainConfig& t);
 void from_json(const nlohmann::json& j, TrainConfig& t);
 
-// Parse text as JSON; a syntax error becomes an InputError that names `what` and the position.
+// How deep arrays and objects nest in JSON text, counted over the characters (strings skipped)
+// before anything is built from it: a document too deep to walk safely is refused unread.
+std::size_t jsonNestingDepth(std::string_view text);
+// Deeper than any config, session, manifest or preset nests (they nest 3 or 4 levels).
+inline constexpr std::size_t kMaxJsonDepth = 64;
+
+// Parse text as JSON; a syntax error becomes an InputError that names `what` and the position,
+// and so does nesting deeper than kMaxJsonDepth.
 nlohmann::json parseJson(const std::string& text, const std::string& what);
 nlohmann::json readJsonFile(const std::string& path); // InputError when unreadable or malformed
 
@@ -41,5 +50,10 @@ nlohmann::json readJsonFile(const std::string& path); // InputError when unreada
 // (training rarely uses a model's full context); callers set seqLen afterwards to train at
 // another length. name defaults to "_name_or_path", then to model_type; family is model_type.
 ModelSpec modelFromHuggingFace(const nlohmann::json& config, const std::string& name = {});
+
+// A value as an error message quotes it, made without walking into it: a number or boolean as
+// written, a string's first 40 characters, an array or object by its size ("an array of 3",
+// "an object of 2 fields").
+std::string jsonExcerpt(const nlohmann::json& v);
 
 } // namespace shardscope

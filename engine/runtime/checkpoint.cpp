@@ -1,5 +1,7 @@
 #include "checkpoint.h"
 
+#include "core/json_io.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -277,8 +279,12 @@ Manifest readManifest(const fs::path& dir) {
                               " is not a directory; pass a checkpoint directory such as "
                               "<root>/step-00000100 to --resume");
     json j;
+    const std::string text = readManifestText(dir);
+    if (jsonNestingDepth(text) > kMaxJsonDepth)
+        unusable(dir, std::string(kManifestName) + " nests deeper than any manifest does (over " +
+                          std::to_string(kMaxJsonDepth) + " levels)");
     try {
-        j = json::parse(readManifestText(dir));
+        j = json::parse(text);
     } catch (const json::parse_error& e) {
         unusable(dir, std::string(kManifestName) + " is not valid JSON (" + e.what() + ")");
     }
@@ -620,6 +626,9 @@ CheckpointInfo CheckpointStore::commitShards(std::int64_t step, const nlohmann::
                 std::ifstream in(list);
                 std::stringstream text;
                 text << in.rdbuf();
+                if (jsonNestingDepth(text.str()) > kMaxJsonDepth)
+                    throw IoError("shard " + shard + " left a file list nested over " +
+                                  std::to_string(kMaxJsonDepth) + " levels deep: " + list.string());
                 listed = json::parse(text.str());
                 for (const json& f : listed.at("files"))
                     files.push_back(f);

@@ -1,6 +1,7 @@
 #include "run_files.h"
 
 #include "core/error.h"
+#include "core/json_io.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,30 +14,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-// The deepest nesting of brackets outside strings, counted before anything is built from them.
-int nestingDepth(std::string_view text) {
-    int depth = 0, deepest = 0;
-    bool inString = false, escaped = false;
-    for (const char c : text) {
-        if (inString) {
-            if (escaped)
-                escaped = false;
-            else if (c == '\\')
-                escaped = true;
-            else if (c == '"')
-                inString = false;
-            continue;
-        }
-        if (c == '"')
-            inString = true;
-        else if (c == '{' || c == '[')
-            deepest = std::max(deepest, ++depth);
-        else if (c == '}' || c == ']')
-            --depth;
-    }
-    return deepest;
-}
 
 bool isStart(const json& e) {
     const auto type = e.find("type"), event = e.find("event");
@@ -59,7 +36,7 @@ std::optional<json> parseEventLine(std::string_view line, std::string* why) {
     if (line.size() > kMaxEventBytes)
         return fail("a line of " + std::to_string(line.size()) + " bytes (the limit is " +
                     std::to_string(kMaxEventBytes) + ")");
-    if (nestingDepth(line) > kMaxEventDepth)
+    if (jsonNestingDepth(line) > std::size_t(kMaxEventDepth))
         return fail("nested deeper than " + std::to_string(kMaxEventDepth) + " levels");
     json e = json::parse(line.begin(), line.end(), nullptr, false);
     if (e.is_discarded())

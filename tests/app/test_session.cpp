@@ -139,6 +139,9 @@ TEST(Session, MalformedFilesNameTheProblem) {
         {R"({"format": "shardscope-session", "version": "one"})", "version"},
         {R"({"format": "shardscope-session", "version": 1, "model_source": "preset"})",
          "missing \"model\""},
+        // 80,000 levels crashed the app when the message described the document.
+        {"{\"format\": " + std::string(80000, '[') + std::string(80000, ']') + "}",
+         "80001 levels deep"},
     };
     for (const auto& [text, expected] : cases) {
         write(path, text);

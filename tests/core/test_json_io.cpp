@@ -41,6 +41,54 @@ json llamaJson() {
     })");
 }
 
+// ---- untrusted documents: nesting and excerpts ----
+
+std::string nested(std::size_t levels, const std::string& inner = "") {
+    return std::string(levels, '[') + inner + std::string(levels, ']');
+}
+
+TEST(JsonDepth, CountsNestingOutsideStrings) {
+    EXPECT_EQ(jsonNestingDepth(""), 0u);
+    EXPECT_EQ(jsonNestingDepth("42"), 0u);
+    EXPECT_EQ(jsonNestingDepth(R"({"a": [1, {"b": []}]})"), 4u);
+    // Brackets and escaped quotes inside strings are text.
+    EXPECT_EQ(jsonNestingDepth(R"(["[[[", "\"[[{", {}])"), 2u);
+    EXPECT_EQ(jsonNestingDepth("]]]]"), 0u); // more closed than opened never counts below 0
+    EXPECT_EQ(jsonNestingDepth(nested(80000)), 80000u);
+}
+
+// A document too deep to walk (an 80,000-level one crashed the CLI, the app and the engine when
+// a message described it) is refused before it is parsed; the limit leaves every real one in.
+TEST(JsonDepth, ADocumentDeeperThanTheLimitIsRefusedUnread) {
+    const std::string e = inputErrorOf([] { parseJson(nested(80000), "deep.json"); });
+    EXPECT_NE(e.find("deep.json"), std::string::npos) << e;
+    EXPECT_NE(e.find("80000 levels"), std::string::npos) << e;
+    EXPECT_NE(inputErrorOf([] { parseJson(nested(kMaxJsonDepth + 1), "x"); }).find("65 levels"),
+              std::string::npos);
+    EXPECT_EQ(parseJson(nested(kMaxJsonDepth), "x").size(), 1u);
+}
+
+TEST(JsonExcerpt, QuotesAValueWithoutWalkingIntoIt) {
+    EXPECT_EQ(jsonExcerpt(json::parse(nested(kMaxJsonDepth, "1"))), "an array of 1");
+    EXPECT_EQ(jsonExcerpt(json::parse(R"({"a": 1, "b": [2]})")), "an object of 2 fields");
+    EXPECT_EQ(jsonExcerpt(json::parse(R"({"a": 1})")), "an object of 1 field");
+    EXPECT_EQ(jsonExcerpt(json(12.5)), "12.5");
+    EXPECT_EQ(jsonExcerpt(json(true)), "true");
+    EXPECT_EQ(jsonExcerpt(json("short")), "\"short\"");
+    const std::string quoted = jsonExcerpt(json(std::string(100000, 'x')));
+    EXPECT_EQ(quoted, "\"" + std::string(40, 'x') + "...\"");
+}
+
+// A wrong value deep inside a field is named by its field, quoted by its size.
+TEST(JsonExcerpt, AWrongDeepFieldIsNamedWithoutDumpingIt) {
+    json m = llamaJson();
+    m["hidden"] = json::parse(nested(60, "1"));
+    const std::string e = inputErrorOf([&] { m.get<ModelSpec>(); });
+    EXPECT_NE(e.find("hidden"), std::string::npos) << e;
+    EXPECT_NE(e.find("an array of 1"), std::string::npos) << e;
+    EXPECT_LT(e.size(), 400u) << e;
+}
+
 // ---- model ----
 
 TEST(ModelJson, ReadsSnakeCaseFields) {

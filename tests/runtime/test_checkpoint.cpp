@@ -353,6 +353,9 @@ TEST_F(CheckpointTest, MalformedManifestsAreRejected) {
     m = good;
     m.erase("step");
     rejects(m.dump(), "\"step\"");
+    // Nested past any manifest: refused before it is parsed or described.
+    rejects("{\"format\": " + std::string(80000, '[') + std::string(80000, ']') + "}",
+            "nests deeper than any manifest");
 }
 
 TEST_F(CheckpointTest, LoadOfAMissingDirectoryNamesIt) {

@@ -212,7 +212,11 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         std::vector<std::string> args;
         std::string expect;
     };
+    const auto deep = dir / "deep.json"; // 80,000 levels overflowed the stack
+    std::ofstream(deep) << "{\"model\": {\"hidden\": " << std::string(80000, '[')
+                        << std::string(80000, ']') << "}}";
     std::vector<Case> cases = {
+        {{"train", "--config", deep.string(), "--out", (dir / "k").string()}, "levels deep"},
         {{"train", "--steps", "-3"}, "--steps"},
         {{"train", "--config", (dir / "missing.json").string()}, "missing.json"},
         {{"train", "--config", writeConfig(dir, tp), "--out", (dir / "a").string()},
@@ -245,7 +249,7 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         EXPECT_NE(o.err.find(c.expect), std::string::npos) << o.err;
     }
     // Refused input leaves no run behind, so the corrected command just works.
-    for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"})
+    for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"})
         EXPECT_FALSE(std::filesystem::exists(dir / d / "config.json")) << d;
 }
 

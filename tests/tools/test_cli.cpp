@@ -633,6 +633,15 @@ TEST(CliBadInput, HuggingFaceConfigFiles) {
     const TempFile incomplete("incomplete.json",
                               "{\"model_type\": \"llama\", \"hidden_size\": 4096}");
     expectRejected({{"plan", "--hf-config", incomplete.path()}, {"missing", "num_hidden_layers"}});
+
+    // 80,000 levels overflowed the stack when the message described the value.
+    const std::string deep = std::string(80000, '[') + std::string(80000, ']');
+    const TempFile deepFile("deep.json", "{\"hidden_size\": " + deep + "}");
+    expectRejected({{"plan", "--hf-config", deepFile.path()}, {"deep.json", "80001 levels deep"}});
+    const TempFile deepField("deep_field.json", "{\"hidden_size\": " + std::string(60, '[') +
+                                                    std::string(60, ']') +
+                                                    ", \"num_hidden_layers\": 2}");
+    expectRejected({{"plan", "--hf-config", deepField.path()}, {"hidden_size", "an array of 1"}});
 }
 
 TEST(CliBadInput, ValidateFiles) {

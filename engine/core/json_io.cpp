@@ -34,7 +34,7 @@ constexpr std::int64_t kMaxSeqLen = 100'000'000;
 constexpr std::int64_t kMaxExperts = 100'000;
 constexpr double kMaxParams = 1e15;
 constexpr std::int64_t kMaxDegree = 1'000'000;
-constexpr std::int64_t kMaxWorld = 100'000'000;
+constexpr std::int64_t kMaxWorld = kMaxWorldSize;
 constexpr std::int64_t kMaxBatch = 1'000'000'000;
 
 // "80", "1e+15": bounds in messages read like the numbers a user would type.

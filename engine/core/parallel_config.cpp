@@ -229,6 +229,13 @@ private:
                 std::string(name) + " is " + to_string(value) + "; every degree must be >= 1",
                 std::string("set ") + name + " = 1 to leave that dimension unsplit");
         }
+        if (ok && product({c_.dp, c_.tp, c_.pp, c_.cp}) > kMaxWorldSize) {
+            ok = false;
+            add("world-size",
+                "dp*tp*pp*cp = " + to_string(product({c_.dp, c_.tp, c_.pp, c_.cp})) +
+                    " GPUs, more than the " + to_string(kMaxWorldSize) + " a layout may span",
+                "lower the degrees: their product is the number of GPUs the layout needs");
+        }
         if (c_.zero < 0 || c_.zero > 3)
             add("zero-stage", "ZeRO stage is " + to_string(c_.zero) + "; stages are 0, 1, 2 and 3",
                 "use zero = 1 (optimizer state), 2 (+ gradients) or 3 (+ weights), or 0 for none");

@@ -4,6 +4,7 @@
 #include "cluster_spec.h"
 #include "model_spec.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ struct PrecisionPolicy {
 PrecisionPolicy
 precisionPolicyFromString(const std::string& s); // "fp32", "bf16", "bf16-bf16grads", "fp8"
 
+// The most GPUs a layout or cluster may span: far past any machine, and small enough that
+// every product of degrees and counts under it fits an int.
+inline constexpr std::int64_t kMaxWorldSize = 100'000'000;
+
 struct ParallelConfig {
     int dp = 1;
     int tp = 1;
@@ -54,6 +59,7 @@ struct ParallelConfig {
     // stored and no memory-bound softmax/dropout passes run. Runs before 2022 did not have it.
     bool flashAttention = true;
 
+    // At most kMaxWorldSize once validate() has passed (before, the product may not fit an int).
     int worldSize() const { return dp * tp * pp * cp; }
     // Microbatches each pipeline processes per step (gradient accumulation steps).
     int microbatches() const { return (microBatch * dp) > 0 ? globalBatch / (microBatch * dp) : 0; }

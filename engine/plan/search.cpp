@@ -1,6 +1,7 @@
 #include "search.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <queue>
 
 namespace shardscope {
@@ -41,7 +42,7 @@ const char* firstBrokenRule(const ModelSpec& m, const ParallelConfig& p, int gpu
         return "pp-layers";
     if (p.cp > 1 && m.seqLen % (2 * p.cp) != 0)
         return "cp-seq";
-    if (p.globalBatch % (p.microBatch * p.dp) != 0)
+    if (p.globalBatch % (std::int64_t(p.microBatch) * p.dp) != 0)
         return "global-batch";
     if (p.schedule == PipelineSchedule::Interleaved && p.microbatches() % p.pp != 0)
         return "interleaved-microbatches";
@@ -71,14 +72,18 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
     std::size_t tpDone = 0;
     for (int tp : worldDivisors) {
         for (int pp : worldDivisors) {
-            if (pp > model.layers || world % (tp * pp) != 0)
+            // Divisors of up to ten million GPUs: their products need 64 bits (a product that
+            // wrapped to 0 was once a division by zero).
+            const std::int64_t tpPp = std::int64_t(tp) * pp;
+            if (pp > model.layers || world % tpPp != 0)
                 continue;
             for (int cp : worldDivisors) {
                 if (cp > 1 && !space.tryContextParallel)
                     break;
-                if (world % (tp * pp * cp) != 0)
+                const std::int64_t modelParallel = tpPp * cp;
+                if (world % modelParallel != 0)
                     continue;
-                const int dp = world / (tp * pp * cp);
+                const int dp = int(world / modelParallel);
                 for (int vpp = 1;
                      vpp <= (pp > 1 && space.tryInterleaved ? space.maxVirtualStages : 1); ++vpp) {
                     for (int mb : microBatches) {

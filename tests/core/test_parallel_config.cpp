@@ -215,6 +215,21 @@ TEST(Validate, WorldSizeSuggestsADataParallelDegree) {
     EXPECT_FALSE(hasRule(validate(llama3_405b(), p), "world-size"));
 }
 
+// Degrees whose product passes an int (the engine's flags take any): refused with the product,
+// before a rule multiplies them.
+TEST(Validate, DegreesBeyondAnyMachineAreRefusedWithTheirProduct) {
+    ParallelConfig p = llama405bLayout();
+    p.dp = 100000;
+    p.tp = 100000;
+    const auto v = expectRule(validate(llama3_405b(), p), "world-size");
+    ASSERT_TRUE(v);
+    // 100,000 x 100,000 x pp 16: 1.6e11
+    EXPECT_NE(v->message.find("160000000000"), std::string::npos) << v->message;
+    p.dp = 1;
+    p.tp = 1;
+    EXPECT_FALSE(hasRule(validate(llama3_405b(), p), "world-size"));
+}
+
 TEST(Validate, WorldSizeThatCannotBeFixedWithDp) {
     ParallelConfig p = llama405bLayout();
     p.tp = 3;

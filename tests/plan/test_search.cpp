@@ -34,6 +34,22 @@ TEST(Search, TopLayoutsAreValidFitAndRanked) {
     }
 }
 
+// 65,536 GPUs: tp x pp x cp over their divisors once wrapped a 32-bit product to 0 and divided
+// by it (SIGFPE). Every GPU count that is a multiple of 65,536 did; ten million is the CLI's cap.
+TEST(Search, GpuCountsWhoseDivisorProductsPassTwoToThe32Search) {
+    const ModelSpec m = findModelPreset("gpt2-1.5b");
+    for (int nodes : {8192, 8192 * 3, 1250000}) {
+        const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, nodes);
+        ParallelConfig base;
+        base.globalBatch = 8 * nodes;
+        const SearchResult r =
+            searchLayouts(m, c, base, TrainConfig{}, Assumptions{}, SearchSpace{}, {});
+        EXPECT_GT(r.evaluated, 0) << nodes << " nodes";
+        for (const Candidate& cand : r.top)
+            EXPECT_EQ(std::int64_t(cand.config.worldSize()), std::int64_t(8) * nodes);
+    }
+}
+
 TEST(Search, CountsAddUp) {
     const SearchResult r = searchLlama8b();
     long long rejected = 0;

@@ -14,7 +14,6 @@
 #include <numbers>
 #include <numeric>
 #include <sstream>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -115,38 +114,63 @@ void checkValFraction(const DataSpec& spec) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A file mapped read-only: token files can be tens of gigabytes, so they are paged in on demand
-// and never copied.
+// A token file, read with pread where a batch needs it: files can be tens of gigabytes, so they
+// are never copied, and not memory-mapped either, since a mapped file truncated under a run kills
+// it with SIGBUS. The file stays open, so one replaced by a rename is still the one read; one
+// changed in place (truncated, rewritten) is told apart by its size and modification time.
 
-class MappedFile {
+class TokenFile {
 public:
-    explicit MappedFile(const std::string& path) : path_(path) {
-        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
+    explicit TokenFile(const std::string& path) : path_(path) {
+        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd_ < 0)
             throw openError(errno);
         try {
-            map(fd);
+            check();
         } catch (...) {
-            ::close(fd);
+            ::close(fd_);
             throw;
         }
-        ::close(fd); // the mapping keeps the file alive
     }
-    ~MappedFile() {
-        if (addr_)
-            ::munmap(addr_, size_);
-    }
-    MappedFile(const MappedFile&) = delete;
-    MappedFile& operator=(const MappedFile&) = delete;
+    ~TokenFile() { ::close(fd_); }
+    TokenFile(const TokenFile&) = delete;
+    TokenFile& operator=(const TokenFile&) = delete;
 
-    const unsigned char* data() const { return static_cast<const unsigned char*>(addr_); }
-    std::int64_t size() const { return static_cast<std::int64_t>(size_); }
+    std::int64_t size() const { return size_; }
     const std::string& path() const { return path_; }
 
-    // Batches jump to random offsets: read-ahead past a window would only waste page cache.
-    void adviseRandomAccess() const {
-        if (addr_)
-            ::madvise(addr_, size_, MADV_RANDOM);
+    // `bytes` bytes from `offset`; throws DataChangedError when the file no longer holds them.
+    void read(std::int64_t offset, void* dst, std::size_t bytes) const {
+        auto* out = static_cast<unsigned char*>(dst);
+        std::size_t done = 0;
+        while (done < bytes) {
+            const ssize_t n = ::pread(fd_, out + done, bytes - done, off_t(offset) + off_t(done));
+            if (n > 0) {
+                done += std::size_t(n);
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            throw DataChangedError(changed().value_or(
+                "data file '" + path_ + "' could not be read at byte " +
+                std::to_string(offset + std::int64_t(done)) + " (" +
+                (n < 0 ? std::string(std::strerror(errno)) : std::string("end of file")) + ")"));
+        }
+    }
+
+    // Why the file is not the one opened (size or modification time changed), or nothing.
+    std::optional<std::string> changed() const {
+        struct stat st {};
+        if (::fstat(fd_, &st) != 0)
+            return "data file '" + path_ + "' cannot be examined: " + std::strerror(errno);
+        if (std::int64_t(st.st_size) != size_)
+            return "data file '" + path_ + "' changed during the run: it held " + str(size_) +
+                   " bytes and now holds " + str(std::int64_t(st.st_size));
+        if (st.st_mtim.tv_sec != mtime_.tv_sec || st.st_mtim.tv_nsec != mtime_.tv_nsec)
+            return "data file '" + path_ +
+                   "' changed during the run: it was written to after "
+                   "the run opened it";
+        return std::nullopt;
     }
 
 private:
@@ -159,9 +183,9 @@ private:
                           ": check that it exists and is readable");
     }
 
-    void map(int fd) {
+    void check() {
         struct stat st {};
-        if (::fstat(fd, &st) != 0)
+        if (::fstat(fd_, &st) != 0)
             throw InputError("cannot read the size of data file '" + path_ +
                              "': " + std::strerror(errno));
         if (S_ISDIR(st.st_mode))
@@ -170,20 +194,15 @@ private:
         if (!S_ISREG(st.st_mode))
             throw InputError("data file '" + path_ +
                              "' is not a regular file: give the path of a token or text file");
-        size_ = static_cast<std::size_t>(st.st_size);
-        if (size_ == 0)
-            return; // nothing to map; the format checks report the empty file
-        void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED)
-            throw InputError("cannot memory-map data file '" + path_ +
-                             "': " + std::strerror(errno));
-        addr_ = p;
-        ::madvise(addr_, size_, MADV_SEQUENTIAL); // the vocabulary scan reads it front to back
+        size_ = std::int64_t(st.st_size);
+        mtime_ = st.st_mtim;
+        ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM); // batches jump to random offsets
     }
 
     std::string path_;
-    void* addr_ = nullptr;
-    std::size_t size_ = 0;
+    int fd_ = -1;
+    std::int64_t size_ = 0;
+    timespec mtime_{};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -205,43 +224,66 @@ std::int32_t loadLe32(const unsigned char* p) {
     return static_cast<std::int32_t>(v);
 }
 
+// The tokens of a file: `count` tokens of `width` bytes from byte `begin`.
 struct TokenView {
-    const unsigned char* base = nullptr;
+    const TokenFile* file = nullptr;
+    std::int64_t begin = 0;
     int width = 2; // bytes per token: 2 for uint16 token files, 1 for text
     std::int64_t count = 0;
 
-    std::uint32_t at(std::int64_t i) const {
-        const unsigned char* p = base + i * width;
-        return width == 1 ? *p : loadLe16(p);
+    // Tokens [first, first + n) into out.
+    void read(std::int64_t first, std::int64_t n, std::uint32_t* out,
+              std::vector<unsigned char>& bytes) const {
+        bytes.resize(std::size_t(n) * std::size_t(width));
+        file->read(begin + first * width, bytes.data(), bytes.size());
+        for (std::int64_t i = 0; i < n; ++i)
+            out[i] = width == 1 ? bytes[std::size_t(i)] : loadLe16(bytes.data() + 2 * i);
+    }
+
+    // Calls f(first, tokens, n) over the whole view, a megabyte at a time.
+    template <typename F> void scan(F f) const {
+        constexpr std::int64_t kChunk = 1 << 20;
+        std::vector<std::uint32_t> tokens;
+        std::vector<unsigned char> bytes;
+        for (std::int64_t first = 0; first < count; first += kChunk) {
+            const std::int64_t n = std::min(kChunk, count - first);
+            tokens.resize(std::size_t(n));
+            read(first, n, tokens.data(), bytes);
+            f(first, tokens.data(), n);
+        }
     }
 };
 
-// Two plain loops rather than one that tracks the position: the max reduction vectorises, and
-// the position is only needed when the data is about to be refused.
 std::uint32_t largestToken(const TokenView& v) {
     std::uint32_t best = 0;
-    if (v.width == 1) {
-        for (std::int64_t i = 0; i < v.count; ++i)
-            best = std::max<std::uint32_t>(best, v.base[i]);
-    } else {
-        for (std::int64_t i = 0; i < v.count; ++i)
-            best = std::max(best, loadLe16(v.base + 2 * i));
-    }
+    v.scan([&](std::int64_t, const std::uint32_t* t, std::int64_t n) {
+        best = std::max(best, *std::max_element(t, t + n));
+    });
     return best;
 }
 
 std::int64_t firstPositionOf(const TokenView& v, std::uint32_t token) {
-    for (std::int64_t i = 0; i < v.count; ++i)
-        if (v.at(i) == token)
-            return i;
-    return -1;
+    std::int64_t found = -1;
+    v.scan([&](std::int64_t first, const std::uint32_t* t, std::int64_t n) {
+        if (found < 0)
+            if (const auto* it = std::find(t, t + n, token); it != t + n)
+                found = first + (it - t);
+    });
+    return found;
 }
 
 constexpr std::int32_t kLlmcMagic = 20240520;
 constexpr std::int64_t kLlmcHeaderBytes = 256 * 4;
 
-bool hasLlmcMagic(const MappedFile& f) {
-    return f.size() >= 4 && loadLe32(f.data()) == kLlmcMagic;
+// The little-endian int32 at `offset`.
+std::int32_t int32At(const TokenFile& f, std::int64_t offset) {
+    unsigned char b[4];
+    f.read(offset, b, sizeof b);
+    return loadLe32(b);
+}
+
+bool hasLlmcMagic(const TokenFile& f) {
+    return f.size() >= 4 && int32At(f, 0) == kLlmcMagic;
 }
 
 bool hasTextExtension(const std::string& path) {
@@ -251,7 +293,7 @@ bool hasTextExtension(const std::string& path) {
     return ext == ".txt" || ext == ".text" || ext == ".md";
 }
 
-DataFormat detectFormat(const MappedFile& f) {
+DataFormat detectFormat(const TokenFile& f) {
     if (hasLlmcMagic(f))
         return DataFormat::LlmC;
     if (hasTextExtension(f.path()))
@@ -259,7 +301,7 @@ DataFormat detectFormat(const MappedFile& f) {
     return DataFormat::NanoGpt;
 }
 
-TokenView nanoGptView(const MappedFile& f, bool detected) {
+TokenView nanoGptView(const TokenFile& f, bool detected) {
     if (f.size() % 2 != 0)
         throw InputError(
             "data file '" + f.path() + "' has " + str(f.size()) +
@@ -269,15 +311,15 @@ TokenView nanoGptView(const MappedFile& f, bool detected) {
                                     "and is not .txt/.text/.md; set the format to text for "
                                     "plain text)")
                       : std::string(" (set the format to text for plain text)")));
-    return {f.data(), 2, f.size() / 2};
+    return {&f, 0, 2, f.size() / 2};
 }
 
-TokenView llmcView(const MappedFile& f) {
+TokenView llmcView(const TokenFile& f) {
     const std::string name = "data file '" + f.path() + "'";
     if (!hasLlmcMagic(f))
         throw InputError(
             name + " does not start with the llm.c magic number " + str(kLlmcMagic) +
-            (f.size() >= 4 ? " (it starts with " + str(loadLe32(f.data())) + ")"
+            (f.size() >= 4 ? " (it starts with " + str(int32At(f, 0)) + ")"
                            : " (it has only " + str(f.size()) + " bytes)") +
             ": it is not an llm.c token file; use format nanogpt for raw uint16 tokens, text "
             "for plain text, or auto to detect");
@@ -286,7 +328,7 @@ TokenView llmcView(const MappedFile& f) {
                          str(kLlmcHeaderBytes) +
                          "-byte llm.c header: the file is truncated; write it again with "
                          "llm.c's tokenizer script");
-    const int version = loadLe32(f.data() + 4);
+    const int version = int32At(f, 4);
     if (version == 2)
         throw InputError(name + " is llm.c version 2 (uint32 tokens, as llm.c writes for Llama 3), "
                                 "which is not supported: tokenize with a GPT-2-style tokenizer "
@@ -295,7 +337,7 @@ TokenView llmcView(const MappedFile& f) {
         throw InputError(name + " has llm.c version " + str(version) +
                          ", but only version 1 (uint16 tokens) is supported: the header is "
                          "corrupt or from a newer llm.c; re-tokenize with llm.c's scripts");
-    const std::int64_t declared = loadLe32(f.data() + 8);
+    const std::int64_t declared = int32At(f, 8);
     const std::int64_t available = (f.size() - kLlmcHeaderBytes) / 2;
     if (declared < 0 || declared > available)
         throw InputError(name + " declares " + str(declared) +
@@ -303,14 +345,14 @@ TokenView llmcView(const MappedFile& f) {
                          str(f.size() - kLlmcHeaderBytes) +
                          " bytes) follow the header: the file is truncated or its header is "
                          "corrupt; download or tokenize it again");
-    return {f.data() + kLlmcHeaderBytes, 2, declared};
+    return {&f, kLlmcHeaderBytes, 2, declared};
 }
 
-TokenView textView(const MappedFile& f) {
-    return {f.data(), 1, f.size()};
+TokenView textView(const TokenFile& f) {
+    return {&f, 0, 1, f.size()};
 }
 
-TokenView tokenView(const MappedFile& f, DataFormat format, bool detected) {
+TokenView tokenView(const TokenFile& f, DataFormat format, bool detected) {
     switch (format) {
     case DataFormat::LlmC:
         return llmcView(f);
@@ -353,7 +395,6 @@ public:
         largest_ = largestToken(view_);
         checkTokensFitVocab();
         makeSplits();
-        file_.adviseRandomAccess();
     }
 
     void batch(Split split, std::int64_t step, int micro, int batch, std::int32_t* inputs,
@@ -362,19 +403,23 @@ public:
         const std::int64_t seq = spec_.seqLen;
         // Starts in [0, count - seq - 1]: the last window's target is the split's last token.
         const auto starts = static_cast<std::uint64_t>(range.count - seq);
+        std::vector<std::uint32_t> window(std::size_t(seq) + 1);
+        std::vector<unsigned char> bytes;
         for (int row = 0; row < batch; ++row) {
             KeyedStream rng(rowKey(spec_.seed, split, step, micro, row));
             const std::int64_t offset = range.begin + static_cast<std::int64_t>(rng.below(starts));
+            view_.read(offset, seq + 1, window.data(), bytes);
             std::int32_t* in = inputs + row * seq;
             std::int32_t* out = targets + row * seq;
             for (std::int64_t t = 0; t < seq; ++t) {
-                in[t] = static_cast<std::int32_t>(view_.at(offset + t));
-                out[t] = static_cast<std::int32_t>(view_.at(offset + t + 1));
+                in[t] = static_cast<std::int32_t>(window[std::size_t(t)]);
+                out[t] = static_cast<std::int32_t>(window[std::size_t(t) + 1]);
             }
         }
     }
 
     std::optional<double> lossFloor() const override { return std::nullopt; }
+    std::optional<std::string> changedSinceOpened() const override { return file_.changed(); }
     std::int64_t tokens(Split split) const override { return rangeOf(split).count; }
     std::int64_t vocab() const override {
         return format_ == DataFormat::Text ? 256 : static_cast<std::int64_t>(largest_) + 1;
@@ -444,7 +489,7 @@ private:
     }
 
     DataSpec spec_;
-    MappedFile file_;
+    TokenFile file_;
     bool detected_;
     DataFormat format_;
     TokenView view_;

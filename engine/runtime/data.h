@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,14 @@ struct DataSpec {
     int syntheticBranching = 4; // synthetic: successors each token favours
 };
 
-// A token store: a file mapped read-only, or the synthetic source.
+// The data file changed under a running job (truncated or rewritten in place): the run ends with
+// a checkpoint of its last whole step and this message.
+class DataChangedError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// A token store: a token file read where batches fall, or the synthetic source.
 class Dataset {
 public:
     // Opens and checks the data: throws InputError saying what is wrong and how to fix it
@@ -50,6 +58,9 @@ public:
     // The lowest achievable mean cross-entropy in nats per token, when known (synthetic data:
     // the Markov source's entropy rate, computed exactly from its transition matrix).
     virtual std::optional<double> lossFloor() const = 0;
+    // Why the data is no longer what the run opened (a file changed in place), or nothing. A
+    // batch read from a changed file throws DataChangedError.
+    virtual std::optional<std::string> changedSinceOpened() const { return std::nullopt; }
     virtual std::int64_t tokens(Split split) const = 0; // tokens in the split (synthetic: 0)
     virtual std::int64_t vocab() const = 0;             // largest token id + 1 the data can hold
     virtual std::string describe() const = 0;           // one line for logs and the summary

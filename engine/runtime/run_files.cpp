@@ -168,6 +168,7 @@ void TrainingRun::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck)
     startStep_ = ck->info.step;
     optimizer_->setSteps(ck->info.meta.value("optimizer_steps", std::int64_t(0)));
     lastCheckpoint_ = dir.string();
+    lastCheckpointStep_ = startStep_;
     resumedFrom_ = dir.string();
     telemetry_->write(
         {{"type", "event"}, {"event", "resume"}, {"step", startStep_}, {"dir", dir.string()}});
@@ -273,6 +274,7 @@ void TrainingRun::saveCheckpoint(std::int64_t stepsDone) {
         return;
     }
     lastCheckpoint_ = dir.string();
+    lastCheckpointStep_ = stepsDone;
     telemetry_->write({{"type", "event"},
                        {"event", "checkpoint"},
                        {"step", stepsDone},

@@ -144,7 +144,25 @@ TrainResult TrainingRun::execute() {
     result.stepsCompleted = startStep_;
     const StopSignalHandlers stopHandlers;
     for (std::int64_t step = startStep_; step < totalSteps_; ++step) {
-        const StepRecord s = trainStep(step);
+        // A data file changed in place ends the run at a step boundary, every rank together,
+        // with the last whole step checkpointed; one truncated mid-step ends a single process
+        // the same way (the step's update has not happened: the weights are the last step's).
+        std::optional<std::string> dataChanged = data_->changedSinceOpened();
+        const bool anyRankSawIt = agreeOnStop(dataChanged.has_value());
+        StepRecord s;
+        if (!anyRankSawIt) {
+            try {
+                s = trainStep(step);
+            } catch (const DataChangedError& e) {
+                if (worldSize() > 1)
+                    throw;
+                dataChanged = e.what();
+            }
+        }
+        if (anyRankSawIt || dataChanged) {
+            failOnDataChange(result, step, dataChanged);
+            break;
+        }
         if (!std::isfinite(s.loss) || !std::isfinite(s.gradNorm)) {
             failOnNonFinite(result, s);
             break;
@@ -158,8 +176,17 @@ TrainResult TrainingRun::execute() {
         const bool stopping =
             agreeOnStop(stopSignal() != 0) ||
             (c_.engine.stopAfter > 0 && step + 1 - startStep_ >= c_.engine.stopAfter);
-        if (evaluationDue(step) || last)
-            event["val_loss"] = validationLoss(step);
+        if (evaluationDue(step) || last) {
+            try {
+                event["val_loss"] = validationLoss(step);
+            } catch (const DataChangedError& e) { // after this step's update: keep it
+                if (worldSize() > 1)
+                    throw;
+                telemetry_->write(std::move(event));
+                failOnDataChange(result, step + 1, e.what());
+                break;
+            }
+        }
         telemetry_->write(std::move(event));
         telemetry_->flush(); // a killed run keeps every finished step in its file
         if (!spans_->error.empty())
@@ -615,6 +642,20 @@ void TrainingRun::failOnNonFinite(TrainResult& result, const StepRecord& s) {
                      "); no checkpoint was written from it. Lower train.learning_rate or set "
                      "train.grad_clip, then resume from the last good checkpoint" +
                      where;
+    telemetry_->write({{"type", "event"}, {"event", "error"}, {"message", result.message}});
+}
+
+void TrainingRun::failOnDataChange(TrainResult& result, std::int64_t step,
+                                   const std::optional<std::string>& why) {
+    result.status = RunStatus::Failed;
+    if (step > 0 && lastCheckpointStep_ != step)
+        saveCheckpoint(step);
+    result.message =
+        why.value_or("another rank's data file changed during the run") +
+        ". The run stopped before step " + std::to_string(step + 1) +
+        (lastCheckpoint_.empty() ? std::string(" with no checkpoint to resume from")
+                                 : ", its last whole step checkpointed in " + lastCheckpoint_) +
+        ": restore the data file, then resume with --resume --out " + runDir_.string();
     telemetry_->write({{"type", "event"}, {"event", "error"}, {"message", result.message}});
 }
 

@@ -82,6 +82,10 @@ private:
     double validationLoss(std::int64_t step);
     void reportStep(const StepRecord& s, const Throughput& t);
     void failOnNonFinite(TrainResult& result, const StepRecord& s);
+    // The data file changed before `step` (why: this rank's reason, or nothing when another
+    // rank saw it): a checkpoint of the steps done, and the run fails with how to go on.
+    void failOnDataChange(TrainResult& result, std::int64_t step,
+                          const std::optional<std::string>& why);
     void interrupt(TrainResult& result);
     void finish(TrainResult& result);
 
@@ -169,6 +173,7 @@ private:
     kernels::PeakFlops peak_;
     double lastLoss_ = NAN, lastValLoss_ = NAN;
     std::string lastCheckpoint_, resumedFrom_;
+    std::int64_t lastCheckpointStep_ = -1; // steps done at lastCheckpoint_
     double throughputSum_ = 0, mfuSum_ = 0;
     int throughputCount_ = 0;
 };

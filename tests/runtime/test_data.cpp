@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -153,6 +154,53 @@ TEST(NanoGptFile, BatchesAreWindowsOfTheTrainSplit) {
             EXPECT_GE(offset, 0);
             EXPECT_LE(offset + 16, 899); // the last target is still a train token
         }
+}
+
+// A file truncated under a run (it was memory-mapped: SIGBUS, no message) is named by what
+// changed, and a batch that falls past its new end throws DataChangedError instead of reading.
+TEST(NanoGptFile, AFileTruncatedUnderTheRunIsNamedNotRead) {
+    TempDir dir;
+    const std::string path = dir.file("train.bin");
+    writeBytes(path, le16Tokens(ramp(1000)));
+    const auto d = Dataset::open(fileSpec(path, DataFormat::NanoGpt, 16, 1000));
+    EXPECT_FALSE(d->changedSinceOpened());
+    std::filesystem::resize_file(path, 100);
+    const std::optional<std::string> why = d->changedSinceOpened();
+    ASSERT_TRUE(why);
+    EXPECT_NE(why->find("held 2000 bytes and now holds 100"), std::string::npos) << *why;
+    bool thrown = false;
+    for (std::int64_t step = 0; step < 20 && !thrown; ++step) // some window lies past byte 100
+        try {
+            draw(*d, 16, Split::Train, step, 0, 8);
+        } catch (const DataChangedError& e) {
+            thrown = true;
+            EXPECT_NE(std::string(e.what()).find("train.bin"), std::string::npos) << e.what();
+        }
+    EXPECT_TRUE(thrown);
+}
+
+// Rewritten in place at the same size: told apart by its modification time. Replaced by a new
+// file under the same name: the run keeps reading the file it opened, unchanged.
+TEST(NanoGptFile, RewrittenInPlaceIsChangedReplacedByRenameIsNot) {
+    TempDir dir;
+    const std::string path = dir.file("train.bin");
+    writeBytes(path, le16Tokens(ramp(1000)));
+    const auto d = Dataset::open(fileSpec(path, DataFormat::NanoGpt, 16, 1000));
+    const Batch before = draw(*d, 16, Split::Train, 3, 0, 4);
+
+    const std::string replacement = dir.file("new.bin");
+    writeBytes(replacement, le16Tokens(ramp(1000, 7)));
+    std::filesystem::rename(replacement, path);
+    EXPECT_FALSE(d->changedSinceOpened());
+    const Batch after = draw(*d, 16, Split::Train, 3, 0, 4);
+    EXPECT_EQ(after.inputs, before.inputs);
+
+    const auto again = Dataset::open(fileSpec(path, DataFormat::NanoGpt, 16, 1007));
+    std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) +
+                                               std::chrono::seconds(5));
+    const std::optional<std::string> why = again->changedSinceOpened();
+    ASSERT_TRUE(why);
+    EXPECT_NE(why->find("written to after the run opened it"), std::string::npos) << *why;
 }
 
 TEST(NanoGptFile, ValidationReadsOnlyTheLastFraction) {

@@ -8,10 +8,13 @@
 
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <gtest/gtest.h>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <streambuf>
+#include <utility>
 
 namespace shardscope {
 namespace {
@@ -400,6 +403,68 @@ TEST(Trainer, ExplainsConfigsItCannotRun) {
     missing.train.dataPath = (dir / "nope.bin").string();
     missing.train.dataFormat = "nanogpt";
     EXPECT_THROW(train(missing, log), InputError);
+}
+
+// Runs `action` once, when the progress text first contains `mark` (the line a step prints): a
+// deterministic point between two steps of a run in this process.
+class ProgressTrigger : public std::streambuf {
+public:
+    ProgressTrigger(std::string mark, std::function<void()> action)
+        : mark_(std::move(mark)), action_(std::move(action)) {}
+
+protected:
+    int overflow(int c) override {
+        if (c != EOF) {
+            text_ += char(c);
+            if (action_ && text_.find(mark_) != std::string::npos)
+                std::exchange(action_, nullptr)();
+        }
+        return c;
+    }
+
+private:
+    std::string mark_, text_;
+    std::function<void()> action_;
+};
+
+// The data file truncated under a run (it was memory-mapped: SIGBUS, no message, no end, no
+// checkpoint): the run ends before its next step with the reason, a checkpoint of the steps done
+// and an end event; with the file restored, it resumes from there and finishes.
+TEST(Trainer, ADataFileTruncatedMidRunEndsItWithACheckpointAndResumes) {
+    TempDir dir;
+    const auto data = dir / "tokens.bin";
+    std::vector<unsigned char> bytes;
+    for (int i = 0; i < 5000; ++i) // uint16 tokens below the test model's vocabulary (32)
+        bytes.insert(bytes.end(), {static_cast<unsigned char>(i * 7 % 32), 0});
+    std::ofstream(data, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+
+    RunConfig c = tinyRun(dir / "run", 6);
+    c.train.dataPath = data.string();
+    c.train.dataFormat = "nanogpt";
+    c.engine.quiet = false;
+    ProgressTrigger truncate("step      2/", [&] { std::filesystem::resize_file(data, 64); });
+    std::ostream progress(&truncate);
+    const TrainResult r = train(c, progress);
+    EXPECT_EQ(r.status, RunStatus::Failed);
+    EXPECT_EQ(r.exitCode(), 3);
+    EXPECT_EQ(r.stepsCompleted, 2);
+    EXPECT_NE(r.message.find("changed during the run"), std::string::npos) << r.message;
+    EXPECT_NE(r.message.find("step-00000002"), std::string::npos) << r.message;
+    EXPECT_TRUE(std::filesystem::exists(dir / "run" / "checkpoints" / "step-00000002"));
+    bool ended = false;
+    for (const json& e : events(dir / "run"))
+        ended = ended || (e["type"] == "event" && e["event"] == "end");
+    EXPECT_TRUE(ended) << "no end event";
+
+    std::ofstream(data, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    c.engine.resume = true;
+    c.engine.quiet = true;
+    const TrainResult rest = train(c, progress);
+    EXPECT_EQ(rest.status, RunStatus::Completed) << rest.message;
+    EXPECT_EQ(rest.firstStep, 2);
+    EXPECT_EQ(rest.stepsCompleted, 6);
 }
 
 } // namespace

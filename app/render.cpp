@@ -47,7 +47,8 @@ QString renderPage(const RenderRequest& r) {
     }
     Page* page = window.currentPage();
     if (!page->showView(view))
-        return QString("page \"%1\" has no view \"%2\"").arg(pageId, view);
+        return QString("page \"%1\" has no view \"%2\" (views: %3)")
+            .arg(pageId, view.left(40), page->viewsHelp());
 
     if (auto* explorer = qobject_cast<ExplorerPage*>(page); explorer && view == "search") {
         QEventLoop loop;

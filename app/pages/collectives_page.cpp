@@ -305,12 +305,18 @@ bool CollectivesPage::showView(const QString& view) {
         return true;
     bool ok = false;
     const int steps = view.startsWith("step-") ? view.mid(5).toInt(&ok) : -1;
-    if (!ok || steps < 0)
-        return false;
+    if (!ok || steps < 0 || steps > int(mainTiming_.stepSeconds.size()))
+        return false; // past the last step there is nothing more to show
+
     setFraction(0);
     for (int i = 0; i < steps; ++i)
         stepForward();
     return true;
+}
+
+QString CollectivesPage::viewsHelp() const {
+    return QString("step-0 to step-%1 (the steps of the algorithm shown)")
+        .arg(mainTiming_.stepSeconds.size());
 }
 
 QString CollectivesPage::reportHtml() const {

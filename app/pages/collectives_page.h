@@ -28,6 +28,7 @@ public:
     std::vector<std::pair<QString, QAbstractItemModel*>> tables() const override;
     QString reportHtml() const override;
     bool showView(const QString& view) override; // "step-N": paused after N steps
+    QString viewsHelp() const override;
 
     // Animation on one clock in modelled seconds: `fraction` 0..1 of the slower algorithm's
     // time, which plays in kPlaySeconds at 1x. Deterministic, so tests set it directly.

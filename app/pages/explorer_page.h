@@ -35,6 +35,7 @@ public:
     std::vector<std::pair<QString, QAbstractItemModel*>> tables() const override;
     QString reportHtml() const override;
     bool showView(const QString& view) override; // "", "overview", "cluster", "search"
+    QString viewsHelp() const override { return "overview, cluster, search"; }
 
     // Search: start with the current session; results arrive by signal.
     void startSearch();

@@ -48,6 +48,10 @@ public:
     QString reportHtml() const override;
     // "training", "memory", "pipeline", "communication", "ranks", "comparison": that tab.
     bool showView(const QString& view) override;
+    QString viewsHelp() const override {
+        return "training, memory, pipeline, communication, ranks, comparison, each optionally "
+               "with -at-P (P from 0 to 100, % into a replayed run), or at-P alone";
+    }
 
     RunController* controller() { return &controller_; }
     LiveRun* live() { return &live_; }

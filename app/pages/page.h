@@ -28,6 +28,8 @@ public:
     virtual QString reportHtml() const = 0;
     // Sub-views ("cluster", "search") for --render explorer/cluster; false when unknown.
     virtual bool showView(const QString& view) { return view.isEmpty(); }
+    // The sub-views showView takes, for the error that names a wrong one.
+    virtual QString viewsHelp() const { return "none"; }
 
     // Bring the page up to date with the session now (exports and reports read hidden pages).
     void ensureFresh() {

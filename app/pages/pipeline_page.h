@@ -32,6 +32,7 @@ public:
     std::vector<std::pair<QString, QAbstractItemModel*>> tables() const override;
     QString reportHtml() const override;
     bool showView(const QString& view) override; // "at-P": the playhead at P % of the run
+    QString viewsHelp() const override { return "at-P, P from 0 to 100 (% of the animation)"; }
 
     // Animation: `seconds` of wall time since the start at the current speed; the whole run
     // plays in kPlaySeconds at 1x. Deterministic, so tests set it directly.

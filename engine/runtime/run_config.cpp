@@ -4,6 +4,7 @@
 #include "core/json_io.h"
 #include "core/presets.h"
 #include "data.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "rank_device.h"
 #include "sched/pipeline_program.h"
 
@@ -223,6 +224,10 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
                       ": this engine was built without CUDA (no nvcc or NCCL when it was "
                       "configured); use \"device\": \"cpu\" (--device cpu), or rebuild it where "
                       "the CUDA toolkit is installed");
+    if (c.engine.threads > kMaxEngineThreads)
+        out.push_back("engine.threads is " + std::to_string(c.engine.threads) + ": at most " +
+                      std::to_string(kMaxEngineThreads) + " (this machine has " +
+                      std::to_string(kernels::cpuCores()) + " cores; 0 takes one thread per core)");
     if (p.cp != 1)
         out.push_back("the engine has no context parallelism yet: cp must be 1 (got " +
                       layoutSummary(p) + "); use dp, tp and pp for several ranks");

@@ -16,6 +16,9 @@
 
 namespace shardscope {
 
+// More threads than any CPU has (OpenMP runs out of memory making 100,000 and hangs).
+inline constexpr int kMaxEngineThreads = 1024;
+
 struct EngineOptions {
     std::string runDir;           // "" : runs/<date>-<time> under the working directory
     std::string device = "cpu";   // the backend each rank computes on: cpu or cuda (rank_device.h)

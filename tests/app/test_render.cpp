@@ -107,7 +107,15 @@ private slots:
         QVERIFY2(r.err.contains("cannot be smaller"), qPrintable(r.err));
         r = render({"explorer/nothing", "-o", out});
         QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("overview, cluster, search"), qPrintable(r.err));
         QVERIFY(!QFile::exists(out));
+        // Stepping 2^31 times hung: a step past the algorithm's last is refused with the range.
+        // The default ring all-reduce over 8 ranks has 2 x 7 steps.
+        r = render({"collectives/step-2147483647", "-o", out});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("step-0 to step-14"), qPrintable(r.err));
+        r = render({"collectives/step-14", "-o", out});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
     }
 };
 

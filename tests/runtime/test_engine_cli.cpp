@@ -217,6 +217,8 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
                         << std::string(80000, ']') << "}}";
     std::vector<Case> cases = {
         {{"train", "--config", deep.string(), "--out", (dir / "k").string()}, "levels deep"},
+        // 100,000 threads hung the engine once OpenMP ran out of memory making them.
+        {{"train", "--threads", "100000", "--out", (dir / "l").string()}, "at most 1024"},
         {{"train", "--steps", "-3"}, "--steps"},
         {{"train", "--config", (dir / "missing.json").string()}, "missing.json"},
         {{"train", "--config", writeConfig(dir, tp), "--out", (dir / "a").string()},
@@ -249,7 +251,7 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         EXPECT_NE(o.err.find(c.expect), std::string::npos) << o.err;
     }
     // Refused input leaves no run behind, so the corrected command just works.
-    for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"})
+    for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"})
         EXPECT_FALSE(std::filesystem::exists(dir / d / "config.json")) << d;
 }
 

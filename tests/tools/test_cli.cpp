@@ -644,6 +644,17 @@ TEST(CliBadInput, HuggingFaceConfigFiles) {
     expectRejected({{"plan", "--hf-config", deepField.path()}, {"hidden_size", "an array of 1"}});
 }
 
+// --json of a schedule or collective that lists millions of items took minutes and 18 GB: refused
+// with the count, the limit and what to do instead; the summary of the same still runs.
+TEST(CliBadInput, JsonListingsHaveALimit) {
+    expectRejected({{"schedule", "--pp", "1024", "-m", "2604", "--json"},
+                    {"5,332,992", "1,048,576", "drop --json"}});
+    expectRejected(
+        {{"collective", "-n", "1024", "--json"}, {"2,095,104", "1,048,576", "fewer ranks"}});
+    EXPECT_EQ(run({"collective", "-n", "1024"}).code, 0);
+    EXPECT_EQ(run({"schedule", "--pp", "64", "-m", "256", "--json"}).code, 0);
+}
+
 TEST(CliBadInput, ValidateFiles) {
     const std::string missing = (fs::path(::testing::TempDir()) / "no_such_runs.csv").string();
     expectRejected({{"validate", missing}, {"no_such_runs.csv"}});

@@ -121,6 +121,17 @@ int runValidate(const std::string& path, bool markdown, bool json, std::ostream&
     return 0;
 }
 
+// --json lists every op of a schedule and every transfer of a collective: past about a million
+// the output runs to hundreds of megabytes and the document to gigabytes, which no reader wants.
+constexpr std::size_t kMaxListed = std::size_t(1) << 20;
+
+std::string count(std::size_t n) {
+    std::string digits = std::to_string(n);
+    for (int at = int(digits.size()) - 3; at > 0; at -= 3)
+        digits.insert(std::size_t(at), ",");
+    return digits;
+}
+
 struct ScheduleOptions {
     std::string schedule = "1f1b";
     int pp = 4, microbatches = 8, vpp = 1;
@@ -136,6 +147,10 @@ int runSchedule(const ScheduleOptions& o, bool json, std::ostream& out) {
     spec.microbatches = o.microbatches;
     spec.virtualStages = o.vpp;
     const PipelineProgram program = buildPipelineProgram(spec);
+    if (json && program.opCount() > kMaxListed)
+        throw InputError("--json lists every op, and this schedule has " +
+                         count(program.opCount()) + ", more than the " + count(kMaxListed) +
+                         " it lists: drop --json for the per-rank summary, or lower --pp or -m");
     PipelineCosts costs;
     costs.perRank = {o.costs};
     costs.p2p = o.p2p;
@@ -162,6 +177,13 @@ int runCollective(const CollectiveOptions& o, bool json, std::ostream& out) {
     spec.ranks = o.ranks;
     spec.gpusPerNode = o.gpusPerNode;
     const CollectivePlan plan = buildCollective(spec);
+    std::size_t transfers = 0;
+    for (const CollectiveStep& step : plan.steps)
+        transfers += step.transfers.size();
+    if (json && transfers > kMaxListed)
+        throw InputError("--json lists every transfer, and this collective has " +
+                         count(transfers) + ", more than the " + count(kMaxListed) +
+                         " it lists: drop --json for the summary, or use fewer ranks (-n)");
     LinkModel links;
     links.gpusPerNode = o.gpusPerNode;
     links.intraBandwidth = o.intraGBps * 1e9;

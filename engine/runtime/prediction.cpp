@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 #include <vector>
@@ -70,6 +71,17 @@ double hostMemoryBytes() {
     const long pages = ::sysconf(_SC_PHYS_PAGES);
     const long size = ::sysconf(_SC_PAGE_SIZE);
     return pages > 0 && size > 0 ? double(pages) * double(size) : 0.0;
+}
+
+double hostAvailableBytes() {
+    std::ifstream info("/proc/meminfo");
+    std::string key;
+    double kib = 0;
+    std::string unit;
+    while (info >> key >> kib >> unit)
+        if (key == "MemAvailable:")
+            return kib * 1024;
+    return hostMemoryBytes();
 }
 
 double measureCopyBandwidth() {

@@ -21,6 +21,9 @@ ClusterSpec clusterOfCpuHosts(double peakFlopsPerRank, int ranksPerHost, int wor
 int ranksOnThisHost();
 // Bytes of physical memory on this host (0 when the system does not say).
 double hostMemoryBytes();
+// Memory the host can give without swapping now (/proc/meminfo's MemAvailable), in bytes; the
+// physical memory where the kernel does not say.
+double hostAvailableBytes();
 // Bytes/s one thread copies between two 64 MiB buffers, best of 3 (each byte read and written
 // counts once, as STREAM's copy does).
 double measureCopyBandwidth();

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/json_io.h"
+#include "devices.h"
 #include "host_staged_communicator.h"
 #include "plan/compute.h"
 #include "prediction.h"
@@ -100,6 +101,12 @@ json chunksJson(const std::vector<ModelChunk>& chunks) {
     return j;
 }
 
+std::string gibibytes(double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+    return buf;
+}
+
 std::string mebibytes(double bytes) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
@@ -117,6 +124,7 @@ TrainResult TrainingRun::execute() {
     if (!c_.engine.telemetry.empty()) // a typo must not leave a half-made run directory behind
         parseCollectorAddress(c_.engine.telemetry);
     data_ = Dataset::open(dataSpecOf(c_));
+    checkMemoryFits();
     buildModel();
     chooseDevice();
     // Measured before the barrier, so the ranks leave it together and their clocks are
@@ -237,6 +245,47 @@ void TrainingRun::joinRanks() {
                          std::to_string(c_.parallel.worldSize()) + " ranks: add --ranks " +
                          std::to_string(c_.parallel.worldSize()));
     }
+}
+
+// The planner predicts what this rank allocates (parameters, gradients and optimizer exactly,
+// activations within 10%), so a run that cannot fit is refused before it allocates anything,
+// not ended by std::bad_alloc or the OOM killer halfway through its first step.
+void TrainingRun::checkMemoryFits() const {
+    const MemoryBreakdown m =
+        memoryForStage({c_.model, ClusterSpec{}, c_.parallel, c_.train, Assumptions{}}, ppRank_);
+    const double needed = m.parameters + m.gradients + m.optimizer + m.activations;
+    int sharing = ranksOnThisHost();
+    std::string where;
+    double available = 0;
+    if (ops_->memoryIsHostMemory()) {
+        available = hostAvailableBytes() / sharing;
+        where = "this host has " + gibibytes(available * sharing) + " available";
+    } else { // the GPU of this local rank, shared by the local ranks placed on it
+        const DeviceReport gpus = queryDevices();
+        if (gpus.devices.empty())
+            return;
+        const int count = int(gpus.devices.size());
+        const DeviceInfo& gpu = gpus.devices[std::size_t(localRankOnThisHost() % count)];
+        sharing = (sharing + count - 1) / count;
+        available = gpu.memoryBytes / sharing;
+        where = "GPU " + std::to_string(gpu.index) + " has " + gibibytes(gpu.memoryBytes);
+    }
+    std::string problem;
+    if (needed > available && available > 0)
+        problem =
+            ("this rank would need " + gibibytes(needed) + " (parameters " +
+             gibibytes(m.parameters) + ", gradients " + gibibytes(m.gradients) + ", optimizer " +
+             gibibytes(m.optimizer) + ", activations " + gibibytes(m.activations) +
+             ": the planner's prediction for this model, layout and stage) and " + where +
+             (sharing > 1 ? " for its " + std::to_string(sharing) + " ranks" : std::string()) +
+             ": use a smaller model, sequence or micro batch, recompute, ZeRO, or more tensor or "
+             "pipeline parallelism (shardscope-cli plan shows the memory of a layout)");
+    // Every rank says so together: one that went on alone would wait for the others forever.
+    const bool anyRank = control_ ? control_->any(!problem.empty()) : !problem.empty();
+    if (anyRank)
+        throw InputError(problem.empty() ? "another rank's predicted memory does not fit: its "
+                                           "message names the rank's categories"
+                                         : problem);
 }
 
 // The model this rank holds, its optimizer, the schedule it runs and its gradient buckets.

@@ -58,8 +58,9 @@ public:
 
 private:
     // ---- setting up, in execute's order (trainer.cpp)
-    void joinRanks();  // the watchdog, the control channel, the mesh and the groups
-    void buildModel(); // model, optimizer, schedule executor, gradient buckets
+    void joinRanks();             // the watchdog, the control channel, the mesh and the groups
+    void checkMemoryFits() const; // InputError when the predicted memory exceeds what is there
+    void buildModel();            // model, optimizer, schedule executor, gradient buckets
     // This rank's device (its local rank's GPU, or the CPU) and the peak MFU is measured
     // against: the device's, or engine.peak_tflops.
     void chooseDevice();

@@ -219,6 +219,11 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         {{"train", "--config", deep.string(), "--out", (dir / "k").string()}, "levels deep"},
         // 100,000 threads hung the engine once OpenMP ran out of memory making them.
         {{"train", "--threads", "100000", "--out", (dir / "l").string()}, "at most 1024"},
+        // About 400 GiB of activations: refused up front with the prediction, not by the OOM
+        // killer.
+        {{"train", "--micro-batch", "100000", "--global-batch", "100000", "--out",
+          (dir / "m").string()},
+         "available"},
         {{"train", "--steps", "-3"}, "--steps"},
         {{"train", "--config", (dir / "missing.json").string()}, "missing.json"},
         {{"train", "--config", writeConfig(dir, tp), "--out", (dir / "a").string()},
@@ -251,7 +256,7 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         EXPECT_NE(o.err.find(c.expect), std::string::npos) << o.err;
     }
     // Refused input leaves no run behind, so the corrected command just works.
-    for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"})
+    for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m"})
         EXPECT_FALSE(std::filesystem::exists(dir / d / "config.json")) << d;
 }
 

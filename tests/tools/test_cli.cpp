@@ -576,6 +576,16 @@ TEST(CliBadInput, OutOfRangeNumbers) {
     expectRejected({{"plan", "--tokens", "-1"}, {"--tokens must be zero or positive"}});
     expectRejected(
         {{"plan", "--nodes", "100000", "--gpus-per-node", "1000"}, {"ten million GPUs"}});
+    // Once accepted with exit 0, printing null, nan or inf, or silently replaced.
+    expectRejected({{"plan", "--ckpt-bw", "1e308", "--json"}, {"--ckpt-bw", "(got 1e+308)"}});
+    expectRejected({{"plan", "--inter-bw", "1e309"}, {"--inter-bw", "(got inf)"}});
+    expectRejected({{"plan", "--price", "1e300"}, {"--price must be no larger than"}});
+    expectRejected({{"plan", "--dp", "-5"}, {"--dp must be at least 1 (got -5)"}});
+    expectRejected({{"collective", "--intra-latency", "nan"}, {"--intra-latency", "(got nan)"}});
+    expectRejected({{"collective", "--inter-latency", "-1"}, {"--inter-latency", "from 0"}});
+    expectRejected({{"collective", "--size", "inf"}, {"--size", "(got inf)"}});
+    expectRejected({{"collective", "--size", "1e300"}, {"--size", "up to"}});
+    expectRejected({{"collective", "--intra-bw", "0"}, {"--intra-bw", "above 0"}});
 }
 
 TEST(CliBadInput, UnknownNames) {
@@ -726,7 +736,7 @@ TEST(CliCollective, JsonAndErrors) {
     expectRejected({{"collective", "-n", "1"}, {"2 to 1024"}});
     expectRejected(
         {{"collective", "--algorithm", "two-level-allreduce", "-n", "12"}, {"whole nodes"}});
-    expectRejected({{"collective", "--size", "0"}, {"positive"}});
+    expectRejected({{"collective", "--size", "0"}, {"--size must be above 0"}});
 }
 
 } // namespace

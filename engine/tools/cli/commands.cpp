@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <sstream>
 
 namespace shardscope::cli {
 
@@ -171,7 +172,24 @@ struct CollectiveOptions {
     bool steps = false;
 };
 
+// v in [least, most] (and above 0 when `positive`): NaN, infinities and absurd sizes are
+// refused with the range instead of printing nan or null.
+void requireRange(double v, const char* flag, double least, double most, const char* unit,
+                  bool positive = false) {
+    if (v >= least && v <= most && !(positive && v <= 0))
+        return;
+    std::ostringstream text;
+    text << flag << " must be " << (positive ? "above " : "from ") << least << " "
+         << (positive ? "and up to " : "to ") << most << " " << unit << " (got " << v << ")";
+    throw InputError(text.str());
+}
+
 int runCollective(const CollectiveOptions& o, bool json, std::ostream& out) {
+    requireRange(o.sizeGB, "--size", 0, 1e6, "GB", true);
+    requireRange(o.intraGBps, "--intra-bw", 0, 1e6, "GB/s", true);
+    requireRange(o.interGBps, "--inter-bw", 0, 1e6, "GB/s", true);
+    requireRange(o.intraUs, "--intra-latency", 0, 1e6, "us");
+    requireRange(o.interUs, "--inter-latency", 0, 1e6, "us");
     CollectiveSpec spec;
     spec.kind = collectiveFromString(o.algorithm);
     spec.ranks = o.ranks;
@@ -190,8 +208,6 @@ int runCollective(const CollectiveOptions& o, bool json, std::ostream& out) {
     links.interBandwidth = o.interGBps * 1e9;
     links.intraLatency = o.intraUs * 1e-6;
     links.interLatency = o.interUs * 1e-6;
-    if (o.intraUs < 0 || o.interUs < 0)
-        throw InputError("latencies must not be negative");
     const CollectiveTiming t = timeCollective(plan, o.sizeGB * 1e9, links);
     if (json)
         out << collectiveJson(plan, links, t).dump(2) << '\n';

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -73,11 +74,20 @@ std::string shortNumber(double v) {
     return s.str();
 }
 
-void requirePositive(double v, const std::string& flag, const std::string& example) {
+// A positive number up to `most`: far past any real value, so that what is derived from it
+// stays finite (1e308 GB/s made a checkpoint time of 0 and a JSON null).
+void requirePositive(double v, const std::string& flag, const std::string& example,
+                     double most = std::numeric_limits<double>::max()) {
     if (!std::isfinite(v) || v <= 0)
         throw InputError(flag + " must be a positive number (got " + shortNumber(v) + "), e.g. " +
                          flag + " " + example);
+    if (v > most)
+        throw InputError(flag + " must be no larger than " + shortNumber(most) + " (got " +
+                         shortNumber(v) + "), e.g. " + flag + " " + example);
 }
+
+// Bandwidths in GB/s and prices per GPU-hour: a million is past every link and every price.
+constexpr double kMostRate = 1e6;
 
 } // namespace
 
@@ -106,21 +116,21 @@ ModelSpec buildModel(const ModelFlags& f) {
 ClusterSpec buildCluster(const ClusterFlags& f) {
     requirePositive(f.gpusPerNode, "--gpus-per-node", "8");
     requirePositive(f.nodes, "--nodes", "8");
-    requirePositive(f.interGBps, "--inter-bw", "50");
+    requirePositive(f.interGBps, "--inter-bw", "50", kMostRate);
     if (double(f.gpusPerNode) * f.nodes > 1e7)
         throw InputError(
             "--gpus-per-node x --nodes is more than ten million GPUs; check the flags");
     ClusterSpec c = makeCluster(findGpuPreset(f.gpu), f.gpusPerNode, f.nodes, f.interGBps * 1e9);
     if (f.mtbfHours != 0) {
-        requirePositive(f.mtbfHours, "--mtbf-hours", "45600");
+        requirePositive(f.mtbfHours, "--mtbf-hours", "45600", 1e9);
         c.gpuMtbfHours = f.mtbfHours;
     }
     if (f.checkpointGBps != 0) {
-        requirePositive(f.checkpointGBps, "--ckpt-bw", "100");
+        requirePositive(f.checkpointGBps, "--ckpt-bw", "100", kMostRate);
         c.checkpointBandwidth = f.checkpointGBps * 1e9;
     }
     if (f.price != 0) {
-        requirePositive(f.price, "--price", "2.5");
+        requirePositive(f.price, "--price", "2.5", kMostRate);
         c.gpuHourCost = f.price;
     }
     return c;
@@ -144,6 +154,9 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.optimizer = optimizerFromString(f.optimizer);
     p.offloadOptimizer = f.offload;
     p.flashAttention = f.flashAttention;
+    if (f.dp < 0)
+        throw InputError("--dp must be at least 1 (got " + std::to_string(f.dp) +
+                         "); leave it out to use every GPU: gpus / (tp pp cp)");
     const long long inner = 1LL * std::max(1, f.tp) * std::max(1, f.pp) * std::max(1, f.cp);
     p.dp = f.dp > 0 ? f.dp : int(std::max(1LL, cluster.worldSize() / inner));
     return p;

@@ -293,12 +293,42 @@ bool hasTextExtension(const std::string& path) {
     return ext == ".txt" || ext == ".text" || ext == ".md";
 }
 
+bool hasBinExtension(const std::string& path) {
+    std::string ext = std::filesystem::path(path).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return ext == ".bin";
+}
+
+// An llm.c header but for its first word: a version llm.c writes and a token count that matches
+// the file's size exactly. Raw tokens almost never line up like this by chance.
+bool looksLikeLlmcWithoutItsMagic(const TokenFile& f) {
+    if (f.size() < kLlmcHeaderBytes || hasLlmcMagic(f))
+        return false;
+    const std::int32_t version = int32At(f, 4);
+    const std::int64_t declared = int32At(f, 8), payload = f.size() - kLlmcHeaderBytes;
+    return (version == 1 && declared * 2 == payload) || (version == 2 && declared * 4 == payload);
+}
+
+// Only on a positive sign: llm.c's magic number, a text extension, or nanoGPT's .bin. Anything
+// else (a .dat file, random bytes, an llm.c file whose magic was damaged) is refused rather than
+// trained on as whatever it happens to parse as.
 DataFormat detectFormat(const TokenFile& f) {
     if (hasLlmcMagic(f))
         return DataFormat::LlmC;
     if (hasTextExtension(f.path()))
         return DataFormat::Text;
-    return DataFormat::NanoGpt;
+    if (looksLikeLlmcWithoutItsMagic(f))
+        throw InputError("data file '" + f.path() + "' has an llm.c header whose magic number is " +
+                         str(int32At(f, 0)) + ", not " + str(kLlmcMagic) +
+                         ": the file is damaged; tokenize it again, or give --data-format "
+                         "nanogpt to read it as raw tokens anyway");
+    if (hasBinExtension(f.path()))
+        return DataFormat::NanoGpt;
+    throw InputError("the format of data file '" + f.path() +
+                     "' cannot be told: auto-detection knows llm.c files (by their magic "
+                     "number), nanoGPT .bin files and .txt/.text/.md text; give --data-format "
+                     "(data_format) nanogpt, llmc or text");
 }
 
 TokenView nanoGptView(const TokenFile& f, bool detected) {

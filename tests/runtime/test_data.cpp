@@ -358,6 +358,32 @@ void expectContains(const std::string& message, const std::vector<std::string>& 
         EXPECT_NE(message.find(f), std::string::npos) << "'" << f << "' missing in: " << message;
 }
 
+// Detection needs a positive sign: a damaged llm.c header once trained as nanoGPT tokens, and a
+// .dat text file or random bytes trained too.
+TEST(AutoFormat, RefusesWhatItCannotTell) {
+    TempDir dir;
+    std::vector<unsigned char> damaged = llmcFile(ramp(200));
+    damaged[0] ^= 0xff;
+    const std::string llmc = dir.file("tokens.bin");
+    writeBytes(llmc, damaged);
+    expectContains(openError(fileSpec(llmc, DataFormat::Auto)),
+                   {"tokens.bin", "llm.c header", "damaged", "--data-format"});
+    // Told explicitly, it reads the file as raw tokens.
+    EXPECT_NO_THROW(Dataset::open(fileSpec(llmc, DataFormat::NanoGpt, 16, 65536)));
+
+    const std::string dat = dir.file("corpus.dat");
+    writeBytes(dat, std::vector<unsigned char>(300, 'a'));
+    expectContains(openError(fileSpec(dat, DataFormat::Auto)),
+                   {"corpus.dat", "cannot be told", "nanogpt, llmc or text"});
+    const std::string bare = dir.file("random");
+    std::vector<unsigned char> noise(4096);
+    std::mt19937 gen(3);
+    for (unsigned char& b : noise)
+        b = static_cast<unsigned char>(gen());
+    writeBytes(bare, noise);
+    expectContains(openError(fileSpec(bare, DataFormat::Auto)), {"cannot be told"});
+}
+
 TEST(DataErrors, MissingFile) {
     TempDir dir;
     const std::string path = dir.file("nowhere.bin");

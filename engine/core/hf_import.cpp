@@ -47,6 +47,8 @@ constexpr Family kFamilies[] = {
     {"qwen2_moe", SwiGlu, kRms, kRope, false, true, false, false, false},
     {"gemma", GeGlu, kRms, kRope, true, false, false, false, true},
     {"gemma2", GeGlu, kRms, kRope, true, false, false, false, true},
+    {"gemma3", GeGlu, kRms, kRope, true, false, false, false, true},
+    {"gemma3_text", GeGlu, kRms, kRope, true, false, false, false, true},
     {"phi3", SwiGlu, kRms, kRope, false, false, false, false, true},
     {"gpt2", Gelu, kLn, kLearned, true, true, true, true, false},
     // GPT-NeoX: embed_in and embed_out are separate matrices; attention_bias defaults to true.
@@ -191,6 +193,21 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
     if (!config.is_object())
         throw InputError("Hugging Face config: expected a JSON object, got " +
                          std::string(config.type_name()));
+    // Multimodal configs (Gemma 3, LLaVA and kin) keep the language model under text_config:
+    // read that, one level down only, with the outer model_type and name where it has none.
+    if (const auto text = config.find("text_config");
+        text != config.end() && text->is_object() && !config.contains("hidden_size")) {
+        json inner = *text;
+        inner.erase("text_config");
+        for (const char* key : {"model_type", "_name_or_path"})
+            if (!inner.contains(key) && config.contains(key))
+                inner[key] = config[key];
+        const std::string outerName =
+            config.contains("_name_or_path") && config["_name_or_path"].is_string()
+                ? config["_name_or_path"].get<std::string>()
+                : std::string();
+        return modelFromHuggingFace(inner, name.empty() ? outerName : name);
+    }
     ConfigReader r(config);
     const std::string modelType = r.text({"model_type"}).value_or("");
     const Family& family = familyOf(modelType);

@@ -107,6 +107,41 @@ TEST(HfImport, GemmaUsesGegluExplicitHeadDimAndTiedEmbeddings) {
     EXPECT_TRUE(m.tiedEmbeddings);
 }
 
+// Multimodal configs keep the language model under text_config (Gemma 3's shape: model_type
+// gemma3 outside, gemma3_text inside, a vision tower beside it); it was refused as missing
+// hidden_size.
+TEST(HfImport, ReadsTheTextModelOfAMultimodalConfig) {
+    const json config = json::parse(R"({
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "_name_or_path": "google/gemma-3-27b-it",
+        "vision_config": {"hidden_size": 1152, "num_hidden_layers": 27, "model_type": "siglip"},
+        "text_config": {"model_type": "gemma3_text", "hidden_size": 5376,
+                        "intermediate_size": 21504, "num_hidden_layers": 62,
+                        "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+                        "vocab_size": 262208, "max_position_embeddings": 131072}})");
+    const ModelSpec m = modelFromHuggingFace(config);
+    EXPECT_EQ(m.name, "google/gemma-3-27b-it");
+    EXPECT_EQ(m.family, "gemma3_text");
+    EXPECT_EQ(m.hidden, 5376);
+    EXPECT_EQ(m.layers, 62);
+    EXPECT_EQ(m.heads, 32);
+    EXPECT_EQ(m.kvHeads, 16);
+    EXPECT_EQ(m.headDim, 128);
+    EXPECT_EQ(m.activation, Activation::GeGlu);
+    EXPECT_TRUE(m.tiedEmbeddings);
+
+    // What the text model lacks is named as missing, not the outer document's fields.
+    json partial = config;
+    partial["text_config"].erase("num_hidden_layers");
+    try {
+        modelFromHuggingFace(partial);
+        FAIL() << "accepted a text model without layers";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("num_hidden_layers"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find("hidden_size"), std::string::npos) << e.what();
+    }
+}
+
 TEST(HfImport, GptNeoX) {
     const ModelSpec m = importFixture("pythia-1.4b");
     EXPECT_EQ(m.positions, PositionEmbedding::Rope);

@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
 namespace shardscope {
 
@@ -106,6 +108,37 @@ RunConfig defaultRunConfig() {
     return c;
 }
 
+namespace {
+
+// engine.<key> as T, or `fallback` when absent or null; the wrong type is an InputError that
+// names the field and quotes the value (not the JSON library's text).
+template <typename T> T engineField(const json& section, const char* key, T fallback) {
+    const auto it = section.find(key);
+    if (it == section.end() || it->is_null())
+        return fallback;
+    const std::string where = std::string("run config engine: ") + key + ": expected ";
+    if constexpr (std::is_same_v<T, std::string>) {
+        if (!it->is_string())
+            throw InputError(where + "a string, got " + jsonExcerpt(*it));
+        return it->template get<std::string>();
+    } else if constexpr (std::is_integral_v<T>) {
+        const bool whole = it->is_number_integer() ||
+                           (it->is_number_float() &&
+                            std::floor(it->template get<double>()) == it->template get<double>());
+        const double v = whole ? it->template get<double>() : 0;
+        if (!whole || v < double(std::numeric_limits<T>::min()) ||
+            v > double(std::numeric_limits<T>::max()))
+            throw InputError(where + "a whole number, got " + jsonExcerpt(*it));
+        return T(v);
+    } else {
+        if (!it->is_number())
+            throw InputError(where + "a number, got " + jsonExcerpt(*it));
+        return it->template get<T>();
+    }
+}
+
+} // namespace
+
 RunConfig runConfigFromJson(const json& j) {
     if (!j.is_object())
         throw InputError("run config: expected a JSON object with \"model\", \"parallel\", "
@@ -131,20 +164,16 @@ RunConfig runConfigFromJson(const json& j) {
     if (j.contains("engine")) {
         const json& e = j["engine"];
         rejectUnknownKeys(e, toJson(c)["engine"], "run config engine");
-        try {
-            EngineOptions& o = c.engine;
-            o.runDir = e.value("run_dir", o.runDir);
-            o.device = e.value("device", o.device);
-            o.threads = e.value("threads", o.threads);
-            o.telemetry = e.value("telemetry", o.telemetry);
-            o.peakFlops = e.value("peak_tflops", o.peakFlops / 1e12) * 1e12;
-            o.logEvery = e.value("log_every", o.logEvery);
-            o.bucketMiB = e.value("bucket_mb", o.bucketMiB);
-            o.watchdogSeconds = e.value("watchdog_timeout_s", o.watchdogSeconds);
-            o.stallSeconds = e.value("stall_report_s", o.stallSeconds);
-        } catch (const json::exception& ex) {
-            throw InputError(std::string("run config engine: ") + ex.what());
-        }
+        EngineOptions& o = c.engine;
+        o.runDir = engineField(e, "run_dir", o.runDir);
+        o.device = engineField(e, "device", o.device);
+        o.threads = engineField(e, "threads", o.threads);
+        o.telemetry = engineField(e, "telemetry", o.telemetry);
+        o.peakFlops = engineField(e, "peak_tflops", o.peakFlops / 1e12) * 1e12;
+        o.logEvery = engineField(e, "log_every", o.logEvery);
+        o.bucketMiB = engineField(e, "bucket_mb", o.bucketMiB);
+        o.watchdogSeconds = engineField(e, "watchdog_timeout_s", o.watchdogSeconds);
+        o.stallSeconds = engineField(e, "stall_report_s", o.stallSeconds);
         if (std::find(kDeviceKinds.begin(), kDeviceKinds.end(), c.engine.device) ==
             kDeviceKinds.end())
             throw InputError("run config engine: device is \"" + c.engine.device.substr(0, 24) +

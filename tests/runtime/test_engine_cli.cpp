@@ -215,7 +215,11 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
     const auto deep = dir / "deep.json"; // 80,000 levels overflowed the stack
     std::ofstream(deep) << "{\"model\": {\"hidden\": " << std::string(80000, '[')
                         << std::string(80000, ']') << "}}";
+    const auto typed = dir / "typed.json"; // once reported as [json.exception.type_error.302]
+    std::ofstream(typed) << R"({"engine": {"threads": "many"}})";
     std::vector<Case> cases = {
+        {{"train", "--config", typed.string(), "--out", (dir / "n").string()},
+         "engine: threads: expected a whole number, got \"many\""},
         {{"train", "--config", deep.string(), "--out", (dir / "k").string()}, "levels deep"},
         // 100,000 threads hung the engine once OpenMP ran out of memory making them.
         {{"train", "--threads", "100000", "--out", (dir / "l").string()}, "at most 1024"},
@@ -256,7 +260,7 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
         EXPECT_NE(o.err.find(c.expect), std::string::npos) << o.err;
     }
     // Refused input leaves no run behind, so the corrected command just works.
-    for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m"})
+    for (const char* d : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n"})
         EXPECT_FALSE(std::filesystem::exists(dir / d / "config.json")) << d;
 }
 

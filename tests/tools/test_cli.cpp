@@ -656,6 +656,17 @@ TEST(CliBadInput, HuggingFaceConfigFiles) {
 
 // --json of a schedule or collective that lists millions of items took minutes and 18 GB: refused
 // with the count, the limit and what to do instead; the summary of the same still runs.
+// A 100,000-character argument was quoted back whole.
+TEST(CliBadInput, HugeArgumentsAreQuotedAsExcerpts) {
+    const std::string huge(100000, 'x');
+    for (const CliResult& r :
+         {run({"plan", "--model", huge}), run({huge}), run({"plan", "--gpu", huge})}) {
+        EXPECT_EQ(r.code, 2);
+        EXPECT_LT(r.err.size(), 2000u);
+        EXPECT_NE(r.err.find("characters)"), std::string::npos) << r.err.substr(0, 300);
+    }
+}
+
 TEST(CliBadInput, JsonListingsHaveALimit) {
     expectRejected({{"schedule", "--pp", "1024", "-m", "2604", "--json"},
                     {"5,332,992", "1,048,576", "drop --json"}});

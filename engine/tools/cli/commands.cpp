@@ -345,13 +345,14 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
             for (const CLI::App* sub : app.get_subcommands(nullptr))
                 known += (known.empty() ? "" : ", ") + sub->get_name();
             err << "error: "
-                << (argc > 1 ? "unknown command '" + std::string(argv[1]) + "'"
-                             : "no command given")
+                << withShortQuotes(argc > 1 ? "unknown command '" + std::string(argv[1]) + "'"
+                                            : "no command given")
                 << "; known commands: " << known
                 << "\nRun with --help to see what each one does.\n";
             return 2;
         }
-        err << "error: " << e.what() << "\nRun with --help to see the accepted flags.\n";
+        err << "error: " << withShortQuotes(e.what())
+            << "\nRun with --help to see the accepted flags.\n";
         return 2;
     }
 
@@ -397,7 +398,11 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
         }
         return 0;
     } catch (const InputError& e) {
-        err << "error: " << e.what() << '\n';
+        err << "error: " << withShortQuotes(e.what()) << '\n';
+        return 2;
+    } catch (const std::bad_alloc&) {
+        err << "error: this request needs more memory than this machine has: ask for a smaller "
+               "model, cluster, schedule or collective\n";
         return 2;
     } catch (const std::exception& e) {
         err << "internal error: " << e.what() << "\nPlease report this with the command line.\n";

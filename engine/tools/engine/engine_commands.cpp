@@ -354,7 +354,8 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
             out << app.help();
             return 0;
         }
-        err << "shardscope-engine: " << e.what() << "\nRun with --help for usage.\n";
+        err << "shardscope-engine: " << withShortQuotes(e.what())
+            << "\nRun with --help for usage.\n";
         return 2;
     }
 
@@ -363,7 +364,7 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
     // A rank that fails alone must not leave the others waiting in their next collective (or
     // for the watchdog): it says why and ends the whole job with its exit code.
     auto fail = [&](int code, const std::string& message) {
-        err << "shardscope-engine: " << message << "\n" << std::flush;
+        err << "shardscope-engine: " << withShortQuotes(message) << "\n" << std::flush;
         if (world && world->size() > 1)
             world->abortJob(code);
         return code;
@@ -456,6 +457,9 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
         return fail(2, e.what());
     } catch (const CheckpointError& e) {
         return fail(4, e.what());
+    } catch (const std::bad_alloc&) {
+        return fail(2, "this run needs more host memory than this machine has (out of memory): "
+                       "use a smaller model, sequence or micro batch");
     } catch (const std::exception& e) {
         return fail(1, std::string("error: ") + e.what());
     }

@@ -63,6 +63,18 @@ TelemetryWriter::TelemetryWriter(TelemetryOptions options)
     if (file_ == nullptr)
         throw InputError("cannot open the telemetry file '" + options_.path +
                          "' for writing: " + std::strerror(errno));
+    // A run killed in the middle of a line left it torn: the resumed run starts on a line of its
+    // own, so only the torn line is lost (readers skip it and count it), not its first event.
+    if (options_.append && std::fseek(file_, 0, SEEK_END) == 0 && std::ftell(file_) > 0) {
+        std::FILE* tail = std::fopen(options_.path.c_str(), "rb");
+        int last = '\n';
+        if (tail && std::fseek(tail, -1, SEEK_END) == 0)
+            last = std::fgetc(tail);
+        if (tail)
+            std::fclose(tail);
+        if (last != '\n')
+            std::fputc('\n', file_);
+    }
 }
 
 TelemetryWriter::~TelemetryWriter() {

@@ -323,6 +323,27 @@ TEST(TelemetryFile, AppendKeepsTheEventsOfAnEarlierWriter) {
         EXPECT_EQ(json::parse(lines[static_cast<std::size_t>(i)]).at("step"), i);
 }
 
+// kill -9 in the middle of a line: the resumed run's first event (its start) was glued to the
+// torn line and lost with it. It starts on a line of its own; readers count the torn one.
+TEST(TelemetryFile, AppendAfterATornLineStartsOnAFreshLine) {
+    TempDir dir;
+    const fs::path path = dir.path() / "rank-0.jsonl";
+    {
+        TelemetryWriter writer({path.string(), "", 0});
+        writer.write(span(0));
+    }
+    std::ofstream(path, std::ios::app) << R"({"type": "span", "na)"; // torn
+    {
+        TelemetryWriter writer({.path = path.string(), .collector = "", .rank = 0, .append = true});
+        writer.write(span(2));
+    }
+    const std::vector<std::string> lines = readLines(path);
+    ASSERT_EQ(lines.size(), 3u);
+    EXPECT_EQ(json::parse(lines[0]).at("step"), 0);
+    EXPECT_TRUE(json::parse(lines[1], nullptr, false).is_discarded()) << lines[1];
+    EXPECT_EQ(json::parse(lines[2]).at("step"), 2);
+}
+
 TEST(TelemetryFile, BadUtf8IsReplacedNotThrown) {
     TempDir dir;
     const fs::path path = dir.path() / "rank-0.jsonl";

@@ -652,7 +652,8 @@ void CheckpointStore::abandonShards(std::int64_t step) {
     fs::remove_all(root_ / shardDirName(step), ec);
 }
 
-std::vector<CheckpointInfo> CheckpointStore::list() const {
+std::vector<CheckpointInfo>
+CheckpointStore::list(std::vector<std::pair<std::filesystem::path, std::string>>* skipped) const {
     std::vector<CheckpointInfo> out;
     std::error_code ec;
     fs::directory_iterator it(root_, ec);
@@ -668,7 +669,11 @@ std::vector<CheckpointInfo> CheckpointStore::list() const {
             // A renamed or hand-made directory would break save()'s check for an existing step.
             if (dir.filename() == stepDirName(m.step))
                 out.push_back(CheckpointInfo{dir, m.step, std::move(m.meta)});
-        } catch (const CheckpointError&) {
+            else if (skipped)
+                skipped->emplace_back(dir, "its manifest is for step " + std::to_string(m.step));
+        } catch (const CheckpointError& e) {
+            if (skipped)
+                skipped->emplace_back(dir, e.what());
         }
     }
     if (ec)

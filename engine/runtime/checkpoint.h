@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shardscope {
@@ -54,7 +55,10 @@ public:
 
     // Checkpoints whose manifest parses, oldest first (files not verified). Leftover temporary
     // directories from an interrupted save are ignored.
-    std::vector<CheckpointInfo> list() const;
+    // skipped (when given) receives each step-* directory left out and why (no manifest, one
+    // that does not parse, a name that is not its step's).
+    std::vector<CheckpointInfo>
+    list(std::vector<std::pair<std::filesystem::path, std::string>>* skipped = nullptr) const;
     std::optional<CheckpointInfo> latest() const;
 
     // Reads a checkpoint directory (any path, not only under this root) and verifies every file's

@@ -102,19 +102,22 @@ void TrainingRun::prepareRunDirectory() {
 std::optional<LoadedCheckpoint> TrainingRun::checkpointToResume() {
     if (!c_.engine.resume)
         return std::nullopt;
-    fs::path dir = c_.engine.resumeFrom;
-    if (dir.empty()) {
-        const auto latest = checkpoints_->latest();
-        if (!latest)
-            throw InputError("--resume: " + checkpoints_->root().string() +
-                             " has no checkpoint to resume from");
-        dir = latest->dir;
-    }
     // Each rank reads and verifies only the files it restores from.
     const std::set<std::string> mine = {parameterFile(), ownShard() + ".adam_m.f32",
                                         ownShard() + ".adam_v.f32"};
-    LoadedCheckpoint ck =
-        CheckpointStore::load(dir, [&](const std::string& name) { return mine.contains(name); });
+    const auto load = [&](const fs::path& from) {
+        return CheckpointStore::load(from,
+                                     [&](const std::string& name) { return mine.contains(name); });
+    };
+    fs::path dir = c_.engine.resumeFrom;
+    std::optional<LoadedCheckpoint> found;
+    if (!dir.empty()) {
+        found = load(dir); // the one asked for, or its error
+    } else {
+        found = newestCheckpointThatVerifies(load);
+        dir = found->info.dir;
+    }
+    LoadedCheckpoint ck = std::move(*found);
     checkResumable(c_, data_->describe(), ck.info.meta, dir);
     if (ck.info.step >= totalSteps_)
         throw InputError("the run in " + runDir_.string() + " already completed its " +
@@ -128,7 +131,57 @@ std::optional<LoadedCheckpoint> TrainingRun::checkpointToResume() {
     return ck;
 }
 
+// The newest checkpoint whose files verify on every rank, newer ones that do not skipped with the
+// reason (a missing or torn manifest, a file that fails its CRC): said on the console and, once
+// telemetry is open, as checkpoint_skipped events. The skipped directories newer than the one
+// resumed from are renamed <name>.skipped, their files untouched, so the steps they held can be
+// checkpointed again.
+template <typename Load>
+std::optional<LoadedCheckpoint> TrainingRun::newestCheckpointThatVerifies(Load load) {
+    std::vector<std::pair<fs::path, std::string>> skipped;
+    const std::vector<CheckpointInfo> all = checkpoints_->list(&skipped);
+    std::optional<LoadedCheckpoint> chosen;
+    for (auto it = all.rbegin(); it != all.rend() && !chosen; ++it) {
+        std::string problem;
+        try {
+            chosen = load(it->dir);
+        } catch (const CheckpointError& e) {
+            problem = e.what();
+        }
+        // Every rank verified its own files: all resume from the same step or none does.
+        if (control_ ? control_->any(!problem.empty()) : !problem.empty()) {
+            chosen.reset();
+            skipped.emplace_back(it->dir, problem.empty()
+                                              ? "another rank's files in it fail verification"
+                                              : problem);
+        }
+    }
+    std::string reasons;
+    for (const auto& [path, why] : skipped)
+        reasons += "\n  " + path.filename().string() + ": " + why;
+    if (!chosen)
+        throw CheckpointError("--resume: no checkpoint in " + checkpoints_->root().string() +
+                              " verifies" + (reasons.empty() ? " (there is none)" : ":" + reasons));
+    for (const auto& [path, why] : skipped) {
+        const std::string name = path.filename().string();
+        progress_ << "warning: skipped checkpoint " << name << ": " << why << "\n";
+        skippedCheckpoints_.push_back({{"dir", path.string()}, {"reason", why}});
+        if (leader_ && name > chosen->info.dir.filename().string()) {
+            std::error_code ec;
+            fs::rename(path, path.string() + ".skipped", ec);
+        }
+    }
+    if (!skipped.empty())
+        progress_ << "resuming from " << chosen->info.dir.string() << "\n";
+    return chosen;
+}
+
 void TrainingRun::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck) {
+    for (json skip : skippedCheckpoints_) {
+        skip["type"] = "event";
+        skip["event"] = "checkpoint_skipped";
+        telemetry_->write(std::move(skip));
+    }
     if (!ck) {
         // Each rank computes only what it stores: its shards, or its stage's share.
         model_->initialize(c_.train.seed);

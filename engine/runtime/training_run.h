@@ -94,6 +94,8 @@ private:
     void prepareRunDirectory();
     void writeConfig();
     std::optional<LoadedCheckpoint> checkpointToResume();
+    template <typename Load>
+    std::optional<LoadedCheckpoint> newestCheckpointThatVerifies(Load load);
     void restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck);
     void saveCheckpoint(std::int64_t stepsDone);
     void writeSummary(const TrainResult& r);
@@ -174,7 +176,8 @@ private:
     kernels::PeakFlops peak_;
     double lastLoss_ = NAN, lastValLoss_ = NAN;
     std::string lastCheckpoint_, resumedFrom_;
-    std::int64_t lastCheckpointStep_ = -1; // steps done at lastCheckpoint_
+    std::int64_t lastCheckpointStep_ = -1;           // steps done at lastCheckpoint_
+    std::vector<nlohmann::json> skippedCheckpoints_; // passed over on resume, for telemetry
     double throughputSum_ = 0, mfuSum_ = 0;
     int throughputCount_ = 0;
 };

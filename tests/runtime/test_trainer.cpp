@@ -332,6 +332,53 @@ TEST(Trainer, ACorruptCheckpointIsReportedAndLeftAlone) {
     EXPECT_TRUE(std::filesystem::exists(ck->dir / "manifest.json"));
 }
 
+// The newest checkpoint damaged (a shard failing its CRC, or its manifest gone): the resume says
+// which it skipped and why, continues from the newest one that verifies, and steps the same as a
+// run never interrupted; the damaged one is kept, renamed, so its step can be saved again.
+TEST(Trainer, ResumeFallsBackPastDamagedCheckpointsAndSaysWhy) {
+    for (const bool manifestGone : {false, true}) {
+        SCOPED_TRACE(manifestGone ? "manifest removed" : "a byte flipped");
+        TempDir dir;
+        std::ostringstream log;
+        RunConfig whole = tinyRun(dir / "whole", 6);
+        const TrainResult a = train(whole, log);
+        ASSERT_EQ(a.steps.size(), 6u);
+
+        RunConfig c = tinyRun(dir / "run", 6);
+        c.train.checkpointEvery = 2;
+        c.engine.stopAfter = 4;
+        ASSERT_EQ(train(c, log).status, RunStatus::Interrupted);
+        const auto damaged = dir / "run" / "checkpoints" / "step-00000004";
+        ASSERT_TRUE(std::filesystem::exists(damaged / "manifest.json"));
+        if (manifestGone) {
+            std::filesystem::remove(damaged / "manifest.json");
+        } else {
+            std::fstream f(damaged / (std::string(kShard) + "params.f32"),
+                           std::ios::in | std::ios::out | std::ios::binary);
+            f.seekp(100);
+            f.put('\x7f');
+        }
+        c.engine.stopAfter = 0;
+        c.engine.resume = true;
+        std::ostringstream said;
+        const TrainResult rest = train(c, said);
+        ASSERT_EQ(rest.status, RunStatus::Completed) << rest.message << said.str();
+        EXPECT_EQ(rest.firstStep, 2);
+        EXPECT_NE(said.str().find("skipped checkpoint step-00000004"), std::string::npos)
+            << said.str();
+        EXPECT_NE(said.str().find(manifestGone ? "manifest.json" : "params.f32"), std::string::npos)
+            << said.str();
+        for (std::size_t i = 0; i < rest.steps.size(); ++i)
+            EXPECT_EQ(rest.steps[i].loss, a.steps[i + 2].loss) << "step " << i + 3;
+        EXPECT_TRUE(std::filesystem::exists(damaged.string() + ".skipped"));
+        EXPECT_TRUE(std::filesystem::exists(damaged / "manifest.json")) << "step 4 saved again";
+        bool reported = false;
+        for (const json& e : events(dir / "run"))
+            reported = reported || (e["type"] == "event" && e["event"] == "checkpoint_skipped");
+        EXPECT_TRUE(reported);
+    }
+}
+
 TEST(Trainer, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
     TempDir dir;
     std::ostringstream log;

@@ -29,16 +29,29 @@ TEST(Explain, EveryFigureHasFormulaNumbersAndSource) {
     }
 }
 
-TEST(Explain, ValuesAreTheEstimateValues) {
+// The figures agree with each other as their formulas say: the total is its categories' sum,
+// FLOPs per step are FLOPs per token times the tokens of a step, throughput is tokens over the
+// step time, and MFU is the achieved FLOP/s (per GPU, in FLOP/s) over the cluster's peak. Each
+// explanation computes its own value, so an explanation that drifted from the estimate breaks one
+// of these.
+TEST(Explain, FiguresAgreeWithTheirOwnFormulas) {
     PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, test::layout(8, 1, 1, 64, 2));
     const Estimate e = estimate(in);
-    EXPECT_DOUBLE_EQ(explain(in, e, FigureId::MemTotal).value, e.memory.total());
-    EXPECT_DOUBLE_EQ(explain(in, e, FigureId::StepTime).value, e.stepTime);
-    EXPECT_DOUBLE_EQ(explain(in, e, FigureId::Mfu).value, e.mfu);
-    EXPECT_DOUBLE_EQ(explain(in, e, FigureId::CommDP).value, e.axis(Axis::DP).seconds);
+    const auto v = [&](FigureId id) { return explain(in, e, id).value; };
+    const double categories = v(FigureId::MemParameters) + v(FigureId::MemGradients) +
+                              v(FigureId::MemOptimizer) + v(FigureId::MemActivations) +
+                              v(FigureId::MemTemporary) + v(FigureId::MemOverhead);
+    EXPECT_NEAR(v(FigureId::MemTotal), categories, 1e-9 * categories);
+    const double tokensPerStep = double(in.parallel.globalBatch) * in.model.seqLen;
+    EXPECT_NEAR(v(FigureId::FlopsPerStep), v(FigureId::FlopsPerToken) * tokensPerStep,
+                1e-9 * v(FigureId::FlopsPerStep));
+    EXPECT_NEAR(v(FigureId::TokensPerSecond), tokensPerStep / v(FigureId::StepTime),
+                1e-9 * v(FigureId::TokensPerSecond));
+    const double peak = in.cluster.gpu.peak(in.parallel.precision.compute) * in.cluster.worldSize();
+    EXPECT_NEAR(v(FigureId::Mfu), v(FigureId::TflopsPerGpu) * in.cluster.worldSize() / peak, 1e-6);
     // The substituted text shows the result it explains.
     const Explanation total = explain(in, e, FigureId::MemTotal);
-    EXPECT_NE(total.substituted.find(formatBytes(e.memory.total())), std::string::npos);
+    EXPECT_NE(total.substituted.find(formatBytes(total.value)), std::string::npos);
     EXPECT_NE(total.substituted.find("fits"), std::string::npos);
 }
 

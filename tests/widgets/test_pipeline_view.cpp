@@ -3,6 +3,7 @@
 
 #include <QImage>
 #include <QPainter>
+#include <QSet>
 #include <QtTest>
 
 using namespace shardscope;
@@ -92,13 +93,20 @@ private slots:
         PipelineView view;
         view.resize(1600, 900);
         view.setTimeline(oneFOneB(16, 64), 1, "1F1B p16 m64");
-        QImage image(view.size(), QImage::Format_ARGB32);
         for (double t : {0.0, 50.0, 100.0, 237.0}) {
             view.setPlayhead(t);
+            QImage image(view.size(), QImage::Format_ARGB32);
+            image.fill(Qt::transparent);
             QPainter painter(&image);
             view.renderTo(painter, image.size());
+            painter.end();
+            // 16 ranks of forward and backward ops: the view is painted, in several colours.
+            QSet<QRgb> colours;
+            for (int y = 0; y < image.height(); y += 7)
+                for (int x = 0; x < image.width(); x += 7)
+                    colours.insert(image.pixel(x, y));
+            QVERIFY2(colours.size() >= 4, qPrintable(QString::number(t)));
         }
-        QVERIFY(!image.isNull());
         view.clear("interleaved 1F1B needs m divisible by p");
         QCOMPARE(view.opAt(0, 1), -1);
     }

@@ -3,6 +3,7 @@
 
 #include <QImage>
 #include <QPainter>
+#include <QSet>
 #include <QtTest>
 
 using namespace shardscope;
@@ -41,11 +42,18 @@ private slots:
             view.setPlan(buildCollective({kind, 16, 4}), "x");
             for (double t : {0.0, 0.5, 3.25, 1e9}) {
                 view.setTime(t);
+                image.fill(Qt::transparent);
                 QPainter painter(&image);
                 view.renderTo(painter, image.size());
+                painter.end();
+                // 16 ranks and their chunks: painted, in several colours.
+                QSet<QRgb> colours;
+                for (int y = 0; y < image.height(); y += 5)
+                    for (int x = 0; x < image.width(); x += 5)
+                        colours.insert(image.pixel(x, y));
+                QVERIFY2(colours.size() >= 3, qPrintable(QString::number(t)));
             }
         }
-        QVERIFY(!image.isNull());
         QVERIFY(view.chunkColor(0) != view.chunkColor(1));
     }
 };

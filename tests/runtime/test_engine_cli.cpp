@@ -348,7 +348,9 @@ TEST(EngineCli, VersionNamesTheBackendAndTheTelemetrySchema) {
     EXPECT_TRUE(
         std::regex_match(v["version"].get<std::string>(), std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")))
         << v;
-    EXPECT_EQ(v["backends"], json::array({"cpu"}));
+    // cuda where this build has the CUDA backend (its plugin), whether or not a GPU is here.
+    EXPECT_EQ(v["backends"],
+              queryDevices().builtWithCuda ? json::array({"cpu", "cuda"}) : json::array({"cpu"}));
     EXPECT_EQ(v["telemetry_schema"], kTelemetrySchemaVersion);
     EXPECT_NE(v["mpi"].get<std::string>().find("MPI"), std::string::npos) << v;
     const Outcome text = run({"version"});

@@ -292,11 +292,12 @@ void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
 }
 
 json engineVersion() {
-    return {{"name", "shardscope-engine"},
-            {"version", SHARDSCOPE_VERSION},
-            {"backends", json::array({"cpu"})},
-            {"telemetry_schema", kTelemetrySchemaVersion},
-            {"mpi", MpiSession::libraryVersion()}};
+    return {
+        {"name", "shardscope-engine"},
+        {"version", SHARDSCOPE_VERSION},
+        {"backends", engineRunsOn("cuda") ? json::array({"cpu", "cuda"}) : json::array({"cpu"})},
+        {"telemetry_schema", kTelemetrySchemaVersion},
+        {"mpi", MpiSession::libraryVersion()}};
 }
 
 } // namespace

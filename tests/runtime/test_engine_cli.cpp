@@ -250,6 +250,9 @@ TEST(EngineCli, BadInputExitsTwoWithTheReason) {
          "device is \"tpu\": use \"cpu\" or \"cuda\""},
         {{"train", "--device", "gpu", "--out", (dir / "i").string()}, "--device"},
     };
+    // A raw filesystem error with exit 1, once.
+    cases.push_back(
+        {{"dump", "--out", "/proc/shardscope-dump"}, "cannot create the dump directory"});
     if (queryDevices().devices.empty()) // said by the launcher, before any rank starts
         cases.push_back({{"train", "--device", "cuda", "--dp", "2", "--ranks", "2", "--out",
                           (dir / "j").string()},

@@ -235,7 +235,9 @@ void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
         lossSum += model.forward(state, in, tg, scale, nullptr, mb == 0 ? &logits : nullptr);
         model.backward(state, false, nullptr);
     }
-    fs::create_directories(dir);
+    if (std::error_code ec; !fs::create_directories(dir, ec) && ec)
+        throw InputError("cannot create the dump directory " + dir.string() + ": " + ec.message() +
+                         "; give --out a directory that can be written");
     const std::size_t P = model.parameterCount();
     writeFile(dir / "params.f32", initial.data(), P * sizeof(float));
     Buffer grads = memory.floats(MemoryCategory::Workspace, P); // fp32, whatever they are stored in
@@ -461,6 +463,8 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
     } catch (const std::bad_alloc&) {
         return fail(2, "this run needs more host memory than this machine has (out of memory): "
                        "use a smaller model, sequence or micro batch");
+    } catch (const fs::filesystem_error& e) { // a path the user gave that cannot be used
+        return fail(2, "cannot use " + e.path1().string() + ": " + e.code().message());
     } catch (const std::exception& e) {
         return fail(1, std::string("error: ") + e.what());
     }

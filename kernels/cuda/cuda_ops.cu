@@ -122,26 +122,6 @@ private:
     cudaStream_t stream_ = nullptr;
 };
 
-// Device memory from the stream-ordered pool for one operator's temporaries.
-class Temporary {
-public:
-    Temporary(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-        if (bytes > 0)
-            check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync");
-    }
-    ~Temporary() {
-        if (data_)
-            cudaFreeAsync(data_, stream_);
-    }
-    Temporary(const Temporary&) = delete;
-    Temporary& operator=(const Temporary&) = delete;
-    template <typename T> T* as() const { return static_cast<T*>(data_); }
-
-private:
-    void* data_ = nullptr;
-    cudaStream_t stream_;
-};
-
 int useDevice(int device) {
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
@@ -253,7 +233,8 @@ public:
     }
     void attentionBackward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr probs, int B, int T,
                            int C, int NH) override {
-        const Temporary workspace(sizeof(float) * attentionBackwardWorkspaceFloats(B, T, NH), s());
+        const StreamBuffer workspace(sizeof(float) * attentionBackwardWorkspaceFloats(B, T, NH),
+                                     s());
         cuda::attentionBackward(dqkv, dout, qkv, probs, B, T, C, NH, workspace.as<float>(), s());
     }
 
@@ -270,7 +251,7 @@ public:
 
     void crossEntropyForwardBackward(float* logits, const std::int32_t* targets, int N, int V,
                                      float gradScale, double* lossSum) override {
-        const Temporary rowLoss(sizeof(double) * crossEntropyWorkspaceDoubles(N), s());
+        const StreamBuffer rowLoss(sizeof(double) * crossEntropyWorkspaceDoubles(N), s());
         cuda::crossEntropyForwardBackward(logits, targets, N, V, gradScale, lossSum,
                                           rowLoss.as<double>(), s());
     }

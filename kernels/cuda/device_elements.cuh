@@ -68,6 +68,29 @@ template <int Threads> __device__ float blockMax(float value) {
     return blockReduce<Threads>(value, [](float a, float b) { return fmaxf(a, b); });
 }
 
+// Device memory from CUDA's stream-ordered pool for one operator's temporaries (rounded GEMM
+// operands, row statistics), freed in stream order: it lives exactly as long as the work that
+// reads it.
+class StreamBuffer {
+public:
+    StreamBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+        if (bytes > 0)
+            check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync");
+    }
+    ~StreamBuffer() {
+        if (data_)
+            cudaFreeAsync(data_, stream_);
+    }
+    StreamBuffer(const StreamBuffer&) = delete;
+    StreamBuffer& operator=(const StreamBuffer&) = delete;
+    void* data() const { return data_; }
+    template <typename T> T* as() const { return static_cast<T*>(data_); }
+
+private:
+    void* data_ = nullptr;
+    cudaStream_t stream_;
+};
+
 // Calls f with the elements of p as what they are: float* or bf16*.
 template <typename F> void withElements(kernels::Ptr p, F f) {
     if (p.type == kernels::DType::F32)

@@ -40,23 +40,6 @@ std::uint32_t alignmentOf(const void* p) {
     return a;
 }
 
-// A device buffer from the stream-ordered pool, freed in stream order: temporaries for converted
-// operands live exactly as long as the GEMM that reads them.
-class StreamBuffer {
-public:
-    StreamBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-        check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync");
-    }
-    ~StreamBuffer() { cudaFreeAsync(data_, stream_); }
-    StreamBuffer(const StreamBuffer&) = delete;
-    StreamBuffer& operator=(const StreamBuffer&) = delete;
-    void* data() const { return data_; }
-
-private:
-    void* data_ = nullptr;
-    cudaStream_t stream_;
-};
-
 // dbias[o] += sum over n of dout[n, o]: a thread per column, rows in order.
 template <typename G, typename D>
 __global__ void biasGradientKernel(G* dbias, const D* dout, int N, int OC) {

@@ -36,13 +36,15 @@ def engine_run(engine, config, threads, steps, precision="fp32", extra=()):
         return times
 
 
-def torch_run(cfg, threads, steps, ddp=False, precision="fp32"):
+def gpt_model(cfg, attention="math", device="cpu"):
+    """The engine's GPT-2 in PyTorch: tanh GELU, tied head, causal attention written out as
+    nanoGPT's fallback path ("math") or through scaled_dot_product_attention ("sdpa", PyTorch 2).
+    Shared by the CPU and GPU benchmarks."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 
-    torch.set_num_threads(threads)
-    m, p = cfg["model"], cfg["parallel"]
+    m = cfg["model"]
     C, NH, T, V, L = m["hidden"], m["heads"], m["seq_len"], m["vocab"], m["layers"]
 
     class Block(nn.Module):
@@ -51,15 +53,19 @@ def torch_run(cfg, threads, steps, ddp=False, precision="fp32"):
             self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
             self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
             self.fc, self.fc_proj = nn.Linear(C, m["ffn_hidden"]), nn.Linear(m["ffn_hidden"], C)
-            self.mask = torch.tril(torch.ones(T, T, dtype=torch.bool))  # not a buffer: gloo cannot broadcast bool
+            # not a buffer: gloo cannot broadcast bool
+            self.mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=device))
 
         def forward(self, x):
             B = x.shape[0]
             q, k, v = self.qkv(self.ln_1(x)).split(C, dim=2)
             h = lambda t: t.view(B, T, NH, C // NH).transpose(1, 2)
-            att = (h(q) @ h(k).transpose(-2, -1)) * (1.0 / (C // NH) ** 0.5)
-            att = att.masked_fill(~self.mask, float("-inf")).softmax(dim=-1)
-            x = x + self.proj((att @ h(v)).transpose(1, 2).reshape(B, T, C))
+            if attention == "sdpa":
+                y = F.scaled_dot_product_attention(h(q), h(k), h(v), is_causal=True)
+            else:
+                att = (h(q) @ h(k).transpose(-2, -1)) * (1.0 / (C // NH) ** 0.5)
+                y = att.masked_fill(~self.mask, float("-inf")).softmax(dim=-1) @ h(v)
+            x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
             return x + self.fc_proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
 
     class GPT(nn.Module):
@@ -68,16 +74,28 @@ def torch_run(cfg, threads, steps, ddp=False, precision="fp32"):
             self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
             self.blocks = nn.ModuleList(Block() for _ in range(L))
             self.ln_f = nn.LayerNorm(C)
+            self.positions = torch.arange(T, device=device)
 
         def forward(self, idx, targets):
-            x = self.wte(idx) + self.wpe(torch.arange(T))
+            x = self.wte(idx) + self.wpe(self.positions)
             for b in self.blocks:
                 x = b(x)
             logits = self.ln_f(x) @ self.wte.weight.T
             return F.cross_entropy(logits.view(-1, V), targets.view(-1))
 
+    return GPT().to(device)
+
+
+def torch_run(cfg, threads, steps, ddp=False, precision="fp32"):
+    import torch
+    import torch.nn as nn
+
+    torch.set_num_threads(threads)
+    p = cfg["parallel"]
+    T, V = cfg["model"]["seq_len"], cfg["model"]["vocab"]
+
     torch.manual_seed(0)
-    model = GPT()
+    model = gpt_model(cfg)
     if ddp:  # inside an initialised process group (dp_vs_ddp.py)
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)

@@ -24,6 +24,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import engine_vs_torch  # noqa: E402  (the same GPT-2 the CPU benchmark trains)
+
 WARMUP = 3
 
 
@@ -47,58 +50,11 @@ def engine_run(engine, config, steps, peak_tflops):
     }
 
 
-def torch_model(cfg, attention):
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    m = cfg["model"]
-    C, NH, T, V, L = m["hidden"], m["heads"], m["seq_len"], m["vocab"], m["layers"]
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
-            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-            self.fc, self.fc_proj = nn.Linear(C, m["ffn_hidden"]), nn.Linear(m["ffn_hidden"], C)
-            self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)),
-                                 persistent=False)
-
-        def forward(self, x):
-            B = x.shape[0]
-            q, k, v = self.qkv(self.ln_1(x)).split(C, dim=2)
-            h = lambda t: t.view(B, T, NH, C // NH).transpose(1, 2)
-            if attention == "sdpa":
-                y = F.scaled_dot_product_attention(h(q), h(k), h(v), is_causal=True)
-            else:
-                att = (h(q) @ h(k).transpose(-2, -1)) * (1.0 / (C // NH) ** 0.5)
-                y = att.masked_fill(~self.mask, float("-inf")).softmax(dim=-1) @ h(v)
-            x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-            return x + self.fc_proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-            self.blocks = nn.ModuleList(Block() for _ in range(L))
-            self.ln_f = nn.LayerNorm(C)
-            self.register_buffer("positions", torch.arange(T), persistent=False)
-
-        def forward(self, idx, targets):
-            x = self.wte(idx) + self.wpe(self.positions)
-            for b in self.blocks:
-                x = b(x)
-            logits = self.ln_f(x) @ self.wte.weight.T
-            return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
-
-    return GPT()
-
-
 def torch_run(cfg, steps, attention, compiled):
     import torch
 
     torch.manual_seed(0)
-    model = torch_model(cfg, attention).cuda()
+    model = engine_vs_torch.gpt_model(cfg, attention, "cuda")
     step_model = torch.compile(model) if compiled else model
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=True)

@@ -15,7 +15,6 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 namespace shardscope {
@@ -769,17 +768,20 @@ json parseJson(const std::string& text, const std::string& what) {
         throw InputError(what + ": arrays and objects nest " + std::to_string(depth) +
                          " levels deep, more than the " + std::to_string(kMaxJsonDepth) +
                          " a Shardscope document can have; is this the right file?");
+    // nlohmann's messages open with a tag ("[json.exception.parse_error.101] "): users get the
+    // description without it.
+    const auto untagged = [](std::string detail) {
+        if (const auto end = detail.find("] "); detail.starts_with("[json.") && end != detail.npos)
+            detail.erase(0, end + 2);
+        return detail;
+    };
     try {
         return json::parse(text);
     } catch (const json::parse_error& e) {
-        // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep its description.
-        std::string detail = e.what();
-        if (const auto end = detail.find("] "); detail.starts_with("[json.") && end != detail.npos)
-            detail.erase(0, end + 2);
         throw InputError(what + ": not valid JSON at byte " + std::to_string(e.byte) + ": " +
-                         detail);
-    } catch (const json::exception& e) {
-        throw InputError(what + ": not valid JSON: " + e.what());
+                         untagged(e.what()));
+    } catch (const json::exception& e) { // a number beyond a double's range, say
+        throw InputError(what + ": not valid JSON: " + untagged(e.what()));
     }
 }
 
@@ -790,11 +792,18 @@ json readJsonFile(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw InputError("cannot open " + path + ": " + std::strerror(errno));
-    std::ostringstream text;
-    text << in.rdbuf();
+    std::string text;
+    char buffer[65536];
+    while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+        text.append(buffer, std::size_t(in.gcount()));
+        if (text.size() > kMaxJsonFileBytes)
+            throw InputError(path + " is larger than " + std::to_string(kMaxJsonFileBytes >> 20) +
+                             " MiB, far more than any config.json, session or run config; is "
+                             "this the right file?");
+    }
     if (in.bad())
         throw InputError("cannot read " + path + ": " + std::strerror(errno));
-    return parseJson(text.str(), path);
+    return parseJson(text, path);
 }
 
 } // namespace shardscope

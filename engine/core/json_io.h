@@ -39,9 +39,13 @@ std::size_t jsonNestingDepth(std::string_view text);
 inline constexpr std::size_t kMaxJsonDepth = 64;
 
 // Parse text as JSON; a syntax error becomes an InputError that names `what` and the position,
-// and so does nesting deeper than kMaxJsonDepth.
+// and so does nesting deeper than kMaxJsonDepth or a number beyond a double's range.
 nlohmann::json parseJson(const std::string& text, const std::string& what);
-nlohmann::json readJsonFile(const std::string& path); // InputError when unreadable or malformed
+// Larger than any config, session or manifest (they are kilobytes): refused, not read on.
+inline constexpr std::size_t kMaxJsonFileBytes = std::size_t(64) << 20;
+// InputError when unreadable, malformed or larger than kMaxJsonFileBytes (/dev/zero, a FIFO
+// that never ends and a huge file are refused after that many bytes).
+nlohmann::json readJsonFile(const std::string& path);
 
 // A Hugging Face transformers config.json (Llama, Mistral, Mixtral, Qwen2, GPT-2, GPT-NeoX, Gemma
 // and close relatives) as a ModelSpec. Throws InputError listing missing or invalid fields.

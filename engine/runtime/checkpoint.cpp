@@ -1,5 +1,6 @@
 #include "checkpoint.h"
 
+#include "core/error.h"
 #include "core/json_io.h"
 
 #include <algorithm>
@@ -269,6 +270,10 @@ std::string readManifestText(const fs::path& dir) {
         if (n == 0)
             return text;
         text.append(buf, static_cast<std::size_t>(n));
+        if (text.size() > kMaxJsonFileBytes)
+            unusable(dir, std::string(kManifestName) + " is larger than " +
+                              std::to_string(kMaxJsonFileBytes >> 20) +
+                              " MiB, far more than any manifest");
     }
 }
 
@@ -279,14 +284,10 @@ Manifest readManifest(const fs::path& dir) {
                               " is not a directory; pass a checkpoint directory such as "
                               "<root>/step-00000100 to --resume");
     json j;
-    const std::string text = readManifestText(dir);
-    if (jsonNestingDepth(text) > kMaxJsonDepth)
-        unusable(dir, std::string(kManifestName) + " nests deeper than any manifest does (over " +
-                          std::to_string(kMaxJsonDepth) + " levels)");
     try {
-        j = json::parse(text);
-    } catch (const json::parse_error& e) {
-        unusable(dir, std::string(kManifestName) + " is not valid JSON (" + e.what() + ")");
+        j = parseJson(readManifestText(dir), kManifestName);
+    } catch (const InputError& e) { // too deep, not JSON, a number out of range
+        unusable(dir, e.what());
     }
     const auto field = [&](const char* key) { return member(j, key); };
     if (!j.is_object() || !field("format") || *field("format") != kFormatName)

@@ -35,6 +35,24 @@ json trajectoryOf(const TrainConfig& t) {
     return j;
 }
 
+// A count the checkpoint's meta holds, `absent` when it holds none. The manifest is a file anyone
+// can edit: anything but a whole number in [least, most] is refused, naming the field.
+std::int64_t metaCount(const CheckpointInfo& ck, const char* key, std::int64_t absent,
+                       std::int64_t least, std::int64_t most) {
+    const auto it = ck.meta.find(key);
+    if (it == ck.meta.end())
+        return absent;
+    if (!it->is_number_integer() ||
+        (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t(most)) ||
+        it->get<std::int64_t>() < least || it->get<std::int64_t>() > most)
+        throw CheckpointError("checkpoint " + ck.dir.string() + ": its manifest's meta." + key +
+                              " is " + jsonExcerpt(*it) + ", not a whole number from " +
+                              std::to_string(least) + " to " + std::to_string(most) +
+                              ": the manifest was edited or damaged; resume from another "
+                              "checkpoint with --resume PATH");
+    return it->get<std::int64_t>();
+}
+
 // What must match for a resumed run to read the same data and continue the same trajectory.
 void checkResumable(const RunConfig& c, const std::string& data, const json& meta,
                     const fs::path& dir) {
@@ -123,8 +141,10 @@ std::optional<LoadedCheckpoint> TrainingRun::checkpointToResume() {
         throw InputError("the run in " + runDir_.string() + " already completed its " +
                          std::to_string(totalSteps_) + " steps (checkpoint " + dir.string() +
                          "); there is nothing to resume");
-    if (ck.info.meta.value("threads", threads_) != threads_)
-        progress_ << "warning: the checkpoint was written with " << ck.info.meta.value("threads", 0)
+    const std::int64_t wroteWithThreads =
+        metaCount(ck.info, "threads", threads_, 1, std::numeric_limits<int>::max());
+    if (wroteWithThreads != threads_)
+        progress_ << "warning: the checkpoint was written with " << wroteWithThreads
                   << " threads and this run uses " << threads_
                   << "; reductions split by thread make the losses differ in the last bits from "
                      "an uninterrupted run\n";
@@ -219,7 +239,7 @@ void TrainingRun::restoreOrInitialize(const std::optional<LoadedCheckpoint>& ck)
     restore(ownShard() + ".adam_m.f32", optimizer_->firstMoment(), optimizer_->size());
     restore(ownShard() + ".adam_v.f32", optimizer_->secondMoment(), optimizer_->size());
     startStep_ = ck->info.step;
-    optimizer_->setSteps(ck->info.meta.value("optimizer_steps", std::int64_t(0)));
+    optimizer_->setSteps(metaCount(ck->info, "optimizer_steps", 0, 0, ck->info.step));
     lastCheckpoint_ = dir.string();
     lastCheckpointStep_ = startStep_;
     resumedFrom_ = dir.string();

@@ -411,6 +411,22 @@ TEST(ParseJson, SyntaxErrorNamesTheInputAndByte) {
     EXPECT_EQ(parseJson("[1, 2]", "ok").size(), 2u);
 }
 
+// A number past a double's range is not a parse error to nlohmann (out_of_range.406): it
+// escaped as a raw library exception (found by fuzz_checkpoint_manifest).
+TEST(ParseJson, ANumberBeyondADoublesRangeIsAnInputError) {
+    const std::string message =
+        inputErrorOf([] { parseJson(R"({"step": 1e795621810})", "m.json"); });
+    EXPECT_EQ(message.rfind("m.json: not valid JSON", 0), 0u) << message;
+    EXPECT_NE(message.find("1e795621810"), std::string::npos) << message;
+    EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
+}
+
+// A path that never ends (a device, a FIFO) or a huge file is refused after kMaxJsonFileBytes.
+TEST(ReadJsonFile, StopsReadingPastTheLargestDocument) {
+    const std::string message = inputErrorOf([] { readJsonFile("/dev/zero"); });
+    EXPECT_NE(message.find("/dev/zero is larger than 64 MiB"), std::string::npos) << message;
+}
+
 TEST(ReadJsonFile, ReportsUnreadableFiles) {
     EXPECT_NE(inputErrorOf([] {
                   readJsonFile("/nonexistent/x.json");

@@ -355,7 +355,15 @@ TEST_F(CheckpointTest, MalformedManifestsAreRejected) {
     rejects(m.dump(), "\"step\"");
     // Nested past any manifest: refused before it is parsed or described.
     rejects("{\"format\": " + std::string(80000, '[') + std::string(80000, ']') + "}",
-            "nests deeper than any manifest");
+            "manifest.json: arrays and objects nest");
+    // A number past a double's range escaped as nlohmann's out_of_range (fuzz_checkpoint_manifest).
+    std::string overflow = good.dump();
+    overflow.insert(1, "\"created_unix\": 1e795621810, ");
+    rejects(overflow, "manifest.json: not valid JSON: number overflow");
+    std::vector<std::pair<std::filesystem::path, std::string>> skipped;
+    EXPECT_TRUE(store.list(&skipped).empty());
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_NE(skipped[0].second.find("number overflow"), std::string::npos) << skipped[0].second;
 }
 
 TEST_F(CheckpointTest, LoadOfAMissingDirectoryNamesIt) {

@@ -101,6 +101,39 @@ TEST(EngineCli, ResumeContinuesTheRunsOwnConfig) {
     EXPECT_EQ(lossesOf(dir / "part"), lossesOf(dir / "whole"));
 }
 
+// A manifest is a file anyone can edit: the counts a resume reads from its meta beside the
+// checked config (threads, optimizer steps) are refused by name when they are not whole numbers
+// in range; they reached the user as nlohmann's type_error with exit code 1.
+TEST(EngineCli, AnEditedCheckpointMetaIsRefusedNamingTheField) {
+    TempDir dir;
+    json c = smallConfig();
+    c["train"]["steps"] = 4;
+    const std::string config = writeConfig(dir, c);
+    const std::string runDir = (dir / "run").string();
+    ASSERT_EQ(run({"train", "--config", config, "--out", runDir, "--stop-after", "2", "-q"}).code,
+              0);
+    const std::filesystem::path manifest =
+        dir / "run" / "checkpoints" / "step-00000002" / "manifest.json";
+    const json original = json::parse(std::ifstream(manifest));
+    ASSERT_TRUE(original["meta"].contains("threads"));
+    ASSERT_TRUE(original["meta"].contains("optimizer_steps"));
+    for (const auto& [field, value] : {std::pair<std::string, json>{"threads", "four"},
+                                       {"optimizer_steps", -3},
+                                       {"optimizer_steps", 1e300}}) {
+        json edited = original;
+        edited["meta"][field] = value;
+        std::ofstream(manifest, std::ios::trunc) << edited.dump(2);
+        const Outcome o = run({"train", "--resume", "--out", runDir, "-q"});
+        EXPECT_EQ(o.code, 4) << field << " = " << value.dump() << ": " << o.err;
+        EXPECT_NE(o.err.find("meta." + field), std::string::npos) << o.err;
+        EXPECT_NE(o.err.find("--resume"), std::string::npos) << o.err;
+        EXPECT_EQ(o.err.find("json.exception"), std::string::npos) << o.err;
+    }
+    std::ofstream(manifest, std::ios::trunc) << original.dump(2);
+    const Outcome resumed = run({"train", "--resume", "--out", runDir, "-q"});
+    EXPECT_EQ(resumed.code, 0) << resumed.err;
+}
+
 // The default model, 200 steps, in fp32 and in bf16 (--precision bf16). bf16 holds about 3
 // significant digits (relative rounding up to 2^-9 = 0.2% per value) in every weight, activation
 // and GEMM operand; the fp32 master weights keep the small updates, so the two curves stay

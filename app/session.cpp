@@ -6,7 +6,6 @@
 #include "plan/layout.h"
 #include "save_file.h"
 
-#include <QFile>
 #include <nlohmann/json.hpp>
 
 namespace shardscope {

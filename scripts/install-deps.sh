@@ -4,6 +4,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  clang libclang-rt-14-dev libomp-14-dev
   qt6-base-dev libqt6opengl6-dev qt6-charts-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6
   libgl-dev xvfb xauth fonts-dejavu-core
   libopenmpi-dev openmpi-bin libopenblas-dev

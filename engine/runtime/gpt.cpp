@@ -10,10 +10,6 @@
 
 namespace shardscope {
 
-namespace {
-constexpr std::size_t npos = GptModel::npos;
-} // namespace
-
 void MicrobatchState::reset() {
     tokens.reset();
     deferredGradients.clear();

@@ -176,6 +176,26 @@ bool TcpEventStream::waitUntilSent(std::chrono::milliseconds timeout) {
     return idle_.wait_for(lock, timeout, [this] { return queue_.empty() && !sending_; });
 }
 
+void TcpEventStream::settle(std::chrono::milliseconds timeout) {
+    if (waitUntilSent(timeout))
+        return;
+    std::unique_lock lock(mutex_);
+    if (closed_)
+        return; // close() already accounted for everything
+    abandon_.store(true, std::memory_order_release);
+    std::vector<std::string> queued;
+    queued.swap(queue_);
+    drop(queued);
+    const char byte = 1;
+    [[maybe_unused]] const ssize_t n = ::write(wakePipe_[1], &byte, 1);
+    // sendAll() sees abandon_ within one poll slice and the batch is accounted for.
+    idle_.wait(lock, [this] { return !sending_; });
+    abandon_.store(false, std::memory_order_release);
+    char buffer[16];
+    while (::read(wakePipe_[0], buffer, sizeof buffer) > 0) {
+    }
+}
+
 void TcpEventStream::close() {
     {
         std::lock_guard lock(mutex_);
@@ -359,6 +379,8 @@ std::size_t TcpEventStream::sendAll(const char* data, std::size_t size) {
         if (n < 0 && errno == EINTR)
             continue;
         if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            break;
+        if (abandon_.load(std::memory_order_acquire))
             break;
         const bool stopping = stop_.load(std::memory_order_acquire);
         Clock::time_point deadline = lastProgress + kStallTimeout;

@@ -51,6 +51,13 @@ public:
     // when nothing is left.
     bool waitUntilSent(std::chrono::milliseconds timeout);
 
+    // Settles the accounts: waits up to `timeout` for every queued line to be sent, then drops
+    // what is still queued and cuts short a batch still being sent (its unsent lines dropped and
+    // the connection closed, since a line may be cut), so that afterwards pushed == sent +
+    // dropped for everything pushed before the call. The stream stays open: later lines go out
+    // on a new connection. For the counts a run's last event reports.
+    void settle(std::chrono::milliseconds timeout);
+
     // Queues one line (without '\n'; the stream terminates it). When `capacity` lines are already
     // waiting the line is dropped instead. Safe from any thread.
     void push(std::string line);
@@ -91,12 +98,15 @@ private:
     std::vector<std::string> greeting_; // guarded by mutex_
     bool sending_ = false;              // guarded by mutex_: a batch taken from the queue
     bool closed_ = false;               // guarded by mutex_; push() drops from then on
+    // Set by settle(): the batch being sent is given up at once. Read by sendAll().
+    std::atomic<bool> abandon_{false};
 
     // Written before stop_ is set, read after it is seen: the end of the drain window.
     std::chrono::steady_clock::time_point drainDeadline_;
     std::atomic<bool> stop_{false};
-    int wakePipe_[2] = {-1, -1}; // written once by close() to interrupt a connect or send poll()
-    int fd_ = -1;                // owned by the stream thread
+    // Written by close() (once) and settle() to interrupt a connect or send poll().
+    int wakePipe_[2] = {-1, -1};
+    int fd_ = -1; // owned by the stream thread
 
     std::atomic<std::int64_t> pushed_{0};
     std::atomic<std::int64_t> sent_{0};

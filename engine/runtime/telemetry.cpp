@@ -94,7 +94,7 @@ double TelemetryWriter::timeOfSteadyClock(double steadySeconds) const {
     return steadySeconds - epoch + offset_.load(std::memory_order_relaxed);
 }
 
-void TelemetryWriter::write(json event) {
+void TelemetryWriter::stamp(json& event) const {
     if (!event.is_object())
         throw std::invalid_argument(std::string("a telemetry event must be a JSON object, not ") +
                                     event.type_name());
@@ -104,7 +104,26 @@ void TelemetryWriter::write(json event) {
         event["coord"] = options_.coordinate;
     if (!event.contains("t"))
         event["t"] = now();
+}
+
+void TelemetryWriter::write(json event) {
+    stamp(event);
     std::lock_guard lock(mutex_);
+    append(std::move(event));
+}
+
+void TelemetryWriter::writeEnd(json event, std::chrono::milliseconds drainTime) {
+    stamp(event);
+    // Under the lock, so no other thread's event lands between the counts and the end line.
+    std::lock_guard lock(mutex_);
+    if (stream_)
+        stream_->settle(drainTime);
+    const TelemetryStats s = stats();
+    event["telemetry"] = {{"written", s.written + 1}, {"sent", s.sent}, {"dropped", s.dropped}};
+    append(std::move(event));
+}
+
+void TelemetryWriter::append(json event) {
     event["seq"] = ++seq_;
     std::string text = line(event);
     text += '\n';

@@ -64,6 +64,10 @@ public:
     // network. The event must be a JSON object (std::invalid_argument otherwise); a failed file
     // write throws InputError. A start event becomes the one re-sent on every new connection.
     void write(nlohmann::json event);
+    // The run's last event, with "telemetry": {written, sent, dropped} added: queued events get
+    // up to `drainTime` to reach the collector and the rest are dropped first, so the counts add
+    // up: sent + dropped == written - 1 (the end event itself is written, not yet sent).
+    void writeEnd(nlohmann::json event, std::chrono::milliseconds drainTime);
     void flush(); // the file, to the OS; InputError if that fails (disk full)
     // Waits until the stream has sent what is queued (at most `timeout`); true when it has, or
     // when there is no stream. Used before the process is ended from outside (a hang).
@@ -74,6 +78,9 @@ public:
     const std::string& session() const { return session_; }
 
 private:
+    void stamp(nlohmann::json& event) const; // v, rank, coord, t
+    void append(nlohmann::json event);       // seq; the file and the stream; mutex_ held
+
     TelemetryOptions options_;
     std::chrono::steady_clock::time_point epoch_;
     std::string session_;

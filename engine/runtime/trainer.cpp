@@ -738,15 +738,13 @@ void TrainingRun::reportStep(const StepRecord& s, const Throughput& t) {
 void TrainingRun::finish(TrainResult& result) {
     result.finalValLoss = lastValLoss_;
     writeSummary(result);
-    const TelemetryStats ts = telemetry_->stats();
-    telemetry_->write(
-        {{"type", "event"},
-         {"event", "end"},
-         {"status", toString(result.status)},
-         {"steps", result.stepsCompleted},
-         {"memory_peak", memoryJson(memory_.peak())},
-         {"final_loss", std::isfinite(lastLoss_) ? json(lastLoss_) : json()},
-         {"telemetry", {{"written", ts.written + 1}, {"sent", ts.sent}, {"dropped", ts.dropped}}}});
+    telemetry_->writeEnd({{"type", "event"},
+                          {"event", "end"},
+                          {"status", toString(result.status)},
+                          {"steps", result.stepsCompleted},
+                          {"memory_peak", memoryJson(memory_.peak())},
+                          {"final_loss", std::isfinite(lastLoss_) ? json(lastLoss_) : json()}},
+                         TcpEventStream::kDrainTime);
     telemetry_->flush();
 }
 

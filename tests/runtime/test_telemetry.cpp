@@ -633,6 +633,61 @@ TEST(TelemetryStream, ClosingAStalledStreamIsPromptAndAccountsForEveryLine) {
     EXPECT_EQ(stream.stats().dropped, s.dropped + 1);
 }
 
+// settle() is what the end event's counts rely on: with the stream stuck in a send to a collector
+// that stopped reading, everything pushed so far ends up sent or dropped, and the stream goes on.
+TEST(TelemetryStream, SettlingAStalledStreamAccountsForEveryLineAndKeepsItOpen) {
+    Collector collector(Collector::Mode::NeverRead);
+    TcpEventStream stream(collector.address(), 16);
+    ASSERT_TRUE(eventually([&] { return stream.stats().connected; }));
+    const std::string line(1000, 'y');
+    ASSERT_TRUE(untilStalled([&] { stream.push(line); }, [&] { return stream.stats().sent; }))
+        << "the collector's socket never filled";
+    const EventStreamStats before = stream.stats();
+    ASSERT_LT(before.sent + before.dropped, before.pushed) << "nothing was left in flight";
+
+    stream.settle(200ms);
+    const EventStreamStats settled = stream.stats();
+    EXPECT_EQ(settled.pushed, before.pushed);
+    EXPECT_EQ(settled.sent + settled.dropped, settled.pushed);
+    EXPECT_GE(settled.sent, before.sent);
+
+    // The cut connection is replaced (the listener's backlog takes it), and lines flow again.
+    EXPECT_TRUE(eventually([&] { return stream.stats().connected; }));
+    stream.push(line);
+    stream.close();
+    const EventStreamStats closed = stream.stats();
+    EXPECT_EQ(closed.pushed, settled.pushed + 1);
+    EXPECT_EQ(closed.sent + closed.dropped, closed.pushed);
+}
+
+// The run's end event reports counts that add up: every event before it sent or dropped. With a
+// stalled collector they left 1,774 events unaccounted for.
+TEST(TelemetryStream, TheEndEventsCountsAddUpUnderAStalledCollector) {
+    TempDir dir;
+    const fs::path path = dir.path() / "rank-0.jsonl";
+    Collector collector(Collector::Mode::NeverRead);
+    TelemetryWriter writer(
+        {.path = path.string(), .collector = collector.address(), .queueCapacity = 64});
+    ASSERT_TRUE(eventually([&] { return writer.stats().connected; }));
+    int i = 0;
+    ASSERT_TRUE(
+        untilStalled([&] { writer.write(bulky(i++)); }, [&] { return writer.stats().sent; }))
+        << "the collector's socket never filled";
+    writer.writeEnd({{"type", "event"}, {"event", "end"}}, 200ms);
+    writer.flush();
+
+    const std::vector<std::string> lines = readLines(path);
+    ASSERT_EQ(lines.size(), std::size_t(i) + 1);
+    const json end = json::parse(lines.back());
+    ASSERT_EQ(end["event"], "end");
+    const json& counts = end["telemetry"];
+    EXPECT_EQ(counts["written"].get<std::int64_t>(), std::int64_t(lines.size()));
+    EXPECT_EQ(counts["sent"].get<std::int64_t>() + counts["dropped"].get<std::int64_t>(),
+              counts["written"].get<std::int64_t>() - 1)
+        << counts.dump();
+    EXPECT_GT(counts["dropped"].get<std::int64_t>(), 0);
+}
+
 TEST(TelemetryStream, ClosingWhileConnectingIsPrompt) {
     // TEST-NET-1 (RFC 5737): connects there hang or fail, never succeed.
     TcpEventStream stream("tcp://192.0.2.1:9", 64);
@@ -760,6 +815,14 @@ TEST(TelemetryStream, DrainWaitsUntilTheQueueIsSent) {
     EXPECT_TRUE(writer.drain(5000ms));
     const TelemetryStats s = writer.stats();
     EXPECT_EQ(s.sent + s.dropped, 300); // nothing left in the queue
+
+    // With a collector that reads, the end event's counts add up with nothing dropped.
+    writer.writeEnd({{"type", "event"}, {"event", "end"}}, 5000ms);
+    writer.flush();
+    const json end = json::parse(readLines(dir.path() / "r.jsonl").back());
+    EXPECT_EQ(end["telemetry"]["written"], 301);
+    EXPECT_EQ(end["telemetry"]["sent"], 300);
+    EXPECT_EQ(end["telemetry"]["dropped"], 0);
 }
 
 TEST(TelemetryStream, QueueCapacityMustBePositive) {

@@ -212,6 +212,27 @@ TrainResult TrainingRun::execute() {
     return result;
 }
 
+namespace {
+
+// The job's other ranks on this host and their pids, from one exchange over the control channel
+// (a host stands as its name's hash cut to 52 bits, exact in a double).
+std::vector<Watchdog::Peer> localPeers(ControlChannel& control) {
+    const int size = control.size(), me = control.rank();
+    const double host =
+        double(std::hash<std::string>{}(hostName()) & ((std::uint64_t(1) << 52) - 1));
+    std::vector<double> table(2 * std::size_t(size), 0.0);
+    table[2 * std::size_t(me)] = double(::getpid());
+    table[2 * std::size_t(me) + 1] = host;
+    control.sum(table.data(), table.size());
+    std::vector<Watchdog::Peer> peers;
+    for (int r = 0; r < size; ++r)
+        if (r != me && table[2 * std::size_t(r) + 1] == host)
+            peers.push_back({r, long(table[2 * std::size_t(r)])});
+    return peers;
+}
+
+} // namespace
+
 // With more than one rank: every wait watched, the control channel, the mesh and its groups.
 void TrainingRun::joinRanks() {
     if (world_ && world_->size() > 1) {
@@ -229,6 +250,7 @@ void TrainingRun::joinRanks() {
         world_ = watchedWorld_.get();
         world_->orderAfter(ops_->computeStream()); // every group made below inherits it
         control_ = world_->controlChannel();
+        watchdog_->setLocalPeers(localPeers(*control_));
         mesh_ = std::make_unique<ProcessMesh>(c_.parallel, *world_);
         rank_ = world_->rank();
         leader_ = rank_ == 0;

@@ -1,7 +1,10 @@
 #include "watchdog.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +16,52 @@ namespace shardscope {
 using nlohmann::json;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The process no longer runs: it does not exist, or it is a zombie its parent has not reaped.
+bool processGone(long pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    if (!stat)
+        return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    std::string text;
+    std::getline(stat, text); // one line
+    // "pid (comm) S ...": the state follows the last ')', since comm may hold one.
+    const std::size_t close = text.rfind(')');
+    if (close == std::string::npos || close + 2 >= text.size())
+        return false;
+    const char state = text[close + 2];
+    return state == 'Z' || state == 'X';
+}
+
+// Whether rank `rank`'s telemetry in `dir` ends with an event that says why it stopped (end,
+// error, hang, hang_summary, rank_lost): a rank that ended the job on purpose, not one that
+// vanished. Reads only the file's last 256 KiB.
+bool saidWhyItEnded(const fs::path& dir, int rank) {
+    std::ifstream in(dir / ("rank-" + std::to_string(rank) + ".jsonl"), std::ios::binary);
+    if (!in)
+        return false;
+    in.seekg(0, std::ios::end);
+    const std::streamoff size = in.tellg();
+    const std::streamoff from = std::max<std::streamoff>(0, size - (256 << 10));
+    in.seekg(from);
+    std::string tail(std::size_t(size - from), '\0');
+    in.read(tail.data(), std::streamsize(tail.size()));
+    const std::size_t end = tail.rfind('\n');
+    if (end == std::string::npos || end == 0)
+        return false;
+    const std::size_t begin = tail.rfind('\n', end - 1);
+    const json last =
+        json::parse(tail.begin() + std::ptrdiff_t(begin == std::string::npos ? 0 : begin + 1),
+                    tail.begin() + std::ptrdiff_t(end), nullptr, false);
+    if (!last.is_object())
+        return false;
+    const std::string event = last.value("event", "");
+    return event == "end" || event == "error" || event == "hang" || event == "hang_summary" ||
+           event == "rank_lost";
+}
+
+} // namespace
 
 Watchdog::Watchdog(double timeoutSeconds, int rank, int worldSize, std::function<void(int)> abort)
     : timeout_(timeoutSeconds), rank_(rank), worldSize_(worldSize), abort_(std::move(abort)),
@@ -89,6 +138,11 @@ Watchdog::Lenient::~Lenient() {
     --dog_->lenient_;
 }
 
+void Watchdog::setLocalPeers(std::vector<Peer> peers) {
+    std::lock_guard lock(mutex_);
+    localPeers_ = std::move(peers);
+}
+
 void Watchdog::setPosition(std::int64_t step, int microbatch, const char* op) {
     std::lock_guard lock(mutex_);
     step_ = step;
@@ -121,10 +175,25 @@ void Watchdog::watch() {
         double period = std::min(1.0, timeout_ / 10);
         if (stallSeconds_ > 0)
             period = std::min(period, stallSeconds_ / 2);
+        if (!localPeers_.empty())
+            period = std::min(period, kPeerCheckSeconds);
         wake_.wait_for(lock, std::chrono::duration<double>(period));
         if (stopping_ || !waiting_)
             continue;
         const double waited = std::chrono::duration<double>(Clock::now() - since_).count();
+        if (waited >= kPeerCheckSeconds)
+            for (auto peer = localPeers_.begin(); peer != localPeers_.end(); ++peer) {
+                if (!processGone(peer->pid))
+                    continue;
+                if (!reportDir_.empty() && saidWhyItEnded(reportDir_, peer->rank)) {
+                    localPeers_.erase(peer); // it ended the job on purpose and said why
+                    break;
+                }
+                const Peer lost = *peer;
+                lock.unlock();
+                peerLost(lost, waited);
+                return;
+            }
         if (waited >= (lenient_ > 0 ? kLenience : 1.0) * timeout_) {
             lock.unlock();
             fire(waited);
@@ -223,6 +292,38 @@ void Watchdog::fire(double waited) {
     drain();
     // That rank sums up and ends the job; should it never get there, this one does.
     std::this_thread::sleep_for(std::chrono::duration<double>(std::min(timeout_, 10.0) + 5.0));
+    abort_(5);
+}
+
+void Watchdog::peerLost(const Peer& lost, double waited) {
+    json mine;
+    {
+        std::lock_guard lock(mutex_);
+        mine = position(waited);
+    }
+    char line[640];
+    std::snprintf(line, sizeof line,
+                  "shardscope-engine: rank %d: rank %d (pid %ld on this host) is gone: it ended "
+                  "without an end, error or hang event (killed, or crashed) while this rank waited "
+                  "%.1f s in %s "
+                  "#%llu on %s, at step %lld, microbatch %d, op %s; ending the job (exit 5)",
+                  rank_, lost.rank, lost.pid, waited, mine["collective"].get<std::string>().c_str(),
+                  static_cast<unsigned long long>(mine["sequence"].get<std::uint64_t>()),
+                  mine["axis"].get<std::string>().c_str(),
+                  static_cast<long long>(mine["step"].get<std::int64_t>()),
+                  mine["microbatch"].get<int>(), mine["op"].get<std::string>().c_str());
+    // stderr first: the launcher may kill this process at any moment now.
+    std::fputs((std::string(line) + "\n").c_str(), stderr);
+    std::fflush(stderr);
+    json event = mine;
+    event.erase("rank");
+    event["type"] = "event";
+    event["event"] = "rank_lost";
+    event["lost_rank"] = lost.rank;
+    event["lost_pid"] = lost.pid;
+    event["message"] = std::string(line).substr(std::string("shardscope-engine: ").size());
+    emit(std::move(event));
+    drain();
     abort_(5);
 }
 

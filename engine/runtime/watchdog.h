@@ -20,6 +20,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace shardscope {
 
@@ -46,6 +47,17 @@ public:
     void setEvents(Events events, double stallSeconds);
     // Where the training loop is; a wait's report names it.
     void setPosition(std::int64_t step, int microbatch, const char* op);
+
+    // The job's other processes on this host (rank, pid). While this rank waits, they are looked
+    // at every kPeerCheckSeconds: one that no longer runs (killed, or crashed without a message)
+    // is named at once with where this rank was, as a `rank_lost` event and on stderr, and the
+    // job is ended (exit 5), before the launcher kills the rest without a word.
+    struct Peer {
+        int rank = 0;
+        long pid = 0;
+    };
+    void setLocalPeers(std::vector<Peer> peers);
+    static constexpr double kPeerCheckSeconds = 0.1;
 
     // While a Wait lives, this rank is blocked on one operation.
     class Wait {
@@ -79,6 +91,7 @@ public:
 private:
     void watch();
     void fire(double waited);
+    void peerLost(const Peer& lost, double waited);
     nlohmann::json position(double waited) const; // with mutex_ held
     void emit(nlohmann::json event);              // without mutex_ held
     void drain();                                 // without mutex_ held
@@ -94,6 +107,7 @@ private:
     Events events_;
     double stallSeconds_ = 0;
     bool stallReported_ = false; // for the wait in progress
+    std::vector<Peer> localPeers_;
     // Guarded by mutex_: the position and the wait in progress.
     std::int64_t step_ = 0;
     int microbatch_ = -1;

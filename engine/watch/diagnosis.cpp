@@ -130,6 +130,10 @@ std::vector<RankHealth> rankHealth(const RunState& run, const HealthOptions& opt
         } else if (!r->errors.empty()) {
             h.status = RankStatus::Failed;
             h.detail = r->errors.back();
+        } else if (const auto lost = run.lostRanks().find(id); lost != run.lostRanks().end()) {
+            h.status = RankStatus::Dead;
+            h.detail = "its process ended without a message (killed, or crashed), found by rank " +
+                       std::to_string(lost->second.reporter) + "'s watchdog; " + lastSeen(*r);
         } else if (const auto& hang = run.hangSummary();
                    hang && std::count(hang->missing.begin(), hang->missing.end(), id)) {
             // A rank the watchdog's summary names never told it where it waited. A report it
@@ -204,6 +208,8 @@ std::string hangDiagnosis(const RunState& run, const std::vector<RankHealth>& he
         sentence((dead.size() == 1 ? "Rank " : "Ranks ") + rankList(dead) + " ended without an " +
                  "end event; rank " + std::to_string(first) + " first.");
     }
+    if (!run.lostRanks().empty()) // the watchdog that noticed says who and where it waited
+        sentence("Watchdog of " + run.lostRanks().begin()->second.message + ".");
     if (!silent.empty())
         sentence((silent.size() == 1 ? "Rank " : "Ranks ") + rankList(silent) +
                  (silent.size() == 1 ? " is" : " are") + " silent.");

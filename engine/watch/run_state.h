@@ -148,6 +148,13 @@ struct HangSummary {
     double at = 0; // the summary's t
 };
 
+// A rank another rank's watchdog found gone (its process ended without a message).
+struct LostRank {
+    int reporter = -1;   // the rank that noticed
+    std::string message; // the reporter's sentence: who, and where it waited
+    double at = 0;       // the report's t
+};
+
 class RunState {
 public:
     static constexpr std::size_t kSeriesCapacity = 2048; // step samples per rank, thinned beyond
@@ -165,6 +172,8 @@ public:
     const std::map<int, RankState>& ranks() const { return ranks_; }
     const RankState* rank(int r) const;
     const std::optional<HangSummary>& hangSummary() const { return hang_; }
+    // Ranks found gone, by rank: the first report of each.
+    const std::map<int, LostRank>& lostRanks() const { return lost_; }
     std::int64_t ignoredEvents() const { return ignored_; }
     // The highest step any rank has completed.
     std::int64_t latestStep() const;
@@ -180,6 +189,7 @@ private:
     RunInfo info_;
     std::map<int, RankState> ranks_;
     std::optional<HangSummary> hang_;
+    std::map<int, LostRank> lost_;
     std::int64_t ignored_ = 0;
     double latestT_ = 0;
     int newestSegment_ = 0;

@@ -149,6 +149,22 @@ TEST(EngineFaults, AKilledRankEndsTheJobAndTheRunResumesBitIdentically) {
         const std::string log = readText(dir / "part.log");
         EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
         EXPECT_NE(log.find("signal 9"), std::string::npos) << log;
+        // The surviving ranks say which rank vanished and where they were (mpirun alone said
+        // "signal 9", with no step or operation).
+        const std::string gone = "rank 1 (pid " + std::to_string(victim) + " on this host) is gone";
+        EXPECT_NE(log.find(gone), std::string::npos) << log;
+        EXPECT_NE(log.find(", at step "), std::string::npos) << log;
+        // And the telemetry says it as the monitor and `shardscope-cli report` read it.
+        watch::RunState state;
+        watch::readRun(watch::findRunFiles(part), state);
+        ASSERT_TRUE(state.lostRanks().contains(1)) << log;
+        EXPECT_NE(state.lostRanks().at(1).reporter, 1);
+        const std::vector<watch::RankHealth> health = watch::rankHealth(state);
+        ASSERT_EQ(health.size(), 4u);
+        EXPECT_EQ(health[1].status, watch::RankStatus::Dead) << health[1].detail;
+        EXPECT_NE(health[1].detail.find("found by rank"), std::string::npos) << health[1].detail;
+        const std::string why = watch::hangDiagnosis(state, health);
+        EXPECT_NE(why.find(gone), std::string::npos) << why;
     }
     EXPECT_LT(lossByStep(part).size(), 400u) << "the kill came after the run had finished";
     {

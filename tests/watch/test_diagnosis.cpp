@@ -163,6 +163,51 @@ TEST(RankHealth, SaysWhoIsBlockedWhereWhoIsSilentAndWhoDied) {
     EXPECT_EQ(rankHealth(run, {.silenceSeconds = 5, .now = 9.6})[0].status, RankStatus::Running);
 }
 
+// A rank_lost event from a waiting rank's watchdog: the lost rank is dead (named by who found it),
+// the reporter failed with the sentence, and the diagnosis repeats it, read from files (no
+// closed streams to go by).
+TEST(RankHealth, ARankAnotherRanksWatchdogFoundGoneIsDeadAndTheDiagnosisSaysWhere) {
+    RunState run;
+    const ParallelConfig layout = pipelineLayout(PipelineSchedule::OneFOneB, 1, 4, 2);
+    for (int r = 0; r < 2; ++r) {
+        run.add(startEvent(r, {0, 0, r, 0}, layout));
+        run.add(stepEvent(r, 1, 1.0, 1.0));
+    }
+    const std::string sentence = "rank 0: rank 1 (pid 4242 on this host) is gone: it ended "
+                                 "without an end, error or hang event (killed, or crashed) while "
+                                 "this rank waited 0.2 s in recv #9 on pp, at step 2";
+    run.add(json{{"type", "event"},
+                 {"event", "rank_lost"},
+                 {"rank", 0},
+                 {"t", 2.0},
+                 {"lost_rank", 1},
+                 {"lost_pid", 4242},
+                 {"step", 2},
+                 {"microbatch", 1},
+                 {"op", "F"},
+                 {"collective", "recv"},
+                 {"axis", "pp"},
+                 {"sequence", 9},
+                 {"waited_s", 0.2},
+                 {"message", sentence}});
+    ASSERT_EQ(run.lostRanks().size(), 1u);
+    EXPECT_EQ(run.lostRanks().at(1).reporter, 0);
+    const std::vector<RankHealth> health = rankHealth(run);
+    ASSERT_EQ(health.size(), 2u);
+    EXPECT_EQ(health[0].status, RankStatus::Failed);
+    EXPECT_EQ(health[0].detail, sentence);
+    EXPECT_EQ(health[1].status, RankStatus::Dead);
+    EXPECT_NE(health[1].detail.find("found by rank 0's watchdog"), std::string::npos)
+        << health[1].detail;
+    EXPECT_NE(hangDiagnosis(run, health).find(sentence), std::string::npos);
+    // A report naming the reporter itself, or a rank out of range, names nobody.
+    RunState odd;
+    odd.add(startEvent(0, {0, 0, 0, 0}, layout));
+    odd.add(json{{"type", "event"}, {"event", "rank_lost"}, {"rank", 0}, {"lost_rank", 0}});
+    odd.add(json{{"type", "event"}, {"event", "rank_lost"}, {"rank", 0}, {"lost_rank", -3}});
+    EXPECT_TRUE(odd.lostRanks().empty());
+}
+
 TEST(RankHealth, FinishedFailedHungAndNotYetStarted) {
     RunState run;
     ParallelConfig layout = pipelineLayout(PipelineSchedule::OneFOneB, 1, 1, 4);

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <sys/wait.h>
 #include <thread>
@@ -126,6 +127,65 @@ pid_t pidOnceAt(const fs::path& run, int rank, int step) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return 0;
+}
+
+// The inodes of the TCP sockets listening on an address other than loopback, from
+// /proc/net/tcp and tcp6 (state 0A is LISTEN).
+std::set<std::string> listenersBeyondLoopback() {
+    std::set<std::string> inodes;
+    for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+        std::ifstream in(table);
+        std::string line;
+        std::getline(in, line); // the header
+        while (std::getline(in, line)) {
+            std::istringstream fields(line);
+            std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+            fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+                timeout >> inode;
+            const std::string address = local.substr(0, local.find(':'));
+            const bool loopback = address == "0100007F" || // 127.0.0.1, little-endian hex
+                                  address == "00000000000000000000000001000000"; // ::1
+            if (state == "0A" && !loopback)
+                inodes.insert(inode);
+        }
+    }
+    return inodes;
+}
+
+// The socket inodes a process holds open.
+std::set<std::string> socketsOf(pid_t pid) {
+    std::set<std::string> out;
+    std::error_code ec;
+    for (const fs::directory_entry& fd :
+         fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+        const std::string target = fs::read_symlink(fd.path(), ec).string();
+        if (target.starts_with("socket:["))
+            out.insert(target.substr(8, target.size() - 9));
+    }
+    return out;
+}
+
+// Ranks started by --ranks on one host listen on no network port: a flood of garbage at the TCP
+// transport's listeners (on every interface) slowed a step 15x.
+TEST(EngineFaults, LocalRanksListenOnNoNetworkPort) {
+    TempDir dir;
+    const fs::path config = dir / "c.json";
+    std::ofstream(config) << faultConfig(100000).dump();
+    const fs::path run = dir / "run";
+    Job job("--config " + config.string() + " --ranks 4 --out " + run.string(), dir / "log");
+    std::vector<pid_t> ranks;
+    for (int r = 0; r < 4; ++r) {
+        ranks.push_back(pidOnceAt(run, r, 2));
+        ASSERT_GT(ranks.back(), 0) << readText(dir / "log");
+    }
+    const std::set<std::string> listening = listenersBeyondLoopback();
+    for (int r = 0; r < 4; ++r)
+        for (const std::string& socket : socketsOf(ranks[std::size_t(r)]))
+            EXPECT_FALSE(listening.contains(socket))
+                << "rank " << r << " listens beyond loopback (socket " << socket << ")";
+    for (const pid_t pid : ranks)
+        ::kill(pid, SIGKILL);
+    job.wait(60);
 }
 
 TEST(EngineFaults, AKilledRankEndsTheJobAndTheRunResumesBitIdentically) {

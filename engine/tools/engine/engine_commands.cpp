@@ -262,7 +262,13 @@ void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
 // `--ranks N` without an MPI launcher: start N copies of this program under mpirun, with the
 // same arguments, a run directory they all agree on, and the cores shared out between them.
 [[noreturn]] void launchRanks(int argc, char** argv, int ranks, bool hasOut, bool hasThreads) {
-    std::vector<std::string> args = {"mpirun", "-n", std::to_string(ranks), "--oversubscribe"};
+    std::vector<std::string> args = {"mpirun", "-n", std::to_string(ranks), "--oversubscribe",
+                                     // Ranks on one host talk through shared memory: no TCP
+                                     // transport, so no rank listens on any network port.
+                                     "--mca", "btl", "self,vader",
+                                     // mpirun's own bootstrap addresses loopback only (Open MPI
+                                     // 4.1 still binds its listener to every interface).
+                                     "--mca", "oob_tcp_if_include", "lo"};
     if (::geteuid() == 0)
         args.push_back("--allow-run-as-root"); // containers and CI run as root
     args.push_back(fs::read_symlink("/proc/self/exe").string());

@@ -10,11 +10,22 @@
 #include <vector>
 
 int main(int argc, char* argv[]) {
-    // Headless rendering must not need a display: pick the offscreen platform before Qt starts,
-    // unless the caller chose one.
-    for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--render") == 0 && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-            qputenv("QT_QPA_PLATFORM", "offscreen");
+    // Headless rendering, help and the version must not need a display: pick the offscreen
+    // platform before Qt starts, unless the caller chose one.
+    bool headless = false;
+    for (int i = 1; i < argc; ++i)
+        for (const char* flag : {"--render", "--help", "-h", "-?", "--help-all", "--version", "-v"})
+            headless = headless || std::strcmp(argv[i], flag) == 0;
+    if (headless && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+        qputenv("QT_QPA_PLATFORM", "offscreen");
+    // The window needs one; without it Qt aborts with a message about plugins.
+    if (!headless && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM") &&
+        qEnvironmentVariableIsEmpty("DISPLAY") && qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY")) {
+        std::fputs("shardscope: no display to open the window on (neither DISPLAY nor "
+                   "WAYLAND_DISPLAY is set): start it in a desktop session, or draw a page "
+                   "headless with --render PAGE -o OUT.png\n",
+                   stderr);
+        return 2;
     }
     // QApplication takes "-session ID" for X11 session management and removes it from argv, so
     // our --session is read from a copy and hidden from Qt.
@@ -62,7 +73,17 @@ int main(int argc, char* argv[]) {
     const QCommandLineOption theme("theme", "light, dark or system (--render default: light).",
                                    "THEME");
     cli.addOptions({render, session, run, output, size, theme});
-    cli.process(arguments);
+    // parse(), not process(): process() ends with exit code 1 on an unknown option, and bad
+    // input is exit code 2 throughout Shardscope.
+    if (!cli.parse(arguments)) {
+        std::fprintf(stderr, "shardscope: %s\nRun shardscope --help for the options.\n",
+                     qPrintable(cli.errorText()));
+        return 2;
+    }
+    if (cli.isSet("help"))
+        cli.showHelp(0);
+    if (cli.isSet("version"))
+        cli.showVersion();
 
     if (cli.isSet(render)) {
         shardscope::RenderRequest r;

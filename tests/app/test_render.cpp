@@ -116,6 +116,33 @@ private slots:
         QVERIFY2(r.err.contains("step-0 to step-14"), qPrintable(r.err));
         r = render({"collectives/step-14", "-o", out});
         QVERIFY2(r.code == 0, qPrintable(r.err));
+        // An unknown option or a missing value: exit 2 naming it (Qt's process() said 1).
+        r = render({"memory", "-o", out, "--colour", "blue"});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("Unknown option 'colour'") && r.err.contains("--help"),
+                 qPrintable(r.err));
+        r = render({"memory", "-o"});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("Missing value after '-o'"), qPrintable(r.err));
+    }
+
+    // Without a display the window cannot open: a message and exit 2, not Qt's abort (134);
+    // --version and --help need none.
+    void noDisplayIsAClearErrorAndVersionNeedsNone() {
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        for (const char* name : {"QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"})
+            env.remove(name);
+        QProcess p;
+        p.setProcessEnvironment(env);
+        p.start(SHARDSCOPE_APP, QStringList{});
+        QVERIFY(p.waitForFinished(60000));
+        QCOMPARE(p.exitCode(), 2);
+        QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("no display"));
+        p.start(SHARDSCOPE_APP, QStringList{"--version"});
+        QVERIFY(p.waitForFinished(60000));
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), 0);
+        QVERIFY2(p.readAllStandardOutput().contains(SHARDSCOPE_VERSION), "no version printed");
     }
 };
 

@@ -70,15 +70,16 @@ pid_t sleeper() {
     return pid;
 }
 
+// Held until the watchdog gives up at its timeout, ten stall thresholds later: by then it has
+// looked at the wait many times, and reported the stall only once.
 TEST(Watchdog, AWaitPastTheStallThresholdIsReportedOnceWithWhereTheRankWas) {
     Recorder rec;
-    Watchdog dog(300, 0, 2, rec.abort());
+    Watchdog dog(2.0, 0, 1, rec.abort()); // no report directory: it ends the job at once
     dog.setEvents(rec.sink(), 0.2);
     dog.setPosition(7, 1, "F");
     {
         const Watchdog::Wait wait(dog, "recv", "pp", 41);
-        ASSERT_TRUE(eventually([&] { return !rec.named("stall").empty(); }));
-        std::this_thread::sleep_for(300ms); // long enough for a second report, were there one
+        ASSERT_TRUE(eventually([&] { return rec.exitCode != -1; }));
     }
     const std::vector<json> stalls = rec.named("stall");
     ASSERT_EQ(stalls.size(), 1u);
@@ -90,7 +91,7 @@ TEST(Watchdog, AWaitPastTheStallThresholdIsReportedOnceWithWhereTheRankWas) {
     EXPECT_EQ(s["axis"], "pp");
     EXPECT_EQ(s["sequence"], 41);
     EXPECT_GE(s["waited_s"].get<double>(), 0.2);
-    EXPECT_EQ(rec.exitCode, -1);
+    EXPECT_EQ(rec.named("hang").size(), 1u);
 }
 
 TEST(Watchdog, AWaitPastTheTimeoutEndsTheJobWithAReport) {
@@ -112,54 +113,70 @@ TEST(Watchdog, AWaitPastTheTimeoutEndsTheJobWithAReport) {
     EXPECT_TRUE(rec.named("hang_summary")[0]["missing"].empty());
 }
 
-// Killed and not yet reaped (a zombie, as under a launcher that has not looked yet) counts as
-// gone: the waiting rank names it within a fraction of a second, far inside the timeout.
-TEST(Watchdog, ALocalPeerThatVanishesIsNamedAtOnce) {
+// Rank 0 waiting, its watchdog watching one peer on this host: a sleeping child process. A
+// stall report (after stallSeconds) shows the watchdog has looked at the peer by then: its peer
+// check runs before its stall check, every tenth of a second of a wait.
+struct PeerWatch {
+    explicit PeerWatch(double stallSeconds) {
+        dog.setReportDirectory(dir.path());
+        dog.setEvents(rec.sink(), stallSeconds);
+        dog.setLocalPeers({{1, long(peer)}});
+    }
+    ~PeerWatch() {
+        kill();
+        reap();
+    }
+    void kill() const { ::kill(peer, SIGKILL); }
+    void reap() {
+        if (!reaped)
+            ::waitpid(peer, nullptr, 0);
+        reaped = true;
+    }
+    bool stalled() { return !rec.named("stall").empty(); }
+
     TempDir dir;
     Recorder rec;
-    Watchdog dog(300, 0, 2, rec.abort());
-    dog.setReportDirectory(dir.path());
-    dog.setEvents(rec.sink(), 0);
+    Watchdog dog{300, 0, 2, rec.abort()};
     const pid_t peer = sleeper();
-    ASSERT_GT(peer, 0);
-    dog.setLocalPeers({{1, long(peer)}});
-    dog.setPosition(13, -1, "gradient reduction");
-    const Watchdog::Wait wait(dog, "all_reduce", "dp", 16);
-    std::this_thread::sleep_for(300ms);
-    EXPECT_EQ(rec.exitCode, -1) << "a live peer was reported";
-    ASSERT_EQ(::kill(peer, SIGKILL), 0);
-    ASSERT_TRUE(eventually([&] { return rec.exitCode != -1; }));
-    ::waitpid(peer, nullptr, 0);
-    EXPECT_EQ(rec.exitCode, 5);
-    const std::vector<json> lost = rec.named("rank_lost");
+    bool reaped = false;
+};
+
+// Killed and not yet reaped (a zombie, as under a launcher that has not looked yet) counts as
+// gone: the waiting rank names it at its next look, far inside the timeout.
+TEST(Watchdog, ALocalPeerThatVanishesIsNamedAtOnce) {
+    PeerWatch w(0.3);
+    ASSERT_GT(w.peer, 0);
+    w.dog.setPosition(13, -1, "gradient reduction");
+    const Watchdog::Wait wait(w.dog, "all_reduce", "dp", 16);
+    ASSERT_TRUE(eventually([&] { return w.stalled(); }));
+    EXPECT_EQ(w.rec.exitCode, -1) << "a live peer was reported";
+    w.kill();
+    ASSERT_TRUE(eventually([&] { return w.rec.exitCode != -1; }));
+    w.reap();
+    EXPECT_EQ(w.rec.exitCode, 5);
+    const std::vector<json> lost = w.rec.named("rank_lost");
     ASSERT_EQ(lost.size(), 1u);
     EXPECT_EQ(lost[0]["lost_rank"], 1);
-    EXPECT_EQ(lost[0]["lost_pid"], long(peer));
+    EXPECT_EQ(lost[0]["lost_pid"], long(w.peer));
     EXPECT_EQ(lost[0]["collective"], "all_reduce");
     EXPECT_EQ(lost[0]["step"], 13);
-    EXPECT_NE(lost[0]["message"].get<std::string>().find("rank 1 (pid " + std::to_string(peer)),
+    EXPECT_NE(lost[0]["message"].get<std::string>().find("rank 1 (pid " + std::to_string(w.peer)),
               std::string::npos);
 }
 
 // A peer whose telemetry ends with an end, error or hang event stopped on purpose: not named.
 TEST(Watchdog, APeerThatSaidWhyItEndedIsNotReported) {
-    TempDir dir;
-    std::ofstream(dir.path() / "rank-1.jsonl")
+    PeerWatch w(0.3);
+    ASSERT_GT(w.peer, 0);
+    std::ofstream(w.dir.path() / "rank-1.jsonl")
         << json{{"type", "step"}, {"step", 4}}.dump() << "\n"
         << json{{"type", "event"}, {"event", "hang_summary"}, {"message", "hung"}}.dump() << "\n";
-    Recorder rec;
-    Watchdog dog(300, 0, 2, rec.abort());
-    dog.setReportDirectory(dir.path());
-    dog.setEvents(rec.sink(), 0);
-    const pid_t peer = sleeper();
-    ASSERT_GT(peer, 0);
-    dog.setLocalPeers({{1, long(peer)}});
-    const Watchdog::Wait wait(dog, "recv", "pp", 2);
-    ::kill(peer, SIGKILL);
-    ::waitpid(peer, nullptr, 0);
-    std::this_thread::sleep_for(1s); // ten checks
-    EXPECT_EQ(rec.exitCode, -1);
-    EXPECT_TRUE(rec.named("rank_lost").empty());
+    w.kill(); // gone before the wait begins: every look the watchdog takes finds it gone
+    w.reap();
+    const Watchdog::Wait wait(w.dog, "recv", "pp", 2);
+    ASSERT_TRUE(eventually([&] { return w.stalled(); }));
+    EXPECT_EQ(w.rec.exitCode, -1);
+    EXPECT_TRUE(w.rec.named("rank_lost").empty());
 }
 
 } // namespace

@@ -553,7 +553,7 @@ void MonitorPage::showData() {
                          [&](const MonitorData::RankRow& r) { return r.rank == h.rank; });
         const bool known = it != d.ranks.end();
         rows.push_back(
-            {figureItem(QString::number(h.rank), h.rank),
+            {figureItem(qs(watch::rankLabel(h)), h.rank),
              textItem(known ? QString("dp%1 tp%2 pp%3 cp%4")
                                   .arg(it->coord.dp)
                                   .arg(it->coord.tp)

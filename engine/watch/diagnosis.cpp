@@ -101,20 +101,30 @@ std::vector<RankHealth> rankHealth(const RunState& run, const HealthOptions& opt
     int count = run.info().worldSize;
     if (!run.ranks().empty())
         count = std::max(count, run.ranks().rbegin()->first + 1);
-    count = std::min(count, 1'000'000);
     std::vector<RankHealth> out;
-    out.reserve(std::size_t(count));
     const bool live = options.now >= 0;
-    for (int id = 0; id < count; ++id) {
+    const auto& ranks = run.ranks();
+    for (int id = 0; id < count;) {
         RankHealth h;
         h.rank = id;
+        h.lastRank = id;
         const RankState* r = run.rank(id);
         if (!r || !r->started) {
+            // Up to the next rank that has started (or the end): what lies between never spoke.
+            int last = count - 1;
+            for (auto it = ranks.upper_bound(id); it != ranks.end(); ++it)
+                if (it->second.started) {
+                    last = it->first - 1;
+                    break;
+                }
+            h.lastRank = last;
             h.status = RankStatus::Waiting;
             h.detail = "no start event yet";
             out.push_back(h);
+            id = last + 1;
             continue;
         }
+        ++id;
         std::vector<double> times;
         for (std::size_t i = r->steps.size() > 8 ? r->steps.size() - 8 : 0; i < r->steps.size();
              ++i)
@@ -130,12 +140,12 @@ std::vector<RankHealth> rankHealth(const RunState& run, const HealthOptions& opt
         } else if (!r->errors.empty()) {
             h.status = RankStatus::Failed;
             h.detail = r->errors.back();
-        } else if (const auto lost = run.lostRanks().find(id); lost != run.lostRanks().end()) {
+        } else if (const auto lost = run.lostRanks().find(h.rank); lost != run.lostRanks().end()) {
             h.status = RankStatus::Dead;
             h.detail = "its process ended without a message (killed, or crashed), found by rank " +
                        std::to_string(lost->second.reporter) + "'s watchdog; " + lastSeen(*r);
         } else if (const auto& hang = run.hangSummary();
-                   hang && std::count(hang->missing.begin(), hang->missing.end(), id)) {
+                   hang && std::count(hang->missing.begin(), hang->missing.end(), h.rank)) {
             // A rank the watchdog's summary names never told it where it waited. A report it
             // wrote before the summary is still its position (a checkpoint's longer allowance);
             // one written after came only when the job was being ended (a stopped rank woken
@@ -175,6 +185,11 @@ std::vector<RankHealth> rankHealth(const RunState& run, const HealthOptions& opt
         out.push_back(h);
     }
     return out;
+}
+
+std::string rankLabel(const RankHealth& h) {
+    return h.lastRank > h.rank ? std::to_string(h.rank) + "-" + std::to_string(h.lastRank)
+                               : std::to_string(h.rank);
 }
 
 std::string hangDiagnosis(const RunState& run, const std::vector<RankHealth>& health) {

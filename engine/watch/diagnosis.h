@@ -23,6 +23,9 @@ const char* toString(RankStatus s);
 
 struct RankHealth {
     int rank = 0;
+    // Ranks rank..lastRank share this row: consecutive ranks with no start event yet are one row,
+    // so a job of 10^6 ranks (or one corrupt line naming rank 999,999) costs one row, not 10^6.
+    int lastRank = 0;
     RankStatus status = RankStatus::Waiting;
     std::string detail; // "blocked in recv #41 on pp at step 3, microbatch 2 (F) for 12.0 s"
     double silentFor = 0;
@@ -37,8 +40,12 @@ struct HealthOptions {
     double now = -1;
 };
 
-// The state of every rank that has sent anything, and of ranks 0..worldSize-1 that have not.
+// The state of every rank that has sent anything, and of ranks 0..worldSize-1 that have not
+// (each run of consecutive silent-from-the-start ranks as one row). Rows are in rank order.
 std::vector<RankHealth> rankHealth(const RunState& run, const HealthOptions& options = {});
+
+// "7", or "7-12" for a row standing for several ranks.
+std::string rankLabel(const RankHealth& h);
 
 // A sentence for the run as a whole when something is wrong ("rank 1 is silent; ranks 0, 2, 3
 // are blocked waiting for it: ..."), empty when every rank is fine.

@@ -239,5 +239,37 @@ TEST(RankHealth, FinishedFailedHungAndNotYetStarted) {
     EXPECT_NE(hangDiagnosis(run, health).find("ranks that never reported: 3"), std::string::npos);
 }
 
+TEST(RankHealth, RanksThatNeverSpokeAreOneRowPerRunSoAHugeWorldCostsAFewRows) {
+    // One start event declaring a million ranks and one line from rank 999,999 (a corrupt or
+    // hostile stream) must not make the monitor build a million rows on every redraw.
+    RunState run;
+    const ParallelConfig layout = pipelineLayout(PipelineSchedule::OneFOneB, 1, 1, 4);
+    json start = startEvent(0, {0, 0, 0, 0}, layout);
+    start["world_size"] = 1'000'000;
+    run.add(start);
+    run.add(startEvent(5, {1, 0, 0, 0}, layout));
+    run.add(startEvent(999'999, {2, 0, 0, 0}, layout));
+    run.add(stepEvent(700, 1, 0.5, 0.5, 100)); // spoke, but never started
+
+    const std::vector<RankHealth> health = rankHealth(run);
+    // 0 | 1-4 | 5 | 6-999,998 | 999,999
+    ASSERT_EQ(health.size(), 5u);
+    int next = 0;
+    for (const RankHealth& h : health) { // every rank exactly once, in order
+        EXPECT_EQ(h.rank, next);
+        EXPECT_GE(h.lastRank, h.rank);
+        next = h.lastRank + 1;
+    }
+    EXPECT_EQ(next, 1'000'000);
+    EXPECT_EQ(health[1].status, RankStatus::Waiting);
+    EXPECT_EQ(rankLabel(health[1]), "1-4");
+    EXPECT_EQ(rankLabel(health[2]), "5");
+    EXPECT_NE(health[2].status, RankStatus::Waiting);
+    EXPECT_EQ(health[3].rank, 6);
+    EXPECT_EQ(health[3].lastRank, 999'998);
+    EXPECT_EQ(health[3].status, RankStatus::Waiting);
+    EXPECT_NE(health[4].status, RankStatus::Waiting);
+}
+
 } // namespace
 } // namespace shardscope::watch

@@ -109,7 +109,7 @@ void printText(std::ostream& out, const Report& r) {
     for (const RankHealth& h : a.health) {
         const RankState* s = r.state.rank(h.rank);
         if (!s) {
-            ranks.add({std::to_string(h.rank), "-", "-", toString(h.status), "0", "-", "-", "-"});
+            ranks.add({rankLabel(h), "-", "-", toString(h.status), "0", "-", "-", "-"});
             continue;
         }
         const MemoryBytes peak = s->steps.empty() ? MemoryBytes{} : s->steps.back().memoryPeak;
@@ -122,7 +122,8 @@ void printText(std::ostream& out, const Report& r) {
         out << "\n" << a.diagnosis << "\n";
     for (const RankHealth& h : a.health)
         if (h.status != RankStatus::Running && h.status != RankStatus::Finished)
-            out << "  rank " << h.rank << " " << toString(h.status) << ": " << h.detail << "\n";
+            out << (h.lastRank > h.rank ? "  ranks " : "  rank ") << rankLabel(h) << " "
+                << toString(h.status) << ": " << h.detail << "\n";
 
     out << "\nPredicted against measured\n";
     Table cmp({"figure", "predicted", "measured", "error"});
@@ -204,6 +205,8 @@ json reportJson(const Report& r) {
     j["ranks"] = json::array();
     for (const RankHealth& h : a.health) {
         json rank = {{"rank", h.rank}, {"status", toString(h.status)}, {"detail", h.detail}};
+        if (h.lastRank > h.rank)
+            rank["last_rank"] = h.lastRank; // a row for ranks rank..last_rank, none started
         if (const RankState* s = r.state.rank(h.rank)) {
             rank["coord"] = {
                 {"dp", s->coord.dp}, {"tp", s->coord.tp}, {"pp", s->coord.pp}, {"cp", s->coord.cp}};
@@ -427,7 +430,7 @@ void printHtml(std::ostream& out, const Report& r) {
         out << "<p class='bad'>" << escape(a.diagnosis) << "</p>";
     std::vector<std::vector<std::string>> rows;
     for (const RankHealth& h : a.health)
-        rows.push_back({std::to_string(h.rank), toString(h.status), h.detail});
+        rows.push_back({rankLabel(h), toString(h.status), h.detail});
     out << "<h2>Ranks</h2>" << table({"rank", "status", "detail"}, rows);
     rows.clear();
     for (const ComparisonRow& row : a.comparison)

@@ -41,7 +41,7 @@ struct LaunchRequest {
     QString configPath;   // the run config the app wrote (absolute)
     QString runDirectory; // absolute
     int ranks = 1;        // the layout's world size
-    QString telemetryUrl; // tcp://HOST:PORT the ranks connect to
+    QString telemetryUrl; // tcp://HOST:PORT or unix:PATH (a local run) the ranks connect to
     bool resume = false;
     std::vector<HostSlots> hosts; // ssh: parsed from settings.hostfile
     bool runningAsRoot = false;   // mpirun refuses root unless told

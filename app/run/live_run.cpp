@@ -19,6 +19,14 @@ bool LiveRun::connectionClosed(int rank) {
     return markDirty();
 }
 
+bool LiveRun::launcherNotice(const watch::LauncherNotice& notice) {
+    {
+        std::lock_guard lock(mutex_);
+        state_.launcherNotice(notice);
+    }
+    return markDirty();
+}
+
 bool LiveRun::refused() {
     refused_.fetch_add(1);
     return markDirty();

@@ -24,6 +24,7 @@ public:
     // the consumer needs telling.
     bool add(const nlohmann::json& event);
     bool connectionClosed(int rank);
+    bool launcherNotice(const watch::LauncherNotice& notice); // from the launcher's output
     bool refused();
     bool repeated();
 

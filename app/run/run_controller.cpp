@@ -3,10 +3,12 @@
 #include "core/error.h"
 #include "core/json_io.h"
 #include "save_file.h"
+#include "watch/launcher_notice.h"
 
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
+#include <QFile>
 #include <QFileInfo>
 #include <QHostInfo>
 #include <QJsonDocument>
@@ -16,6 +18,7 @@
 #include <QRandomGenerator>
 #include <QRegularExpression>
 #include <QStandardPaths>
+#include <QTemporaryDir>
 #include <csignal>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -154,6 +157,15 @@ void RunController::fail(const QString& message) {
 }
 
 void RunController::appendLog(const QString& text) {
+    // The launcher's word of a rank that died: for a rank on another host the only one.
+    unfinishedLine_ += text;
+    qsizetype from = 0;
+    for (qsizetype nl; (nl = unfinishedLine_.indexOf('\n', from)) >= 0; from = nl + 1)
+        if (const auto notice =
+                watch::parseLauncherNotice(unfinishedLine_.mid(from, nl - from).toStdString()))
+            if (live_->launcherNotice(*notice))
+                emit dataChanged();
+    unfinishedLine_ = unfinishedLine_.mid(from).right(4096);
     log_ += text;
     if (log_.size() > 1'000'000) // an hour of chatter is not kept whole
         log_ = log_.right(500'000);
@@ -283,29 +295,44 @@ void RunController::begin(bool resume) {
     live_->reset();
     token_ = randomToken();
     const QString address = QString::fromStdString(request_.settings.telemetryAddress);
-    QHostAddress listenOn = QHostAddress::LocalHost;
-    QString host = "127.0.0.1";
-    quint16 port = 0;
-    if (!address.isEmpty()) {
-        const qsizetype colon = address.lastIndexOf(':');
-        bool ok = false;
-        port = colon > 0 ? address.mid(colon + 1).toUShort(&ok) : 0;
-        host = colon > 0 ? address.left(colon) : QString();
-        if (!ok || port == 0 || host.isEmpty()) {
-            fail("telemetry address '" + address + "' is not HOST:PORT (e.g. login1:9400)");
+    if (request_.settings.target == LaunchTarget::Local && address.isEmpty()) {
+        // The ranks of a local run live in a network namespace of their own (the engine's
+        // --ranks), which a socket file reaches and this host's loopback does not.
+        socketDirectory_ = std::make_unique<QTemporaryDir>(QDir::tempPath() + "/shardscope-XXXXXX");
+        QString error;
+        if (!socketDirectory_->isValid() ||
+            !server_.startLocal(socketDirectory_->filePath("telemetry.sock"), token_, &error)) {
+            fail(error.isEmpty() ? "cannot create a directory for the telemetry socket in " +
+                                       QDir::tempPath() + ": " + socketDirectory_->errorString()
+                                 : error);
             return;
         }
-        // An address literal is listened on as it is; a name on every interface.
-        listenOn =
-            QHostAddress(host).isNull() ? QHostAddress(QHostAddress::Any) : QHostAddress(host);
+        request_.telemetryUrl = "unix:" + server_.localPath();
+    } else {
+        QHostAddress listenOn = QHostAddress::LocalHost;
+        QString host = "127.0.0.1";
+        quint16 port = 0;
+        if (!address.isEmpty()) {
+            const qsizetype colon = address.lastIndexOf(':');
+            bool ok = false;
+            port = colon > 0 ? address.mid(colon + 1).toUShort(&ok) : 0;
+            host = colon > 0 ? address.left(colon) : QString();
+            if (!ok || port == 0 || host.isEmpty()) {
+                fail("telemetry address '" + address + "' is not HOST:PORT (e.g. login1:9400)");
+                return;
+            }
+            // An address literal is listened on as it is; a name on every interface.
+            listenOn =
+                QHostAddress(host).isNull() ? QHostAddress(QHostAddress::Any) : QHostAddress(host);
+        }
+        QString error;
+        const quint16 listening = server_.start(listenOn, port, token_, &error);
+        if (listening == 0) {
+            fail(error);
+            return;
+        }
+        request_.telemetryUrl = QString("tcp://%1:%2").arg(host).arg(listening);
     }
-    QString error;
-    const quint16 listening = server_.start(listenOn, port, token_, &error);
-    if (listening == 0) {
-        fail(error);
-        return;
-    }
-    request_.telemetryUrl = QString("tcp://%1:%2").arg(host).arg(listening);
     setState(State::Checking, "checking the config with the engine's pre-launch check");
     runCheck();
 }
@@ -535,12 +562,22 @@ void RunController::pollSlurm() {
         // ExitCode=status:signal of the batch script (its exec'd srun).
         const auto exit = QRegularExpression("ExitCode=(\\d+):(\\d+)").match(text);
         const int status = exit.captured(1).toInt(), signal = exit.captured(2).toInt();
-        if (jobState == "COMPLETED" && status == 0 && signal == 0)
+        if (jobState == "COMPLETED" && status == 0 && signal == 0) {
             jobEnded(0, QProcess::NormalExit);
-        else
-            fail("Slurm job " + slurmJob_ + " ended " + jobState + " (" +
-                 (signal ? "signal " + QString::number(signal) : exitMeaning(status)) +
-                 "); its output: " + request_.runDirectory + ".slurm-" + slurmJob_ + ".out");
+            return;
+        }
+        // srun's word of a rank that died is in the job's output file, not in anything we read.
+        QFile output(request_.runDirectory + ".slurm-" + slurmJob_ + ".out");
+        if (output.open(QIODevice::ReadOnly)) {
+            output.seek(std::max<qint64>(0, output.size() - 65536));
+            for (const QByteArray& line : output.readAll().split('\n'))
+                if (const auto notice = watch::parseLauncherNotice(line.toStdString()))
+                    if (live_->launcherNotice(*notice))
+                        emit dataChanged();
+        }
+        fail("Slurm job " + slurmJob_ + " ended " + jobState + " (" +
+             (signal ? "signal " + QString::number(signal) : exitMeaning(status)) +
+             "); its output: " + request_.runDirectory + ".slurm-" + slurmJob_ + ".out");
     });
     scontrol->start();
 }

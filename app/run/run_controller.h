@@ -13,6 +13,7 @@
 #include <QObject>
 #include <QProcess>
 #include <QString>
+#include <QTemporaryDir>
 #include <QTimer>
 #include <memory>
 #include <vector>
@@ -55,7 +56,8 @@ public:
     QString message() const { return message_; }
     QString runDirectory() const { return request_.runDirectory; }
     QString telemetryUrl() const { return request_.telemetryUrl; }
-    quint16 telemetryPort() const { return server_.port(); }
+    quint16 telemetryPort() const { return server_.port(); } // 0 for a local run's Unix socket
+    QString telemetrySocket() const { return server_.localPath(); }
     QString slurmJob() const { return slurmJob_; }
     QString slurmScriptText() const { return script_; }
     QString log() const { return log_; }
@@ -89,6 +91,7 @@ private:
     void appendLog(const QString& text);
 
     LiveRun* live_;
+    std::unique_ptr<QTemporaryDir> socketDirectory_; // a local run's telemetry socket lives here
     TelemetryServer server_;
     QString engine_;
     Session session_;
@@ -97,6 +100,7 @@ private:
     State state_ = State::Idle;
     QString message_;
     QString log_;
+    QString unfinishedLine_; // the log's last line until its end arrives
     QProcess* job_ = nullptr;
     std::vector<QProcess*> helpers_; // checks and tunnels: ended with the run
     int pendingHosts_ = 0;

@@ -2,6 +2,8 @@
 
 #include "watch/run_files.h"
 
+#include <QLocalServer>
+#include <QLocalSocket>
 #include <QMetaObject>
 #include <QTcpServer>
 #include <QTcpSocket>
@@ -11,6 +13,7 @@
 namespace shardscope {
 
 struct TelemetryServer::Connection {
+    QString peer;        // who it is, as far as the socket says (for a refusal's message)
     std::string pending; // bytes after the last complete line
     std::optional<watch::Hello> hello;
     bool overlong = false; // skipping the rest of a line longer than the limit
@@ -22,6 +25,13 @@ namespace {
 constexpr std::size_t kHelloBytes = 4096;
 constexpr qint64 kHelloMilliseconds = 10000;
 constexpr std::size_t kStrangers = 64;
+
+void abortSocket(QIODevice* socket) {
+    if (auto* tcp = qobject_cast<QTcpSocket*>(socket))
+        tcp->abort();
+    else if (auto* local = qobject_cast<QLocalSocket*>(socket))
+        local->abort();
+}
 } // namespace
 
 TelemetryServer::TelemetryServer(LiveRun* run, QObject* parent) : QObject(parent), run_(run) {
@@ -34,6 +44,19 @@ TelemetryServer::~TelemetryServer() {
 
 quint16 TelemetryServer::start(const QHostAddress& address, quint16 port, const QString& token,
                                QString* error) {
+    return begin(
+               token, [&] { return listenHere(address, port); }, error)
+               ? port_
+               : 0;
+}
+
+bool TelemetryServer::startLocal(const QString& path, const QString& token, QString* error) {
+    return begin(
+        token, [&] { return listenLocal(path); }, error);
+}
+
+bool TelemetryServer::begin(const QString& token, const std::function<QString()>& listen,
+                            QString* error) {
     stop();
     token_ = token;
     // The server and its sockets are made in the thread that serves them.
@@ -42,29 +65,51 @@ quint16 TelemetryServer::start(const QHostAddress& address, quint16 port, const 
     thread_.start();
     QString failure;
     QMetaObject::invokeMethod(
-        worker_, [&] { listenHere(address, port, &failure); }, Qt::BlockingQueuedConnection);
+        worker_, [&] { failure = listen(); }, Qt::BlockingQueuedConnection);
     if (!failure.isEmpty()) {
         stop();
         if (error)
             *error = failure;
-        return 0;
+        return false;
     }
-    return port_;
+    return true;
 }
 
-void TelemetryServer::listenHere(const QHostAddress& address, quint16 port, QString* error) {
+QString TelemetryServer::listenHere(const QHostAddress& address, quint16 port) {
     server_ = new QTcpServer;
-    QObject::connect(server_, &QTcpServer::newConnection, server_, [this] { accept(); });
+    QObject::connect(server_, &QTcpServer::newConnection, server_, [this] {
+        while (QTcpSocket* socket = server_->nextPendingConnection())
+            accept(socket, socket->peerAddress().toString(), true);
+    });
     if (!server_->listen(address, port)) {
-        *error = QString("cannot listen for telemetry on %1:%2: %3")
-                     .arg(address.toString())
-                     .arg(port)
-                     .arg(server_->errorString());
+        const QString why = QString("cannot listen for telemetry on %1:%2: %3")
+                                .arg(address.toString())
+                                .arg(port)
+                                .arg(server_->errorString());
         delete server_;
         server_ = nullptr;
-        return;
+        return why;
     }
     port_ = server_->serverPort();
+    return {};
+}
+
+QString TelemetryServer::listenLocal(const QString& path) {
+    local_ = new QLocalServer;
+    local_->setSocketOptions(QLocalServer::UserAccessOption);
+    QObject::connect(local_, &QLocalServer::newConnection, local_, [this] {
+        while (QLocalSocket* socket = local_->nextPendingConnection())
+            accept(socket, "a local process", false);
+    });
+    if (!local_->listen(path)) {
+        const QString why =
+            QString("cannot listen for telemetry on %1: %2").arg(path, local_->errorString());
+        delete local_;
+        local_ = nullptr;
+        return why;
+    }
+    path_ = local_->fullServerName();
+    return {};
 }
 
 void TelemetryServer::stop() {
@@ -75,13 +120,15 @@ void TelemetryServer::stop() {
         [this] {
             for (auto& [socket, c] : connections_) {
                 socket->disconnect();
-                socket->abort();
+                abortSocket(socket);
                 delete socket;
             }
             connections_.clear();
             live_.clear();
             delete server_;
             server_ = nullptr;
+            delete local_; // closing removes the socket file
+            local_ = nullptr;
             worker_->deleteLater(); // when the thread finishes; it is this call's context
         },
         Qt::BlockingQueuedConnection);
@@ -89,42 +136,47 @@ void TelemetryServer::stop() {
     thread_.wait();
     worker_ = nullptr;
     port_ = 0;
+    path_.clear();
 }
 
-void TelemetryServer::accept() {
-    while (QTcpSocket* socket = server_->nextPendingConnection()) {
-        std::size_t strangers = 0;
-        for (const auto& [s, c] : connections_)
-            strangers += !c->hello;
-        if (strangers >= kStrangers) {
-            refuse(socket, "too many connections waiting to say hello");
-            continue;
-        }
-        connections_[socket] = std::make_unique<Connection>();
-        QObject::connect(socket, &QTcpSocket::readyRead, socket,
-                         [this, socket] { readFrom(socket); });
-        QObject::connect(socket, &QTcpSocket::disconnected, socket,
-                         [this, socket] { closed(socket); });
-        QTimer::singleShot(kHelloMilliseconds, socket, [this, socket] {
-            const auto it = connections_.find(socket);
-            if (it != connections_.end() && !it->second->hello)
-                refuse(socket, "no hello within 10 s");
-        });
+void TelemetryServer::accept(QIODevice* socket, const QString& peer, bool tcp) {
+    std::size_t strangers = 0;
+    for (const auto& [s, c] : connections_)
+        strangers += !c->hello;
+    auto connection = std::make_unique<Connection>();
+    connection->peer = peer;
+    connections_[socket] = std::move(connection);
+    if (strangers >= kStrangers) {
+        refuse(socket, "too many connections waiting to say hello");
+        return;
     }
+    QObject::connect(socket, &QIODevice::readyRead, socket, [this, socket] { readFrom(socket); });
+    if (tcp)
+        QObject::connect(static_cast<QTcpSocket*>(socket), &QTcpSocket::disconnected, socket,
+                         [this, socket] { closed(socket); });
+    else
+        QObject::connect(static_cast<QLocalSocket*>(socket), &QLocalSocket::disconnected, socket,
+                         [this, socket] { closed(socket); });
+    QTimer::singleShot(kHelloMilliseconds, socket, [this, socket] {
+        const auto it = connections_.find(socket);
+        if (it != connections_.end() && !it->second->hello)
+            refuse(socket, "no hello within 10 s");
+    });
 }
 
-void TelemetryServer::refuse(QTcpSocket* socket, const std::string& why) {
-    const QString peer = socket->peerAddress().toString();
+void TelemetryServer::refuse(QIODevice* socket, const std::string& why) {
+    const auto it = connections_.find(socket);
+    const QString peer = it != connections_.end() ? it->second->peer : QString();
     connections_.erase(socket);
     socket->disconnect();
-    socket->abort();
+    abortSocket(socket);
     socket->deleteLater();
     if (run_->refused())
         emit changed();
     emit refusedConnection(peer, QString::fromStdString(why));
 }
 
-void TelemetryServer::readFrom(QTcpSocket* socket) {
+void TelemetryServer::readFrom(QIODevice* socket) {
     const auto it = connections_.find(socket);
     if (it == connections_.end())
         return;
@@ -162,7 +214,7 @@ void TelemetryServer::readFrom(QTcpSocket* socket) {
     }
 }
 
-void TelemetryServer::handleLine(QTcpSocket* socket, Connection& c, const std::string& line) {
+void TelemetryServer::handleLine(QIODevice* socket, Connection& c, const std::string& line) {
     std::string why;
     const std::optional<nlohmann::json> event = watch::parseEventLine(line, &why);
     if (!c.hello) {
@@ -184,7 +236,7 @@ void TelemetryServer::handleLine(QTcpSocket* socket, Connection& c, const std::s
         emit changed();
 }
 
-void TelemetryServer::closed(QTcpSocket* socket) {
+void TelemetryServer::closed(QIODevice* socket) {
     const auto it = connections_.find(socket);
     if (it == connections_.end())
         return;

@@ -23,7 +23,7 @@ struct EngineOptions {
     std::string runDir;           // "" : runs/<date>-<time> under the working directory
     std::string device = "cpu";   // the backend each rank computes on: cpu or cuda (rank_device.h)
     int threads = 0;              // OpenBLAS and OpenMP threads; 0: one per core
-    std::string telemetry;        // "" or tcp://HOST:PORT: stream events to a collector
+    std::string telemetry;        // "", tcp://HOST:PORT or unix:PATH: stream events to a collector
     double peakFlops = 0;         // FLOP/s that MFU is measured against; 0: from the device
     bool resume = false;          // continue from a checkpoint
     std::string resumeFrom;       // a checkpoint directory; "" with resume: the run's latest

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <system_error>
 #include <unistd.h>
 
@@ -29,8 +30,12 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::chrono::milliseconds kSendRetry{100};
 
-const char* const kExpectedForm = "expected tcp://HOST:PORT with a port from 1 to 65535, for "
-                                  "example tcp://127.0.0.1:9400";
+const char* const kExpectedForm = "expected tcp://HOST:PORT with a port from 1 to 65535 (for "
+                                  "example tcp://127.0.0.1:9400) or unix:PATH with an absolute "
+                                  "path (for example unix:/tmp/shardscope.sock)";
+
+// sun_path's size, less its terminating zero.
+constexpr std::size_t kMaxSocketPath = sizeof(sockaddr_un::sun_path) - 1;
 
 [[noreturn]] void badAddress(const std::string& text, const std::string& why) {
     throw InputError("telemetry collector '" + text + "': " + why + "; " + kExpectedForm);
@@ -53,9 +58,22 @@ void closeFd(int& fd) {
 } // namespace
 
 CollectorAddress parseCollectorAddress(const std::string& text) {
+    if (text.starts_with("unix:")) {
+        CollectorAddress unix;
+        unix.path = text.substr(5);
+        if (unix.path.empty() || unix.path.front() != '/')
+            badAddress(text, "a Unix socket's path must be absolute");
+        if (unix.path.size() > kMaxSocketPath)
+            badAddress(text, "a Unix socket's path holds at most " +
+                                 std::to_string(kMaxSocketPath) + " bytes, this one " +
+                                 std::to_string(unix.path.size()));
+        if (unix.path.find('\0') != std::string::npos)
+            badAddress(text, "the path contains a zero byte");
+        return unix;
+    }
     const std::string scheme = "tcp://";
     if (text.compare(0, scheme.size(), scheme) != 0)
-        badAddress(text, "the scheme must be tcp://");
+        badAddress(text, "the scheme must be tcp:// or unix:");
     const std::string rest = text.substr(scheme.size());
 
     std::string host;
@@ -87,7 +105,7 @@ CollectorAddress parseCollectorAddress(const std::string& text) {
     const int number = std::stoi(port);
     if (number < 1 || number > 65535)
         badAddress(text, "port " + port + " is out of range");
-    return {host, number};
+    return {host, number, {}};
 }
 
 TcpEventStream::TcpEventStream(const std::string& collector, std::size_t capacity,
@@ -97,30 +115,10 @@ TcpEventStream::TcpEventStream(const std::string& collector, std::size_t capacit
         throw InputError("telemetry queue capacity must be at least 1 event");
     const CollectorAddress address = parseCollectorAddress(collector);
 
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    const std::string port = std::to_string(address.port);
-    const int rc = ::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
-    if (rc != 0)
-        throw InputError("telemetry collector '" + collector + "': cannot resolve host '" +
-                         address.host +
-                         "': " + (rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc)));
-    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-        if (a->ai_addrlen > sizeof(sockaddr_storage))
-            continue;
-        Address resolved;
-        std::memcpy(&resolved.storage, a->ai_addr, a->ai_addrlen);
-        resolved.length = a->ai_addrlen;
-        resolved.family = a->ai_family;
-        addresses_.push_back(resolved);
-    }
-    ::freeaddrinfo(found);
-    if (addresses_.empty())
-        throw InputError("telemetry collector '" + collector + "': host '" + address.host +
-                         "' has no usable address");
+    if (!address.path.empty())
+        addresses_.push_back(unixAddress(address.path));
+    else
+        resolve(address);
 
     if (::pipe(wakePipe_) != 0)
         throw std::system_error(errno, std::generic_category(), "telemetry stream wake pipe");
@@ -136,6 +134,44 @@ TcpEventStream::TcpEventStream(const std::string& collector, std::size_t capacit
         closeFd(wakePipe_[1]);
         throw;
     }
+}
+
+TcpEventStream::Address TcpEventStream::unixAddress(const std::string& path) {
+    sockaddr_un name{};
+    name.sun_family = AF_UNIX;
+    std::memcpy(name.sun_path, path.data(), path.size()); // length checked by the parser
+    Address a;
+    std::memcpy(&a.storage, &name, sizeof name);
+    a.length = socklen_t(offsetof(sockaddr_un, sun_path) + path.size() + 1);
+    a.family = AF_UNIX;
+    return a;
+}
+
+void TcpEventStream::resolve(const CollectorAddress& address) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    const std::string port = std::to_string(address.port);
+    const int rc = ::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
+    if (rc != 0)
+        throw InputError("telemetry collector '" + collector_ + "': cannot resolve host '" +
+                         address.host +
+                         "': " + (rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc)));
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        if (a->ai_addrlen > sizeof(sockaddr_storage))
+            continue;
+        Address resolved;
+        std::memcpy(&resolved.storage, a->ai_addr, a->ai_addrlen);
+        resolved.length = a->ai_addrlen;
+        resolved.family = a->ai_family;
+        addresses_.push_back(resolved);
+    }
+    ::freeaddrinfo(found);
+    if (addresses_.empty())
+        throw InputError("telemetry collector '" + collector_ + "': host '" + address.host +
+                         "' has no usable address");
 }
 
 TcpEventStream::~TcpEventStream() {
@@ -314,7 +350,8 @@ bool TcpEventStream::connectOnce() {
             continue;
         }
         const int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (address.family != AF_UNIX)
+            ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 #ifdef SO_NOSIGPIPE
         ::setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
 #endif

@@ -15,14 +15,18 @@
 
 namespace shardscope {
 
-// "tcp://HOST:PORT". HOST is a name, an IPv4 address or a bracketed IPv6 address ("[::1]").
+// "tcp://HOST:PORT" (HOST a name, an IPv4 address or a bracketed IPv6 address, "[::1]"), or
+// "unix:PATH", a Unix socket on this host: the collector of ranks kept off the network (their
+// own network namespace reaches a socket file, never the host's loopback).
 struct CollectorAddress {
     std::string host;
     int port = 0;
+    std::string path; // unix: only, an absolute path
 };
 
 // Throws InputError naming the expected form when `text` is not tcp://HOST:PORT with a port in
-// 1..65535. Does not resolve the host.
+// 1..65535 or unix:PATH with an absolute PATH a socket address can hold. Does not resolve the
+// host.
 CollectorAddress parseCollectorAddress(const std::string& text);
 
 struct EventStreamStats {
@@ -76,6 +80,8 @@ public:
 
 private:
     struct Address; // a resolved sockaddr, defined where the socket headers are included
+    static Address unixAddress(const std::string& path);
+    void resolve(const CollectorAddress& address); // fills addresses_ or throws InputError
 
     void run();
     bool connectOnce(); // tries each resolved address; true with fd_ connected and greeted

@@ -24,7 +24,7 @@ inline constexpr const char* kTelemetryTokenVariable = "SHARDSCOPE_TELEMETRY_TOK
 
 struct TelemetryOptions {
     std::string path;      // NDJSON file, created (with its directory) or truncated
-    std::string collector; // "" or "tcp://HOST:PORT"
+    std::string collector; // "", "tcp://HOST:PORT" or "unix:PATH"
     int rank = 0;
     bool append = false;              // keep earlier events (a resumed run)
     std::size_t queueCapacity = 8192; // events held for the collector before new ones are dropped

@@ -144,6 +144,13 @@ std::vector<RankHealth> rankHealth(const RunState& run, const HealthOptions& opt
             h.status = RankStatus::Dead;
             h.detail = "its process ended without a message (killed, or crashed), found by rank " +
                        std::to_string(lost->second.reporter) + "'s watchdog; " + lastSeen(*r);
+        } else if (const auto said = run.launcherNotices().find(h.rank);
+                   said != run.launcherNotices().end()) {
+            // Another host's rank: only the launcher saw it go.
+            h.status = RankStatus::Dead;
+            h.detail = "its process ended without a message (" + said->second.how + " on " +
+                       said->second.host + ", " + said->second.launcher + " reports); " +
+                       lastSeen(*r);
         } else if (const auto& hang = run.hangSummary();
                    hang && std::count(hang->missing.begin(), hang->missing.end(), h.rank)) {
             // A rank the watchdog's summary names never told it where it waited. A report it
@@ -225,6 +232,8 @@ std::string hangDiagnosis(const RunState& run, const std::vector<RankHealth>& he
     }
     if (!run.lostRanks().empty()) // the watchdog that noticed says who and where it waited
         sentence("Watchdog of " + run.lostRanks().begin()->second.message + ".");
+    else if (!run.launcherNotices().empty()) // a rank on another host: the launcher saw it go
+        sentence(run.launcherNotices().begin()->second.message + ".");
     if (!silent.empty())
         sentence((silent.size() == 1 ? "Rank " : "Ranks ") + rankList(silent) +
                  (silent.size() == 1 ? " is" : " are") + " silent.");

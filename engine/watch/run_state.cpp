@@ -196,6 +196,11 @@ void RunState::connectionClosed(int rank, double receivedAt) {
     it->second.lastReceived = receivedAt;
 }
 
+void RunState::launcherNotice(const LauncherNotice& notice) {
+    if (notice.rank >= 0 && notice.rank <= 1'000'000 && notices_.size() < 1024)
+        notices_.try_emplace(notice.rank, notice);
+}
+
 void RunState::onStart(RankState& r, const json& e) {
     const long pid = static_cast<long>(integer(e, "pid", 0));
     // The copy of the start event a stream re-sends on reconnection: the segment goes on.

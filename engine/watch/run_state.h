@@ -10,6 +10,7 @@
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
 #include "core/train_config.h"
+#include "launcher_notice.h"
 
 #include <cstdint>
 #include <deque>
@@ -167,6 +168,8 @@ public:
     void add(const nlohmann::json& event, double receivedAt = -1);
     // The stream from `rank` ended; without an end event the rank is presumed dead.
     void connectionClosed(int rank, double receivedAt);
+    // The launcher said a rank's process died (read from its output, not from telemetry).
+    void launcherNotice(const LauncherNotice& notice);
 
     const RunInfo& info() const { return info_; }
     const std::map<int, RankState>& ranks() const { return ranks_; }
@@ -174,6 +177,8 @@ public:
     const std::optional<HangSummary>& hangSummary() const { return hang_; }
     // Ranks found gone, by rank: the first report of each.
     const std::map<int, LostRank>& lostRanks() const { return lost_; }
+    // What the launcher said of ranks that died, by rank: the first notice of each.
+    const std::map<int, LauncherNotice>& launcherNotices() const { return notices_; }
     std::int64_t ignoredEvents() const { return ignored_; }
     // The highest step any rank has completed.
     std::int64_t latestStep() const;
@@ -190,6 +195,7 @@ private:
     std::map<int, RankState> ranks_;
     std::optional<HangSummary> hang_;
     std::map<int, LostRank> lost_;
+    std::map<int, LauncherNotice> notices_;
     std::int64_t ignored_ = 0;
     double latestT_ = 0;
     int newestSegment_ = 0;

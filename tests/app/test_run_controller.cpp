@@ -123,6 +123,51 @@ private slots:
         QVERIFY2(run.message().contains("nothing was started"), qPrintable(run.message()));
         QFile::remove(bin() + "/ssh");
     }
+
+    // Under Slurm srun's notice is in the job's output file, read when the job has failed.
+    void srunsNoticeInTheJobsOutputNamesTheDeadRank() {
+        slurmSays("JobState=RUNNING ExitCode=0:0");
+        LiveRun live;
+        RunController run(&live);
+        run.setEngine(SHARDSCOPE_ENGINE_EXE);
+        run.start(slurmSession(), "srun-lost");
+        QTRY_COMPARE_WITH_TIMEOUT(run.slurmJob(), QString("4242"), 60000);
+        QFile out(run.runDirectory() + ".slurm-4242.out");
+        QVERIFY(out.open(QIODevice::WriteOnly));
+        out.write("step 3\nsrun: error: node-9: task 2: Killed\nsrun: error: node-1: task 0: "
+                  "Exited with exit code 5\n");
+        out.close();
+        slurmSays("JobState=FAILED ExitCode=0:9");
+        QTRY_VERIFY_WITH_TIMEOUT(run.state() == State::Failed, 20000);
+        std::map<int, watch::LauncherNotice> notices;
+        live.read([&](const watch::RunState& state) { notices = state.launcherNotices(); });
+        QCOMPARE(int(notices.size()), 1);
+        QCOMPARE(notices.begin()->first, 2);
+        QCOMPARE(notices.begin()->second.host, std::string("node-9"));
+        QFile::remove(out.fileName());
+    }
+
+    // A rank on another host dies: the survivors' watchdogs cannot see it, so the launcher's
+    // notice (its line arriving in pieces) names it in the monitor.
+    void theLaunchersNoticeOfADeadRankNamesIt() {
+        script("stand-in-engine",
+               "case \"$*\" in *--check*) echo ok; exit 0;; esac\n"
+               "printf 'mpirun noticed that process rank 1 with PID 0 on no' >&2\n"
+               "sleep 0.3\n"
+               "printf 'de far-host exited on signal 9 (Killed).\\n' >&2\n"
+               "exit 137\n");
+        LiveRun live;
+        RunController run(&live);
+        run.setEngine(bin() + "/stand-in-engine");
+        run.start(test::cpuSession(dir_.path() + "/runs", 4), "lost-rank");
+        QTRY_VERIFY_WITH_TIMEOUT(run.state() == State::Failed, 30000);
+        std::map<int, watch::LauncherNotice> notices;
+        live.read([&](const watch::RunState& state) { notices = state.launcherNotices(); });
+        QCOMPARE(int(notices.size()), 1);
+        QCOMPARE(notices.begin()->first, 1);
+        QCOMPARE(notices.begin()->second.host, std::string("far-host"));
+        QCOMPARE(notices.begin()->second.how, std::string("signal 9 (Killed)"));
+    }
 };
 
 } // namespace shardscope

@@ -3,7 +3,10 @@
 // once), events seen before are dropped, and a rank that reconnects is not taken for dead.
 #include "run/telemetry_server.h"
 
+#include <QFileInfo>
+#include <QLocalSocket>
 #include <QTcpSocket>
+#include <QTemporaryDir>
 #include <QtTest>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,7 +24,7 @@ std::unique_ptr<QTcpSocket> connectTo(quint16 port) {
     return s;
 }
 
-void send(QTcpSocket& s, const json& line) {
+void send(QIODevice& s, const json& line) {
     const std::string text = line.dump() + "\n";
     s.write(text.data(), qint64(text.size()));
     s.waitForBytesWritten(5000);
@@ -49,6 +52,46 @@ std::int64_t lastStep(LiveRun& live, int rank) {
 class TestTelemetryServer : public QObject {
     Q_OBJECT
 private slots:
+    void aLocalRunsUnixSocketHearsRanksRefusesStrangersAndIsRemovedOnStop() {
+        QTemporaryDir dir;
+        const QString path = dir.filePath("telemetry.sock");
+        LiveRun live;
+        TelemetryServer server(&live);
+        QString error;
+        QVERIFY2(server.startLocal(path, "tok", &error), qPrintable(error));
+        QCOMPARE(server.localPath(), path);
+        QCOMPARE(server.port(), quint16(0));
+        // Only this user may connect (the token guards the rest).
+        QCOMPARE(QFileInfo(path).permissions() &
+                     (QFile::ReadOther | QFile::WriteOther | QFile::ReadGroup | QFile::WriteGroup),
+                 QFile::Permissions());
+        QLocalSocket rank, stranger;
+        rank.connectToServer(path);
+        QVERIFY(rank.waitForConnected(5000));
+        send(rank, hello(2, "tok"));
+        send(rank, step(2, 1, 2));
+        send(rank, step(2, 2, 3));
+        stranger.connectToServer(path);
+        QVERIFY(stranger.waitForConnected(5000));
+        send(stranger, hello(0, "guess"));
+        QTRY_COMPARE_WITH_TIMEOUT(lastStep(live, 2), std::int64_t(2), 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(live.refusedConnections(), std::int64_t(1), 5000);
+        // A rank whose socket closes without an end event is noticed.
+        rank.disconnectFromServer();
+        QTRY_VERIFY_WITH_TIMEOUT(
+            [&] {
+                bool gone = false;
+                live.read([&](const watch::RunState& run) {
+                    gone = run.rank(2) && run.rank(2)->disconnected;
+                });
+                return gone;
+            }(),
+            5000);
+        server.stop();
+        QVERIFY(!QFileInfo::exists(path));
+        QVERIFY(server.localPath().isEmpty());
+    }
+
     void ranksWithTheTokenAreHeardAndRepeatsDropped() {
         LiveRun live;
         TelemetryServer server(&live);

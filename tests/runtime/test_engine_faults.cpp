@@ -73,9 +73,10 @@ std::map<int, double> lossByStep(const fs::path& run) {
 // A job in the background: the engine through --ranks, its output in a log.
 class Job {
 public:
-    Job(const std::string& args, const fs::path& log) {
-        const std::string cmd = std::string("exec ") + SHARDSCOPE_ENGINE_EXE + " train -q " + args +
-                                " > " + log.string() + " 2>&1";
+    // `as`: a command that runs the engine as another user ("runuser -u nobody --"), or "".
+    Job(const std::string& args, const fs::path& log, const std::string& as = "") {
+        const std::string cmd = "exec " + as + (as.empty() ? "" : " ") + SHARDSCOPE_ENGINE_EXE +
+                                " train -q " + args + " > " + log.string() + " 2>&1";
         pid_ = ::fork();
         if (pid_ == 0) {
             ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
@@ -105,6 +106,7 @@ public:
         }
         return std::nullopt;
     }
+    pid_t pid() const { return pid_; }
 
 private:
     pid_t pid_ = -1;
@@ -165,27 +167,81 @@ std::set<std::string> socketsOf(pid_t pid) {
     return out;
 }
 
-// Ranks started by --ranks on one host listen on no network port: a flood of garbage at the TCP
-// transport's listeners (on every interface) slowed a step 15x.
-TEST(EngineFaults, LocalRanksListenOnNoNetworkPort) {
+pid_t parentOf(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    std::getline(in, text);                                     // one line
+    std::istringstream after(text.substr(text.rfind(')') + 1)); // the name may hold spaces
+    std::string state;
+    pid_t parent = 0;
+    after >> state >> parent;
+    return parent;
+}
+
+std::string networkOf(pid_t pid) {
+    std::error_code ec;
+    return fs::read_symlink("/proc/" + std::to_string(pid) + "/ns/net", ec).string();
+}
+
+// Ranks started by --ranks on one host, and their mpirun, listen on no port another host can
+// reach: a flood of garbage at the TCP transport's listeners (on every interface) slowed a step
+// 15x, and mpirun binds its control port to every interface whatever its options say. So they
+// run in a network namespace of their own. `as` runs the engine as another user.
+void expectLocalRanksOffTheNetwork(const std::string& as) {
     TempDir dir;
+    fs::permissions(dir.path(), fs::perms::all); // for `as`
     const fs::path config = dir / "c.json";
     std::ofstream(config) << faultConfig(100000).dump();
     const fs::path run = dir / "run";
-    Job job("--config " + config.string() + " --ranks 4 --out " + run.string(), dir / "log");
+    Job job("--config " + config.string() + " --ranks 4 --out " + run.string(), dir / "log", as);
     std::vector<pid_t> ranks;
     for (int r = 0; r < 4; ++r) {
         ranks.push_back(pidOnceAt(run, r, 2));
         ASSERT_GT(ranks.back(), 0) << readText(dir / "log");
     }
+    const pid_t mpirun = parentOf(ranks[0]);
     const std::set<std::string> listening = listenersBeyondLoopback();
     for (int r = 0; r < 4; ++r)
         for (const std::string& socket : socketsOf(ranks[std::size_t(r)]))
             EXPECT_FALSE(listening.contains(socket))
                 << "rank " << r << " listens beyond loopback (socket " << socket << ")";
-    for (const pid_t pid : ranks)
-        ::kill(pid, SIGKILL);
-    job.wait(60);
+    const std::string log = readText(dir / "log");
+    const bool isolated = log.find("share this host's network") == std::string::npos;
+    if (isolated) {
+        EXPECT_NE(networkOf(mpirun), networkOf(::getpid())) << log;
+        for (const pid_t pid : ranks)
+            EXPECT_EQ(networkOf(pid), networkOf(mpirun));
+        for (const std::string& socket : socketsOf(mpirun))
+            EXPECT_FALSE(listening.contains(socket)) << "mpirun listens beyond loopback";
+    }
+    // The stop the app sends to the process it started reaches every rank through mpirun (with
+    // `as`, the engine is a child of runuser, which passes no SIGUSR1 on).
+    const pid_t engine = as.empty() ? job.pid() : parentOf(mpirun);
+    ASSERT_EQ(::kill(engine, SIGUSR1), 0);
+    const std::optional<int> code = job.wait(120);
+    ASSERT_TRUE(code) << "still running 2 minutes after the stop";
+    EXPECT_EQ(*code, 0) << readText(dir / "log");
+    std::ifstream summary(run / "summary.json");
+    EXPECT_EQ(json::parse(summary)["status"], "interrupted");
+    if (!isolated)
+        GTEST_SKIP() << "this kernel or container gives no network namespace, so mpirun's "
+                        "control port was not checked: "
+                     << log.substr(0, log.find('\n'));
+}
+
+TEST(EngineFaults, LocalRanksAndTheirMpirunListenOnNoNetworkPort) {
+    expectLocalRanksOffTheNetwork("");
+}
+
+// An ordinary user gets the namespace inside a user namespace of its own, which only a
+// single-threaded process may create: the launcher forks for it and passes signals on.
+TEST(EngineFaults, AnOrdinaryUsersLocalRanksAreKeptOffTheNetworkToo) {
+    if (::geteuid() != 0 || !fs::exists("/usr/sbin/runuser"))
+        GTEST_SKIP() << "needs root and runuser to run the engine as the user nobody";
+    for (fs::path p = SHARDSCOPE_ENGINE_EXE; p.has_relative_path(); p = p.parent_path())
+        if ((fs::status(p).permissions() & fs::perms::others_exec) == fs::perms::none)
+            GTEST_SKIP() << "nobody cannot reach the engine through " << p;
+    expectLocalRanksOffTheNetwork("/usr/sbin/runuser -u nobody --");
 }
 
 TEST(EngineFaults, AKilledRankEndsTheJobAndTheRunResumesBitIdentically) {

@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <string>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -101,10 +102,27 @@ public:
         port_ = ntohs(a.sin_port);
         thread_ = std::thread([this] { run(); });
     }
+    // Listening on a Unix socket at `path` instead.
+    Collector(Mode mode, const fs::path& path) : mode_(mode), closeAfter_(0), path_(path) {
+        listener_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        const std::string name = path.string();
+        if (name.size() >= sizeof a.sun_path)
+            throw std::runtime_error("test socket path too long");
+        name.copy(a.sun_path, name.size());
+        if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+            ::listen(listener_, 4) != 0)
+            throw std::runtime_error("cannot listen on a test Unix socket");
+        thread_ = std::thread([this] { run(); });
+    }
     ~Collector() { stop(); }
 
     int port() const { return port_; }
-    std::string address() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+    std::string address() const {
+        return path_.empty() ? "tcp://127.0.0.1:" + std::to_string(port_)
+                             : "unix:" + path_.string();
+    }
 
     void stop() {
         stop_ = true;
@@ -182,6 +200,7 @@ private:
 
     Mode mode_;
     std::size_t closeAfter_;
+    fs::path path_; // a Unix socket's, or empty for TCP
     int listener_ = -1;
     int port_ = 0;
     std::mutex listenerMutex_;
@@ -395,10 +414,11 @@ TEST(TelemetryFile, UnwritablePathIsAnInputErrorSayingWhichAndWhy) {
 TEST(TelemetryCollector, MalformedAddressesAreInputErrorsQuotingTheAddress) {
     TempDir dir;
     const fs::path path = dir.path() / "rank-0.jsonl";
-    for (const std::string bad :
-         {"tcp://", "http://x:1", "tcp://host:0", "tcp://host:99999", "tcp://nosuchhost.invalid:5",
-          "tcp://:80", "tcp://host", "tcp://host:", "tcp://host:8o", "tcp://::1:80", "localhost:80",
-          "tcp://[::1]80"}) {
+    for (const std::string& bad : std::initializer_list<std::string>{
+             "tcp://", "http://x:1", "unix:", "unix:relative.sock",
+             "unix:/" + std::string(200, 'd'), "tcp://host:0", "tcp://host:99999",
+             "tcp://nosuchhost.invalid:5", "tcp://:80", "tcp://host",
+             "tcp://host:", "tcp://host:8o", "tcp://::1:80", "localhost:80", "tcp://[::1]80"}) {
         try {
             TelemetryWriter writer({path.string(), bad, 0});
             ADD_FAILURE() << bad << ": no exception";
@@ -440,6 +460,9 @@ TEST(TelemetryCollector, WellFormedAddressesParse) {
     a = parseCollectorAddress("tcp://node-07.cluster:65535");
     EXPECT_EQ(a.host, "node-07.cluster");
     EXPECT_EQ(a.port, 65535);
+    a = parseCollectorAddress("unix:/run/user/1000/shardscope/telemetry.sock");
+    EXPECT_EQ(a.path, "/run/user/1000/shardscope/telemetry.sock");
+    EXPECT_TRUE(a.host.empty());
 }
 
 // ---------------------------------------------------------------- the stream
@@ -466,6 +489,25 @@ TEST(TelemetryStream, TheCollectorReceivesExactlyTheFileInOrder) {
     ASSERT_EQ(file.size(), static_cast<std::size_t>(kEvents));
     EXPECT_EQ(payload(collector.lines()), file);
     EXPECT_EQ(collector.connections(), 1);
+}
+
+TEST(TelemetryStream, AUnixSocketCollectorReceivesTheGreetingThenTheFileInOrder) {
+    TempDir dir;
+    const fs::path path = dir.path() / "rank-0.jsonl";
+    Collector collector(Collector::Mode::ReadAll, dir.path() / "collector.sock");
+    constexpr int kEvents = 500;
+    {
+        TelemetryWriter writer({path.string(), collector.address(), 0});
+        for (int i = 0; i < kEvents; ++i)
+            writer.write(span(i));
+        ASSERT_TRUE(eventually([&] { return writer.stats().sent == kEvents; }))
+            << "sent " << writer.stats().sent << " dropped " << writer.stats().dropped;
+    }
+    ASSERT_TRUE(eventually([&] { return collector.connectionEnded(); }));
+    const std::vector<std::string> file = readLines(path);
+    ASSERT_EQ(file.size(), std::size_t(kEvents));
+    EXPECT_EQ(payload(collector.lines()), file);
+    EXPECT_EQ(json::parse(collector.lines().front())["type"], "hello");
 }
 
 TEST(TelemetryStream, TheDestructorDrainsQueuedEventsToAConnectedCollector) {

@@ -239,6 +239,29 @@ TEST(RankHealth, FinishedFailedHungAndNotYetStarted) {
     EXPECT_NE(hangDiagnosis(run, health).find("ranks that never reported: 3"), std::string::npos);
 }
 
+TEST(RankHealth, ARankOnAnotherHostThatOnlyTheLauncherSawDieIsDeadAndNamedFirst) {
+    RunState run;
+    const ParallelConfig layout = pipelineLayout(PipelineSchedule::OneFOneB, 1, 1, 4);
+    for (int r = 0; r < 4; ++r)
+        run.add(startEvent(r, {r, 0, 0, 0}, layout));
+    run.add(stepEvent(3, 1, 1.0, 1.0));
+    const std::optional<LauncherNotice> notice =
+        parseLauncherNotice("mpirun noticed that process rank 3 with PID 0 on node host0 exited "
+                            "on signal 9 (Killed).");
+    ASSERT_TRUE(notice);
+    run.launcherNotice(*notice);
+    const std::vector<RankHealth> health = rankHealth(run);
+    ASSERT_EQ(health.size(), 4u);
+    EXPECT_EQ(health[3].status, RankStatus::Dead);
+    EXPECT_NE(health[3].detail.find("signal 9 (Killed) on host0, mpirun reports"),
+              std::string::npos)
+        << health[3].detail;
+    EXPECT_NE(health[0].status, RankStatus::Dead);
+    const std::string why = hangDiagnosis(run, health);
+    EXPECT_NE(why.find("Rank 3 on node host0 ended on signal 9 (Killed)"), std::string::npos)
+        << why;
+}
+
 TEST(RankHealth, RanksThatNeverSpokeAreOneRowPerRunSoAHugeWorldCostsAFewRows) {
     // One start event declaring a million ranks and one line from rank 999,999 (a corrupt or
     // hostile stream) must not make the monitor build a million rows on every redraw.

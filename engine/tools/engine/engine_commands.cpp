@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/json_io.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "local_ranks.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/device_memory.h"
@@ -261,13 +262,13 @@ void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
 
 // `--ranks N` without an MPI launcher: start N copies of this program under mpirun, with the
 // same arguments, a run directory they all agree on, and the cores shared out between them.
-[[noreturn]] void launchRanks(int argc, char** argv, int ranks, bool hasOut, bool hasThreads) {
-    std::vector<std::string> args = {"mpirun", "-n", std::to_string(ranks), "--oversubscribe",
+[[noreturn]] void launchRanks(int argc, char** argv, int ranks, bool hasOut, bool hasThreads,
+                              const std::string& collector, std::ostream& err) {
+    std::vector<std::string> args = {"-n", std::to_string(ranks), "--oversubscribe",
                                      // Ranks on one host talk through shared memory: no TCP
                                      // transport, so no rank listens on any network port.
                                      "--mca", "btl", "self,vader",
-                                     // mpirun's own bootstrap addresses loopback only (Open MPI
-                                     // 4.1 still binds its listener to every interface).
+                                     // mpirun's own bootstrap addresses loopback only.
                                      "--mca", "oob_tcp_if_include", "lo"};
     if (::geteuid() == 0)
         args.push_back("--allow-run-as-root"); // containers and CI run as root
@@ -290,13 +291,7 @@ void dump(const RunConfig& c, const fs::path& dir, std::ostream& out) {
         args.push_back("--threads");
         args.push_back(std::to_string(std::max(1, kernels::cpuCores() / ranks)));
     }
-    std::vector<char*> cargs;
-    for (std::string& a : args)
-        cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    ::execvp("mpirun", cargs.data());
-    throw InputError(std::string("--ranks: cannot start mpirun (") + std::strerror(errno) +
-                     "); install openmpi-bin, or launch the ranks with mpirun or srun yourself");
+    runLocalRanks(args, collector, err);
 }
 
 json engineVersion() {
@@ -321,7 +316,7 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
                                                      "when no --config is given)");
     trainFlags.addTo(*trainCmd);
     trainCmd->add_option("--telemetry", trainFlags.telemetry,
-                         "also stream telemetry to a collector at tcp://HOST:PORT");
+                         "also stream telemetry to a collector at tcp://HOST:PORT or unix:PATH");
     trainCmd
         ->add_option("--resume", resume,
                      "continue the run in --out from its latest checkpoint, or from the "
@@ -442,7 +437,7 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
             if (c.engine.device == "cuda") // the ranks start on this host: is there a GPU?
                 chooseDevice("cuda", 0, ranks, 1, c.parallel.precision.compute, queryDevices());
             launchRanks(argc, argv, ranks, trainFlags.out.has_value(),
-                        trainFlags.threads.has_value());
+                        trainFlags.threads.has_value(), c.engine.telemetry, err);
         }
         if (underMpi) {
             mpi = std::make_unique<MpiSession>(nullptr, nullptr);

@@ -6,6 +6,7 @@
 #include "plan/layout.h"
 #include "save_file.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace shardscope {
@@ -54,6 +55,8 @@ PipelineLesson readPipelineLesson(const nlohmann::json& j) {
     try {
         if (!j.is_object())
             throw InputError("expected an object");
+        if (j.contains("follows_layout"))
+            l.followsLayout = j.at("follows_layout").get<bool>();
         if (j.contains("schedule"))
             l.schedule = scheduleFromString(j.at("schedule").get<std::string>());
         if (j.contains("compare"))
@@ -121,6 +124,30 @@ void fitDataParallelToCluster(Session& s) {
 
 void fitClusterToLayout(Session& s) {
     s.cluster = clusterForWorld(s.cluster, s.parallel.worldSize());
+}
+
+PipelineLesson pipelineLessonOf(const ParallelConfig& layout, const PipelineLesson& lesson,
+                                std::string* clamped) {
+    PipelineLesson l = lesson;
+    if (!l.followsLayout)
+        return l;
+    l.schedule = layout.schedule;
+    l.stages = std::clamp(layout.pp, 1, PipelineLesson::kMaxStages);
+    l.virtualStages = std::max(1, layout.vpp);
+    const int m = std::max(1, layout.microbatches());
+    l.microbatches = std::min(m, PipelineLesson::kMaxMicrobatches);
+    if (l.schedule == PipelineSchedule::Interleaved && l.microbatches < m)
+        l.microbatches -= l.microbatches % l.stages; // interleaving needs m divisible by p
+    if (clamped) {
+        clamped->clear();
+        if (l.stages != layout.pp)
+            *clamped =
+                "pp " + std::to_string(layout.pp) + " is drawn as " + std::to_string(l.stages);
+        if (l.microbatches != m)
+            *clamped += (clamped->empty() ? "" : ", ") + std::to_string(m) +
+                        " microbatches are drawn as " + std::to_string(l.microbatches);
+    }
+    return l;
 }
 
 Session defaultSession() {
@@ -213,7 +240,8 @@ nlohmann::json sessionToJson(const Session& s) {
     j["layout"] = s.parallel;
     j["train"] = s.train;
     const PipelineLesson& l = s.pipeline;
-    j["pipeline"] = {{"schedule", toString(l.schedule)},
+    j["pipeline"] = {{"follows_layout", l.followsLayout},
+                     {"schedule", toString(l.schedule)},
                      {"compare", l.compare ? nlohmann::json(toString(*l.compare)) : nullptr},
                      {"pp", l.stages},
                      {"microbatches", l.microbatches},

@@ -20,27 +20,34 @@ std::string toString(ModelSource s);
 ModelSource modelSourceFromString(const std::string& s); // throws InputError
 
 // The Pipeline page's lesson: a schedule, optionally a second one to compare, on p ranks with m
-// microbatches (v chunks per rank for an interleaved schedule), with per-op costs.
+// microbatches (v chunks per rank for an interleaved schedule), with the costs of one microbatch
+// through one rank's layers (a chunk of an interleaved rank costs 1/v of them).
 struct PipelineLesson {
+    // True: p, m, v and the schedule are the session's layout's (the Explorer's) and follow it;
+    // false once the user sets one of them on the page, until they go back to the layout.
+    bool followsLayout = true;
+    static constexpr int kMaxStages = 64, kMaxMicrobatches = 1024; // what the page draws
     PipelineSchedule schedule = PipelineSchedule::OneFOneB;
     std::optional<PipelineSchedule> compare = PipelineSchedule::ZeroBubble;
     int stages = 4;
     int microbatches = 8;
     int virtualStages = 2; // used by whichever schedule is interleaved
-    OpCosts costs;
+    OpCosts costs;         // per stage: one microbatch through all of one rank's layers
     double p2p = 0;
 
     ScheduleSpec spec(PipelineSchedule kind) const {
         return {kind, stages, microbatches,
                 kind == PipelineSchedule::Interleaved ? virtualStages : 1};
     }
-    PipelineCosts pipelineCosts() const {
-        PipelineCosts c;
-        c.perRank = {costs};
-        c.p2p = p2p;
-        return c;
+    PipelineCosts pipelineCosts(PipelineSchedule kind) const {
+        return stageCosts(spec(kind), costs, p2p);
     }
 };
+
+// The lesson as the Pipeline page shows it: while it follows the layout, with the layout's p, m,
+// v and schedule (p and m within what the page draws; `clamped` then says what was cut).
+PipelineLesson pipelineLessonOf(const ParallelConfig& layout, const PipelineLesson& lesson,
+                                std::string* clamped = nullptr);
 
 // The Collectives page's lesson: an algorithm on N GPUs for a buffer of S bytes over links.
 struct CollectivesLesson {

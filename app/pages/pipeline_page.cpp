@@ -43,13 +43,31 @@ QString scheduleName(PipelineSchedule s) {
     return {};
 }
 
+PipelineLesson shown(const Session& s) {
+    return pipelineLessonOf(s.parallel, s.pipeline);
+}
+
+// Setting p, m, v or the schedule on the page starts an experiment from what it showed.
+void experiment(Session& s) {
+    s.pipeline = shown(s);
+    s.pipeline.followsLayout = false;
+}
+
+QString layoutText(const ParallelConfig& p) {
+    QString text = QString("pp %1, m %2").arg(p.pp).arg(p.microbatches());
+    if (p.schedule == PipelineSchedule::Interleaved)
+        text += QString(", v %1").arg(p.vpp);
+    return text + ", " + scheduleName(p.schedule);
+}
+
 } // namespace
 
 PipelinePage::PipelinePage(SessionDocument* doc, QWidget* parent)
     : Page(parent), doc_(doc), panel_(new CalculatorPanel(this)), form_(new SessionForm(doc)),
       viewA_(new PipelineView), viewB_(new PipelineView), memory_(new SeriesChart),
       figures_(new QStandardItemModel(this)), opsA_(new QStandardItemModel(this)),
-      scrub_(new QSlider(Qt::Horizontal)) {
+      scrub_(new QSlider(Qt::Horizontal)), layoutNote_(new QLabel),
+      backToLayout_(new QPushButton("Back to the session's layout")) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(panel_);
@@ -57,9 +75,13 @@ PipelinePage::PipelinePage(SessionDocument* doc, QWidget* parent)
     form_->addSection("Schedule");
     form_->addChoice(
         "schedule", "Schedule", "The pipeline schedule to run", kSchedules,
-        [](const Session& s) { return qs(toString(s.pipeline.schedule)); },
+        [](const Session& s) { return qs(toString(shown(s).schedule)); },
         [](Session& s, const QString& k) {
+            experiment(s);
             s.pipeline.schedule = scheduleFromString(k.toStdString());
+            if (s.pipeline.schedule == PipelineSchedule::Interleaved &&
+                s.pipeline.virtualStages < 2)
+                s.pipeline.virtualStages = 2; // interleaving needs two chunks per rank
         });
     std::vector<std::pair<QString, QString>> compare;
     compare.reserve(kSchedules.size() + 1);
@@ -77,21 +99,33 @@ PipelinePage::PipelinePage(SessionDocument* doc, QWidget* parent)
                 k == "none" ? std::nullopt : std::optional(scheduleFromString(k.toStdString()));
         });
     form_->addInt(
-        "pp", "Pipeline ranks (p)", "Pipeline stages, one per rank", 1, 64,
-        [](const Session& s) { return s.pipeline.stages; },
-        [](Session& s, int v) { s.pipeline.stages = v; });
+        "pp", "Pipeline ranks (p)", "Pipeline stages, one per rank", 1, PipelineLesson::kMaxStages,
+        [](const Session& s) { return shown(s).stages; },
+        [](Session& s, int v) {
+            experiment(s);
+            s.pipeline.stages = v;
+        });
     form_->addInt(
-        "microbatches", "Microbatches (m)", "Microbatches per step", 1, 1024,
-        [](const Session& s) { return s.pipeline.microbatches; },
-        [](Session& s, int v) { s.pipeline.microbatches = v; }, true);
+        "microbatches", "Microbatches (m)", "Microbatches per step", 1,
+        PipelineLesson::kMaxMicrobatches, [](const Session& s) { return shown(s).microbatches; },
+        [](Session& s, int v) {
+            experiment(s);
+            s.pipeline.microbatches = v;
+        },
+        true);
     form_->addInt(
         "vpp", "Chunks per rank (v)", "Model chunks per rank for interleaved 1F1B", 1, 16,
-        [](const Session& s) { return s.pipeline.virtualStages; },
-        [](Session& s, int v) { s.pipeline.virtualStages = v; });
-    form_->addSection("Op costs (time units)");
+        [](const Session& s) { return shown(s).virtualStages; },
+        [](Session& s, int v) {
+            experiment(s);
+            s.pipeline.virtualStages = v;
+        });
+    form_->addSection("Op costs per stage (time units)");
     form_->addDouble(
-        "forward", "Forward (F)", "Time of one forward op on one rank", 0, 1000, 2, "",
-        [](const Session& s) { return s.pipeline.costs.forward; },
+        "forward", "Forward (F)",
+        "Time of one microbatch's forward through one rank's layers (an interleaved chunk holds "
+        "1/v of them and costs 1/v)",
+        0, 1000, 2, "", [](const Session& s) { return s.pipeline.costs.forward; },
         [](Session& s, double v) { s.pipeline.costs.forward = v; });
     form_->addDouble(
         "backward-input", "Input gradient (B)", "Time of the backward's input-gradient half", 0,
@@ -136,9 +170,22 @@ PipelinePage::PipelinePage(SessionDocument* doc, QWidget* parent)
         }
     });
 
+    // Which layout the page shows: the session's, or the user's experiment.
+    layoutNote_->setObjectName("layout-note");
+    layoutNote_->setWordWrap(true);
+    backToLayout_->setObjectName("back-to-layout");
+    connect(backToLayout_, &QPushButton::clicked, this, [this] {
+        doc_->edit("Show the session's pipeline layout",
+                   [](Session& s) { s.pipeline.followsLayout = true; });
+    });
+    auto* source = new QHBoxLayout;
+    source->addWidget(layoutNote_, 1);
+    source->addWidget(backToLayout_);
+
     auto* picture = new QWidget;
     auto* v = new QVBoxLayout(picture);
     v->setContentsMargins(0, 0, 0, 0);
+    v->addLayout(source);
     v->addWidget(player);
     v->addWidget(viewA_, 3);
     v->addWidget(viewB_, 3);
@@ -171,13 +218,24 @@ double PipelinePage::longestMakespan() const {
 
 void PipelinePage::refresh() {
     const Session& s = doc_->session();
-    const PipelineLesson& l = s.pipeline;
+    std::string clamped;
+    const PipelineLesson l = pipelineLessonOf(s.parallel, s.pipeline, &clamped);
+    if (l.followsLayout)
+        layoutNote_->setText(
+            QString("Showing the session's layout from the Explorer: %1%2. Change p, m, v or the "
+                    "schedule here to experiment.")
+                .arg(layoutText(s.parallel),
+                     clamped.empty() ? QString() : " (" + qs(clamped) + ")"));
+    else
+        layoutNote_->setText(
+            QString("Experimenting: the session's layout is %1.").arg(layoutText(s.parallel)));
+    backToLayout_->setVisible(!l.followsLayout);
     timelineA_.reset();
     timelineB_.reset();
     QString problem;
     auto simulateOne = [&](PipelineSchedule kind) -> std::optional<PipelineTimeline> {
         try {
-            return simulate(buildPipelineProgram(l.spec(kind)), l.pipelineCosts());
+            return simulate(buildPipelineProgram(l.spec(kind)), l.pipelineCosts(kind));
         } catch (const InputError& e) {
             problem += scheduleName(kind) + ": " + qs(e.what()) + "\n";
             return std::nullopt;
@@ -286,7 +344,7 @@ QString PipelinePage::exportTrace(const QString& path) const {
     if (!timelineA_)
         return "nothing to export: the schedule cannot run with these settings";
     const std::string text =
-        chromeTrace(*timelineA_, toString(doc_->session().pipeline.schedule)).dump() + "\n";
+        chromeTrace(*timelineA_, toString(shown(doc_->session()).schedule)).dump() + "\n";
     return saveFileAtomically(path, QByteArray::fromStdString(text));
 }
 

@@ -1,6 +1,8 @@
 // Pipeline: a schedule's timeline on p ranks (and a second schedule beneath it to compare),
 // animated with a playhead, with the simulated bubble beside the closed form and each rank's
-// peak activations. The op lists are the ones the engine runs (engine/sched).
+// peak activations. The op lists are the ones the engine runs (engine/sched). It opens on the
+// session's layout (p, m, v and schedule from the Explorer) and says so; setting one of them
+// here is an experiment, and one click goes back to the layout.
 #pragma once
 
 #include "animation_clock.h"
@@ -10,6 +12,7 @@
 #include <optional>
 
 class QComboBox;
+class QLabel;
 class QPushButton;
 class QSlider;
 class QStandardItemModel;
@@ -52,6 +55,8 @@ public:
     PipelineView* viewB() const { return viewB_; }
     SeriesChart* memoryChart() const { return memory_; }
     QStandardItemModel* figures() const { return figures_; }
+    QLabel* layoutNote() const { return layoutNote_; }
+    QPushButton* backToLayoutButton() const { return backToLayout_; }
     const std::optional<PipelineTimeline>& timelineA() const { return timelineA_; }
     const std::optional<PipelineTimeline>& timelineB() const { return timelineB_; }
 
@@ -71,6 +76,8 @@ private:
     QStandardItemModel* figures_;
     QStandardItemModel* opsA_;
     QSlider* scrub_;
+    QLabel* layoutNote_;        // whose layout is shown: the session's, or an experiment
+    QPushButton* backToLayout_; // shown while experimenting
     AnimationClock clock_{kPlaySeconds};
     std::optional<PipelineTimeline> timelineA_, timelineB_;
 };

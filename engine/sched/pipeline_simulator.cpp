@@ -28,6 +28,15 @@ double PipelineCosts::seconds(const PipelineOp& op, int rank) const {
     return 0;
 }
 
+PipelineCosts stageCosts(const ScheduleSpec& spec, const OpCosts& stage, double p2p) {
+    const double share = 1.0 / std::max(1, spec.virtualStages);
+    PipelineCosts c;
+    c.perRank = {
+        {stage.forward * share, stage.backwardInput * share, stage.backwardWeight * share}};
+    c.p2p = p2p;
+    return c;
+}
+
 namespace {
 
 void checkCosts(const PipelineProgram& program, const PipelineCosts& costs) {

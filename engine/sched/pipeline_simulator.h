@@ -28,6 +28,12 @@ struct PipelineCosts {
     double seconds(const PipelineOp& op, int rank) const;
 };
 
+// The per-op costs of `spec` when one microbatch through all of a rank's layers (its stage)
+// costs `stage`: an interleaved rank holds its layers as v chunks of 1/v of them each, so each
+// chunk's F, B and W cost 1/v of the stage's (Narayanan et al. 2021, section 2.2.2: the bubble
+// shrinks by v because each op does), and every other schedule runs one chunk, the whole stage.
+PipelineCosts stageCosts(const ScheduleSpec& spec, const OpCosts& stage, double p2p);
+
 struct TimedOp {
     PipelineOp op;
     double start = 0;

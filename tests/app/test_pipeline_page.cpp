@@ -8,6 +8,8 @@
 #include "session_document.h"
 
 #include <QFile>
+#include <QLabel>
+#include <QPushButton>
 #include <QTemporaryDir>
 #include <nlohmann/json.hpp>
 
@@ -15,10 +17,20 @@ using namespace shardscope;
 using namespace shardscope::test;
 
 namespace {
+// The default session's layout (dp 2, pp 4, 1F1B) with a global batch of 16: m = 8.
+Session teachingSession() {
+    Session s = defaultSession();
+    s.parallel.globalBatch = 16;
+    return s;
+}
+
 struct Fixture {
     SessionDocument doc;
     PipelinePage page{&doc};
-    Fixture() { page.show(); }
+    explicit Fixture(const Session& s = teachingSession()) {
+        doc.reset(s);
+        page.show();
+    }
     SessionForm* form() { return page.form(); }
 };
 } // namespace
@@ -56,6 +68,57 @@ private slots:
         QVERIFY(f.page.timelineA()->makespan > 3.0 * 32);
         f.doc.undoStack()->undo();
         QCOMPARE(f.doc.session().pipeline.p2p, 0.0);
+    }
+
+    void opensOnTheSessionsLayoutAndFollowsIt() {
+        Session s = teachingSession();
+        s.parallel.pp = 2;
+        s.parallel.tp = 16;
+        s.parallel.vpp = 2;
+        s.parallel.schedule = PipelineSchedule::Interleaved;
+        Fixture f(s);
+        QVERIFY(f.page.timelineA());
+        QCOMPARE(int(f.page.timelineA()->ranks.size()), 2);
+        QCOMPARE(f.page.figures()->item(0, 0)->text(), QString("Interleaved 1F1B"));
+        QCOMPARE(f.page.timelineA()->ranks[0].size(), std::size_t(2 * 8 * 2)); // F and B, m x v
+        const QString note = f.page.layoutNote()->text();
+        QVERIFY2(note.contains("session's layout") && note.contains("pp 2, m 8, v 2"),
+                 qPrintable(note));
+        QVERIFY(f.page.backToLayoutButton()->isHidden());
+        // The Explorer changes the layout: the page follows.
+        f.doc.edit("pp 4", [](Session& x) {
+            x.parallel.pp = 4;
+            x.parallel.tp = 8;
+        });
+        QCOMPARE(int(f.page.timelineA()->ranks.size()), 4);
+    }
+
+    void settingALayoutFieldIsAnExperimentAndOneClickGoesBack() {
+        Fixture f;
+        setInt(f.form(), "pp", 8);
+        QCOMPARE(int(f.page.timelineA()->ranks.size()), 8);
+        QVERIFY(!f.doc.session().pipeline.followsLayout);
+        QVERIFY(!f.page.backToLayoutButton()->isHidden());
+        QVERIFY2(f.page.layoutNote()->text().startsWith("Experimenting"),
+                 qPrintable(f.page.layoutNote()->text()));
+        // The layout is untouched, and its changes no longer move the experiment.
+        QCOMPARE(f.doc.session().parallel.pp, 4);
+        f.doc.edit("gb", [](Session& x) { x.parallel.globalBatch = 32; });
+        QCOMPARE(figure(f.page.figures(), "1F1B", 2), 7.0 / 15); // still p 8, m 8
+        QTest::mouseClick(f.page.backToLayoutButton(), Qt::LeftButton);
+        QVERIFY(f.doc.session().pipeline.followsLayout);
+        QCOMPARE(int(f.page.timelineA()->ranks.size()), 4);
+        QCOMPARE(figure(f.page.figures(), "1F1B", 2), 3.0 / 19); // p 4, m 16: the layout's
+        QVERIFY(f.page.backToLayoutButton()->isHidden());
+    }
+
+    void aLayoutBeyondWhatThePageDrawsIsCutAndSaysSo() {
+        Session s = teachingSession();
+        s.parallel.globalBatch = 2 * 4096; // m 4096
+        Fixture f(s);
+        QCOMPARE(f.page.timelineA()->ranks[0].size(), std::size_t(2 * 1024));
+        QVERIFY2(f.page.layoutNote()->text().contains("4096 microbatches are drawn as 1024"),
+                 qPrintable(f.page.layoutNote()->text()));
     }
 
     void unsupportedShapesSayWhy() {

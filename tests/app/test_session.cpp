@@ -46,6 +46,7 @@ TEST(Session, JsonRoundTripKeepsEverything) {
     s.parallel.precision = {Precision::Bf16, Precision::Fp32, false};
     s.train.trainTokens = 2e12;
     s.page = "explorer";
+    s.pipeline.followsLayout = false; // an experiment on the Pipeline page
     s.pipeline.schedule = PipelineSchedule::Interleaved;
     s.pipeline.compare.reset();
     s.pipeline.microbatches = 12;
@@ -62,6 +63,7 @@ TEST(Session, JsonRoundTripKeepsEverything) {
     EXPECT_FALSE(back.parallel.precision.fp32Master);
     EXPECT_DOUBLE_EQ(back.cluster.interBandwidth, 12.5e9);
     EXPECT_EQ(back.page, "explorer");
+    EXPECT_FALSE(back.pipeline.followsLayout);
     EXPECT_EQ(back.pipeline.schedule, PipelineSchedule::Interleaved);
     EXPECT_FALSE(back.pipeline.compare.has_value());
     EXPECT_EQ(back.pipeline.microbatches, 12);
@@ -157,6 +159,9 @@ TEST(Session, MalformedFilesNameTheProblem) {
     nlohmann::json old = sessionToJson(defaultSession());
     old.erase("pipeline");
     EXPECT_EQ(sessionFromJson(old).pipeline.stages, 4);
+    // One written before the page followed the layout opens on the layout.
+    old["pipeline"] = {{"pp", 6}};
+    EXPECT_TRUE(sessionFromJson(old).pipeline.followsLayout);
     old["pipeline"] = {{"pp", 0}};
     EXPECT_THROW(sessionFromJson(old), InputError);
     old["pipeline"] = {{"schedule", "sideways"}};

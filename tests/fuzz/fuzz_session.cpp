@@ -32,7 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const PipelineLesson& lesson = session.pipeline;
         for (auto kind : {std::optional(lesson.schedule), lesson.compare})
             if (kind)
-                (void)simulate(buildPipelineProgram(lesson.spec(*kind)), lesson.pipelineCosts());
+                (void)simulate(buildPipelineProgram(lesson.spec(*kind)),
+                               lesson.pipelineCosts(*kind));
         const CollectivesLesson& c = session.collectives;
         (void)timeCollective(buildCollective({c.algorithm, c.ranks, c.links.gpusPerNode}),
                              c.sizeGB * 1e9, c.links);

@@ -56,6 +56,31 @@ TEST(PipelineSimulator, InterleavedOverheadIsPMinus1OverVM) {
     }
 }
 
+TEST(PipelineSimulator, StageCostsMakeInterleavingShorterThan1F1BByTheBubbleDifference) {
+    // The same model and stage costs under both schedules: one microbatch through a rank's
+    // layers costs F + B + W = 3. 1F1B takes (m + p - 1) x 3; interleaving with v chunks of 1/v
+    // of the layers takes (m + (p - 1) / v) x 3, shorter by (p - 1)(1 - 1/v) x 3.
+    const OpCosts stage{1.0, 1.0, 1.0};
+    for (int p : {2, 4, 8}) {
+        for (int v : {2, 4}) {
+            const int m = 2 * p;
+            const ScheduleSpec oneF{PipelineSchedule::OneFOneB, p, m, 1};
+            const ScheduleSpec inter{PipelineSchedule::Interleaved, p, m, v};
+            const double plain =
+                simulate(buildPipelineProgram(oneF), stageCosts(oneF, stage, 0)).makespan;
+            const double interleaved =
+                simulate(buildPipelineProgram(inter), stageCosts(inter, stage, 0)).makespan;
+            EXPECT_NEAR(plain, 3.0 * (m + p - 1), 1e-9);
+            EXPECT_NEAR(interleaved, 3.0 * (m + double(p - 1) / v), 1e-9) << "p" << p << " v" << v;
+            EXPECT_NEAR(plain - interleaved, 3.0 * (p - 1) * (1.0 - 1.0 / v), 1e-9);
+        }
+    }
+    // Every other schedule runs one chunk per rank: its ops cost the stage's.
+    const PipelineCosts gpipe = stageCosts({PipelineSchedule::GPipe, 4, 8, 1}, {2, 3, 4}, 0.5);
+    EXPECT_EQ(gpipe.perRank.front().backwardWeight, 4.0);
+    EXPECT_EQ(gpipe.p2p, 0.5);
+}
+
 TEST(PipelineSimulator, PeakActivationsAreMForGPipeAndPMinusRFor1F1B) {
     const int p = 4, m = 8;
     const PipelineTimeline gpipe = run(PipelineSchedule::GPipe, p, m);

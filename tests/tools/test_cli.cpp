@@ -715,6 +715,27 @@ TEST(CliSchedule, JsonCarriesTheTimeline) {
     EXPECT_GT(j["makespan"].get<double>(), 6.0);
 }
 
+TEST(CliSchedule, InterleavingTheSameModelIsShorterThan1F1BByTheBubbleItSaves) {
+    // F 1 and B+W 2 per stage, p 4, m 8: 1F1B takes (m + p - 1) x 3 = 33; with v = 2 chunks of
+    // half the layers each, (m + (p - 1) / v) x 3 = 28.5 (Narayanan et al. 2021, section 2.2.2).
+    const std::vector<std::string> common = {
+        "--pp", "4",     "-m", "8", "--forward", "1", "--backward-input", "1", "--backward-weight",
+        "1",    "--json"};
+    auto makespan = [&](std::vector<std::string> args) {
+        args.insert(args.end(), common.begin(), common.end());
+        const CliResult r = shardscope::testing::runCliWith(args);
+        EXPECT_EQ(r.code, 0) << r.err;
+        return json::parse(r.out);
+    };
+    const json plain = makespan({"schedule", "--schedule", "1f1b"});
+    const json interleaved = makespan({"schedule", "--schedule", "interleaved", "--vpp", "2"});
+    EXPECT_DOUBLE_EQ(plain["makespan"].get<double>(), 33.0);
+    EXPECT_DOUBLE_EQ(interleaved["makespan"].get<double>(), 28.5);
+    EXPECT_DOUBLE_EQ(interleaved["costs"]["forward"].get<double>(), 1.0); // as given, per stage
+    EXPECT_DOUBLE_EQ(interleaved["chunk_costs"]["forward"].get<double>(), 0.5);
+    EXPECT_LT(interleaved["bubble_fraction"].get<double>(), plain["bubble_fraction"].get<double>());
+}
+
 TEST(CliSchedule, UnsupportedShapesExitTwoWithTheReason) {
     expectRejected({{"schedule", "--schedule", "interleaved", "--pp", "4", "-m", "6", "--vpp", "2"},
                     {"divisible by p", "m = 8"}});

@@ -152,9 +152,7 @@ int runSchedule(const ScheduleOptions& o, bool json, std::ostream& out) {
         throw InputError("--json lists every op, and this schedule has " +
                          count(program.opCount()) + ", more than the " + count(kMaxListed) +
                          " it lists: drop --json for the per-rank summary, or lower --pp or -m");
-    PipelineCosts costs;
-    costs.perRank = {o.costs};
-    costs.p2p = o.p2p;
+    const PipelineCosts costs = stageCosts(spec, o.costs, o.p2p);
     const PipelineTimeline t = simulate(program, costs);
     if (json)
         out << scheduleJson(program, costs, t).dump(2) << '\n';

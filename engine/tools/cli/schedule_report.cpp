@@ -39,9 +39,15 @@ void printSchedule(std::ostream& out, const PipelineProgram& program, const Pipe
         << " microbatches";
     if (s.virtualStages > 1)
         out << ", v = " << s.virtualStages << " chunks per rank";
-    out << "\nop costs: F " << number(c.forward) << ", B " << number(c.backwardInput) << ", W "
-        << number(c.backwardWeight) << " (fused backward B+W), point-to-point " << number(costs.p2p)
-        << "\n\n";
+    const double v = s.virtualStages;
+    out << "\nop costs per stage (one microbatch through a rank's layers): F "
+        << number(c.forward * v) << ", B " << number(c.backwardInput * v) << ", W "
+        << number(c.backwardWeight * v) << " (fused backward B+W), point-to-point "
+        << number(costs.p2p) << "\n";
+    if (s.virtualStages > 1)
+        out << "per chunk (1/" << s.virtualStages << " of a rank's layers): F " << number(c.forward)
+            << ", B " << number(c.backwardInput) << ", W " << number(c.backwardWeight) << "\n";
+    out << "\n";
 
     if (ops || program.opCount() <= 400) {
         out << "Op lists (F forward, B input gradient, W weight gradient, B+W fused; "
@@ -96,11 +102,15 @@ nlohmann::json scheduleJson(const PipelineProgram& program, const PipelineCosts&
             {"pp", s.stages},
             {"microbatches", s.microbatches},
             {"vpp", s.virtualStages},
-            {"costs",
+            {"costs", // per stage, as given
+             {{"forward", c.forward * s.virtualStages},
+              {"backward_input", c.backwardInput * s.virtualStages},
+              {"backward_weight", c.backwardWeight * s.virtualStages},
+              {"p2p", costs.p2p}}},
+            {"chunk_costs",
              {{"forward", c.forward},
               {"backward_input", c.backwardInput},
-              {"backward_weight", c.backwardWeight},
-              {"p2p", costs.p2p}}},
+              {"backward_weight", c.backwardWeight}}},
             {"makespan", t.makespan},
             {"bubble_fraction", t.bubbleFraction},
             {"closed_form_bubble_fraction",

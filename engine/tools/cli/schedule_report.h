@@ -8,7 +8,8 @@
 
 namespace shardscope::cli {
 
-// Op lists are printed when `ops` is set, or when there are at most 400 of them.
+// `costs` per chunk, as stageCosts gives them (the stage's are shown as well). Op lists are
+// printed when `ops` is set, or when there are at most 400 of them.
 void printSchedule(std::ostream& out, const PipelineProgram& program, const PipelineCosts& costs,
                    const PipelineTimeline& t, bool ops);
 nlohmann::json scheduleJson(const PipelineProgram& program, const PipelineCosts& costs,

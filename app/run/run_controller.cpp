@@ -156,15 +156,18 @@ void RunController::fail(const QString& message) {
     setState(State::Failed, message);
 }
 
+void RunController::readLauncherLine(const std::string& line) {
+    if (const auto notice = watch::parseLauncherNotice(line))
+        if (live_->launcherNotice(*notice))
+            emit dataChanged();
+}
+
 void RunController::appendLog(const QString& text) {
     // The launcher's word of a rank that died: for a rank on another host the only one.
     unfinishedLine_ += text;
     qsizetype from = 0;
     for (qsizetype nl; (nl = unfinishedLine_.indexOf('\n', from)) >= 0; from = nl + 1)
-        if (const auto notice =
-                watch::parseLauncherNotice(unfinishedLine_.mid(from, nl - from).toStdString()))
-            if (live_->launcherNotice(*notice))
-                emit dataChanged();
+        readLauncherLine(unfinishedLine_.mid(from, nl - from).toStdString());
     unfinishedLine_ = unfinishedLine_.mid(from).right(4096);
     log_ += text;
     if (log_.size() > 1'000'000) // an hour of chatter is not kept whole
@@ -571,9 +574,7 @@ void RunController::pollSlurm() {
         if (output.open(QIODevice::ReadOnly)) {
             output.seek(std::max<qint64>(0, output.size() - 65536));
             for (const QByteArray& line : output.readAll().split('\n'))
-                if (const auto notice = watch::parseLauncherNotice(line.toStdString()))
-                    if (live_->launcherNotice(*notice))
-                        emit dataChanged();
+                readLauncherLine(line.toStdString());
         }
         fail("Slurm job " + slurmJob_ + " ended " + jobState + " (" +
              (signal ? "signal " + QString::number(signal) : exitMeaning(status)) +

@@ -89,6 +89,7 @@ private:
     QProcess* process(const Command& command, bool withToken);
     static QString printed(QProcess* p, bool errors); // all it printed to stderr (or stdout)
     void appendLog(const QString& text);
+    void readLauncherLine(const std::string& line); // a launcher's notice of a dead rank
 
     LiveRun* live_;
     std::unique_ptr<QTemporaryDir> socketDirectory_; // a local run's telemetry socket lives here

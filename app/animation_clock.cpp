@@ -39,6 +39,12 @@ void AnimationClock::setSpeed(double speed) {
     speed_ = speed;
 }
 
+void AnimationClock::setPlaySeconds(double seconds) {
+    startedAt_ = position_;
+    clock_.restart();
+    playSeconds_ = std::max(seconds, 1e-3);
+}
+
 void AnimationClock::tick() {
     setPosition(startedAt_ + speed_ * double(clock_.elapsed()) / 1000.0 / playSeconds_);
 }

@@ -20,6 +20,9 @@ public:
     void pause();
     bool playing() const { return timer_.isActive(); }
     void setSpeed(double speed);
+    // How long a whole run takes at 1x; the position stays where it is.
+    void setPlaySeconds(double seconds);
+    double playSeconds() const { return playSeconds_; }
 
 signals:
     void positionChanged(double position);

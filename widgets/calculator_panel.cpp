@@ -1,5 +1,7 @@
 #include "calculator_panel.h"
 
+#include "lesson_note.h"
+
 #include <QFontDatabase>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -46,7 +48,8 @@ QString verdictStyle(VerdictLevel level) {
 
 CalculatorPanel::CalculatorPanel(QWidget* parent)
     : QWidget(parent), controlsArea_(new QScrollArea), verdict_(new QLabel),
-      pictureLayout_(new QVBoxLayout), formulas_(new QPlainTextEdit), splitter_(new QSplitter) {
+      lesson_(new LessonNote), pictureLayout_(new QVBoxLayout), formulas_(new QPlainTextEdit),
+      splitter_(new QSplitter), pictureSplitter_(new QSplitter(Qt::Vertical)) {
     splitter_->setOrientation(Qt::Horizontal);
     splitter_->setChildrenCollapsible(false);
 
@@ -65,14 +68,23 @@ CalculatorPanel::CalculatorPanel(QWidget* parent)
     verdict_->setAccessibleName(tr("Verdict"));
     verdict_->setVisible(false);
     rightLayout->addWidget(verdict_);
+    rightLayout->addWidget(lesson_);
     pictureLayout_->setContentsMargins(0, 0, 0, 0);
-    rightLayout->addLayout(pictureLayout_, 3);
+    auto* picture = new QWidget;
+    picture->setLayout(pictureLayout_);
+    pictureSplitter_->addWidget(picture);
     // A plain-text view lays out only the lines on screen; a rich-text browser would lay out the
     // whole panel on every control change (most of a redraw's time on the Explorer page).
     formulas_->setReadOnly(true);
     formulas_->setUndoRedoEnabled(false); // edits in place would pile up history otherwise
     formulas_->setAccessibleName(tr("Formulas"));
-    rightLayout->addWidget(formulas_, 2);
+    formulas_->setMinimumHeight(60);
+    pictureSplitter_->addWidget(formulas_);
+    pictureSplitter_->setChildrenCollapsible(false);
+    pictureSplitter_->setStretchFactor(0, 3);
+    pictureSplitter_->setStretchFactor(1, 1);
+    pictureSplitter_->setSizes({600, 200});
+    rightLayout->addWidget(pictureSplitter_, 1);
     splitter_->addWidget(right);
     splitter_->setStretchFactor(0, 0);
     splitter_->setStretchFactor(1, 1);
@@ -100,6 +112,10 @@ void CalculatorPanel::setPicture(QWidget* picture) {
     }
     if (picture != nullptr)
         pictureLayout_->addWidget(picture);
+}
+
+void CalculatorPanel::setLesson(const QString& key, const QString& html) {
+    lesson_->setLesson(key, html);
 }
 
 void CalculatorPanel::setExplanations(const std::vector<Explanation>& explanations) {

@@ -16,6 +16,8 @@ class QVBoxLayout;
 
 namespace shardscope {
 
+class LessonNote;
+
 enum class VerdictLevel { Good, Warning, Bad };
 
 class CalculatorPanel : public QWidget {
@@ -27,6 +29,9 @@ public:
     void setPicture(QWidget* picture);   // takes ownership
     // The formula panel: one entry per figure (label, value, formula, substituted, source).
     void setExplanations(const std::vector<Explanation>& explanations);
+    // The page's hideable paragraph on what the picture shows and what to try (rich text).
+    void setLesson(const QString& key, const QString& html);
+    LessonNote* lesson() const { return lesson_; }
     // Rich text: callers escape what they did not write themselves.
     void setVerdict(const QString& text, VerdictLevel level);
 
@@ -45,9 +50,11 @@ private:
 
     QScrollArea* controlsArea_;
     QLabel* verdict_;
+    LessonNote* lesson_;
     QVBoxLayout* pictureLayout_;
     QPlainTextEdit* formulas_;
     QSplitter* splitter_;
+    QSplitter* pictureSplitter_;            // the picture over the formulas, resizable
     std::vector<Explanation> explanations_; // the figures shown; formulaHtml() is built from them
     std::vector<FormulaLine> lines_;        // what the formula panel shows, one text block each
     VerdictLevel level_ = VerdictLevel::Good;

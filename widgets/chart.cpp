@@ -41,6 +41,12 @@ void Chart::setTitle(const QString& title) {
     title_ = title;
 }
 
+void Chart::drawLabel(QPainter& painter, const QRectF& rect, int flags, const QString& text) {
+    QRectF covered;
+    painter.drawText(rect, flags, text, &covered);
+    labelRects_.push_back(painter.transform().mapRect(covered));
+}
+
 void Chart::contextMenuEvent(QContextMenuEvent* event) {
     QMenu menu(this);
     QAction* save = menu.addAction(tr("Save image as..."));

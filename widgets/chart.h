@@ -2,9 +2,11 @@
 // are vector graphics where the format allows (SVG, PDF) and pixels only for PNG.
 #pragma once
 
+#include <QRectF>
 #include <QSize>
 #include <QString>
 #include <QWidget>
+#include <vector>
 
 class QPainter;
 
@@ -22,12 +24,22 @@ public:
     QString title() const { return title_; }
     void setTitle(const QString& title);
 
+    // Where the text labels of the last renderTo went, in its coordinates: what tests check
+    // for overlaps. Charts that draw with QPainter record each label through drawLabel.
+    const std::vector<QRectF>& labelRects() const { return labelRects_; }
+
 protected:
+    // Start of a renderTo: forget the last render's labels.
+    void clearLabels() { labelRects_.clear(); }
+    // Draw `text` in `rect` and record the rectangle it actually covers.
+    void drawLabel(QPainter& painter, const QRectF& rect, int flags, const QString& text);
+
     // Right-click offers "Save image as..." (PNG, SVG, PDF).
     void contextMenuEvent(QContextMenuEvent* event) override;
 
 private:
     QString title_;
+    std::vector<QRectF> labelRects_;
 };
 
 // Write the chart to `path`; the format follows the extension (.png, .svg, .pdf). `size` defaults

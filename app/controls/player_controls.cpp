@@ -14,6 +14,7 @@ PlayerControls::PlayerControls(AnimationClock* clock, QWidget* parent)
     row_->setContentsMargins(0, 0, 0, 0);
     play_->setObjectName("play");
     auto* restart = new QPushButton("Restart", this);
+    restart->setObjectName("restart");
     auto* speed = new QComboBox(this);
     speed->setObjectName("speed");
     for (double x : {0.25, 0.5, 1.0, 2.0, 4.0})
@@ -25,9 +26,10 @@ PlayerControls::PlayerControls(AnimationClock* clock, QWidget* parent)
     row_->addWidget(speed);
     connect(play_, &QPushButton::clicked, clock,
             [clock] { clock->playing() ? clock->pause() : clock->play(); });
+    // Back to the first frame, paused: the student reads it and presses Play when ready.
     connect(restart, &QPushButton::clicked, clock, [clock] {
+        clock->pause();
         clock->setPosition(0);
-        clock->play();
     });
     connect(speed, &QComboBox::activated, clock,
             [clock, speed](int i) { clock->setSpeed(speed->itemData(i).toDouble()); });

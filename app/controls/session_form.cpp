@@ -118,6 +118,10 @@ QComboBox* SessionForm::addChoice(const QString& name, const QString& label, con
                                   Get<QString> get, Set<QString> set) {
     auto* combo = new QComboBox(this);
     combo->setObjectName(name);
+    // Long item names ("Two-level all-reduce (in nodes, across, in nodes)") would widen the
+    // whole control column; the list pops up as wide as its items anyway.
+    combo->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    combo->setMinimumContentsLength(18);
     for (const auto& [text, key] : items)
         combo->addItem(text, key);
     const QString what = label;

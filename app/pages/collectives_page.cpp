@@ -44,7 +44,7 @@ QString algorithmName(CollectiveKind k) {
 CollectivesPage::CollectivesPage(SessionDocument* doc, QWidget* parent)
     : Page(parent), doc_(doc), panel_(new CalculatorPanel(this)), form_(new SessionForm(doc)),
       main_(new RingView), compare_(new RingView), figures_(new QStandardItemModel(this)),
-      links_(new QStandardItemModel(this)), stepLabel_(new QLabel) {
+      links_(new QStandardItemModel(this)), narration_(new QLabel) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(panel_);
@@ -96,8 +96,13 @@ CollectivesPage::CollectivesPage(SessionDocument* doc, QWidget* parent)
             &CollectivesPage::stepBack);
     connect(player->addButton("Step forward"), &QPushButton::clicked, this,
             &CollectivesPage::stepForward);
-    player->addTrailing(stepLabel_, 1);
+    player->addTrailing(new QWidget, 1); // the buttons keep their size, left
     connect(&clock_, &AnimationClock::positionChanged, this, &CollectivesPage::showPosition);
+    narration_->setObjectName("narration");
+    narration_->setWordWrap(true);
+    narration_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    narration_->setMinimumHeight(2 * narration_->fontMetrics().lineSpacing() + 4);
+    narration_->setAlignment(Qt::AlignLeft | Qt::AlignTop);
 
     main_->setTitle("Collective");
     compare_->setTitle("Collective (compared)");
@@ -105,15 +110,27 @@ CollectivesPage::CollectivesPage(SessionDocument* doc, QWidget* parent)
     auto* v = new QVBoxLayout(picture);
     v->setContentsMargins(0, 0, 0, 0);
     v->addWidget(player);
+    v->addWidget(narration_);
     auto* views = new QHBoxLayout;
     views->addWidget(main_, 1);
     views->addWidget(compare_, 1);
     v->addLayout(views, 3);
     auto* tables = new QHBoxLayout;
-    tables->addWidget(makeTable(figures_), 3);
-    tables->addWidget(makeTable(links_), 2);
+    for (auto [model, stretch] : {std::pair{figures_, 3}, {links_, 2}}) {
+        QTableView* table = makeTable(model);
+        table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+        tables->addWidget(table, stretch);
+    }
     v->addLayout(tables, 1);
     panel_->setPicture(picture);
+    panel_->setLesson(
+        id(), "Each box is one GPU's buffer in numbered chunks; a chunk fills up as it comes to "
+              "hold the sum of more GPUs' data, and arrows show the step under way. Both "
+              "algorithms take a step every half second; their captions keep the time the steps "
+              "take on the modelled links. <b>Try:</b> step through the ring's reduce-scatter "
+              "until each GPU owns one whole chunk; raise N and watch the ring's time stay nearly "
+              "flat while the naive one's grows; set GPUs per node below N, then choose the "
+              "two-level algorithm.");
 
     connect(doc_, &SessionDocument::changed, this, &CollectivesPage::sessionChanged);
     form_->refresh();
@@ -155,6 +172,13 @@ void CollectivesPage::refresh() {
     };
     const bool ok = build(c.algorithm, main_, mainTiming_);
     build(other, compare_, compareTiming_);
+    narrations_.clear();
+    if (ok) {
+        for (const std::string& line :
+             narrateCollective(buildCollective({c.algorithm, c.ranks, c.links.gpusPerNode})))
+            narrations_ << qs(line);
+    }
+    clock_.setPlaySeconds(kSecondsPerStep * std::max(1, stepsShown()));
 
     std::vector<QList<QStandardItem*>> rows;
     for (const auto& [kind, t] : {std::pair{c.algorithm, &mainTiming_}, {other, &compareTiming_}}) {
@@ -176,9 +200,10 @@ void CollectivesPage::refresh() {
              figureItem(qs(formatBytes(t->busiestLink)), t->busiestLink,
                         "Bytes over the busiest GPU-to-GPU link over the whole collective")});
     }
-    setRows(figures_,
-            {"Algorithm", "Steps", "Time", "algbw", "busbw", "Busiest GPU sends", "Busiest link"},
-            std::move(rows));
+    setRows(
+        figures_,
+        {"Algorithm", "Steps", "Time", "algbw", "busbw", "Most sent by a GPU", "Most over a link"},
+        std::move(rows));
     std::vector<QList<QStandardItem*>> perGpu;
     for (std::size_t r = 0; r < mainTiming_.sentPerRank.size(); ++r)
         perGpu.push_back(
@@ -190,8 +215,7 @@ void CollectivesPage::refresh() {
                         r < compareTiming_.sentPerRank.size() ? compareTiming_.sentPerRank[r]
                                                               : 0.0)});
     setRows(links_,
-            {"GPU", "sends (" + algorithmName(c.algorithm) + ")",
-             "sends (" + algorithmName(other) + ")"},
+            {"GPU", "Sends, " + algorithmName(c.algorithm), "Sends, " + algorithmName(other)},
             std::move(perGpu));
 
     // The closed forms from the planner, beside the step-by-step times.
@@ -243,61 +267,63 @@ void CollectivesPage::refresh() {
     showPosition(clock_.position());
 }
 
-double CollectivesPage::stepsAt(const CollectiveTiming& t, double seconds) const {
-    double at = 0;
-    for (std::size_t i = 0; i < t.stepSeconds.size(); ++i) {
-        const double d = t.stepSeconds[i];
-        if (seconds < at + d)
-            return double(i) + (d > 0 ? (seconds - at) / d : 0.0);
-        at += d;
-    }
-    return double(t.stepSeconds.size());
+int CollectivesPage::stepsShown() const {
+    // An algorithm that cannot take the shape has no timing and no steps to show.
+    return int(std::max(mainTiming_.stepSeconds.size(), compareTiming_.stepSeconds.size()));
+}
+
+QString CollectivesPage::viewStatus(const RingView* view, const CollectiveTiming& t) const {
+    if (t.stepSeconds.empty())
+        return {};
+    // Modelled time so far: the steps done and the share of the one under way.
+    const double at = view->time();
+    const auto done = std::size_t(std::min(double(t.stepSeconds.size()), std::floor(at)));
+    double seconds = 0;
+    for (std::size_t i = 0; i < done; ++i)
+        seconds += t.stepSeconds[i];
+    if (done < t.stepSeconds.size())
+        seconds += (at - double(done)) * t.stepSeconds[done];
+    const int step = view->currentStep(), total = view->stepCount();
+    const QString where =
+        step >= total ? QString("done in %1 steps").arg(total)
+                      : QString("step %1 of %2, %3").arg(step + 1).arg(total).arg(view->phase());
+    return QString("%1: %2 of %3 (modelled)")
+        .arg(where, qs(formatSeconds(seconds)), qs(formatSeconds(t.seconds)));
 }
 
 void CollectivesPage::showPosition(double fraction) {
-    const double seconds = fraction * std::max(mainTiming_.seconds, compareTiming_.seconds);
-    main_->setTime(stepsAt(mainTiming_, seconds));
-    compare_->setTime(stepsAt(compareTiming_, seconds));
-    stepLabel_->setText(stepText());
+    const double steps = fraction * stepsShown();
+    main_->setTime(steps);
+    compare_->setTime(steps);
+    main_->setStatus(viewStatus(main_, mainTiming_));
+    compare_->setStatus(viewStatus(compare_, compareTiming_));
+    narration_->setText(stepText());
 }
 
 QString CollectivesPage::stepText() const {
-    const int s = main_->currentStep(), total = main_->stepCount();
-    if (s >= total)
-        return QString("done: %1 steps").arg(total);
-    return QString("%1, step %2 of %3").arg(main_->phase()).arg(s + 1).arg(total);
+    const int s = main_->currentStep();
+    if (narrations_.isEmpty())
+        return {};
+    return narrations_[std::min(s, int(narrations_.size()) - 1)];
 }
 
 void CollectivesPage::stepForward() {
     pause();
-    const double total = std::max(mainTiming_.seconds, compareTiming_.seconds);
+    const int total = stepsShown();
     if (total <= 0)
         return;
-    // The end of the main algorithm's current step.
-    double at = 0;
-    for (double d : mainTiming_.stepSeconds) {
-        at += d;
-        if (at / total > fraction() + 1e-9) {
-            setFraction(at / total);
-            return;
-        }
-    }
-    setFraction(1.0);
+    // To the end of the step under way (a step's end is when its result shows).
+    const double steps = fraction() * total;
+    setFraction(std::min(double(total), std::floor(steps + 1e-9) + 1) / total);
 }
 
 void CollectivesPage::stepBack() {
     pause();
-    const double total = std::max(mainTiming_.seconds, compareTiming_.seconds);
+    const int total = stepsShown();
     if (total <= 0)
         return;
-    double at = 0, previous = 0;
-    for (double d : mainTiming_.stepSeconds) {
-        if (at / total >= fraction() - 1e-9)
-            break;
-        previous = at;
-        at += d;
-    }
-    setFraction(previous / total);
+    const double steps = fraction() * total;
+    setFraction(std::max(0.0, std::ceil(steps - 1e-9) - 1) / total);
 }
 
 bool CollectivesPage::showView(const QString& view) {
@@ -305,18 +331,15 @@ bool CollectivesPage::showView(const QString& view) {
         return true;
     bool ok = false;
     const int steps = view.startsWith("step-") ? view.mid(5).toInt(&ok) : -1;
-    if (!ok || steps < 0 || steps > int(mainTiming_.stepSeconds.size()))
+    if (!ok || steps < 0 || steps > main_->stepCount())
         return false; // past the last step there is nothing more to show
-
-    setFraction(0);
-    for (int i = 0; i < steps; ++i)
-        stepForward();
+    pause();
+    setFraction(double(steps) / std::max(1, stepsShown()));
     return true;
 }
 
 QString CollectivesPage::viewsHelp() const {
-    return QString("step-0 to step-%1 (the steps of the algorithm shown)")
-        .arg(mainTiming_.stepSeconds.size());
+    return QString("step-0 to step-%1 (the steps of the algorithm shown)").arg(main_->stepCount());
 }
 
 QString CollectivesPage::reportHtml() const {

@@ -1,6 +1,7 @@
 // Collectives: a collective algorithm played out on N GPUs around a ring, beside the naive
-// reduce-to-one-and-broadcast (or the ring, when naive is chosen) on the same clock, so the
-// bottleneck is visible; time, algbw and busbw from the alpha-beta model, with the formulas.
+// reduce-to-one-and-broadcast (or the ring, when naive is chosen), each at one step per half
+// second so a student can follow it, with a sentence per step on what moves and why, and each
+// view's modelled time so far; time, algbw and busbw from the alpha-beta model, with formulas.
 #pragma once
 
 #include "animation_clock.h"
@@ -30,9 +31,11 @@ public:
     bool showView(const QString& view) override; // "step-N": paused after N steps
     QString viewsHelp() const override;
 
-    // Animation on one clock in modelled seconds: `fraction` 0..1 of the slower algorithm's
-    // time, which plays in kPlaySeconds at 1x. Deterministic, so tests set it directly.
-    static constexpr double kPlaySeconds = 8.0;
+    // Animation in steps: both algorithms take one step every kSecondsPerStep at 1x, however
+    // long their steps take on the modelled links; `fraction` 0..1 runs over the longer one's
+    // steps. Deterministic, so tests set it directly.
+    static constexpr double kSecondsPerStep = 0.5;
+    int stepsShown() const; // the longer algorithm's step count: fraction 1 is its end
     void setFraction(double fraction) { clock_.setPosition(fraction); }
     double fraction() const { return clock_.position(); }
     void stepForward(); // to the next step boundary of the main algorithm
@@ -41,6 +44,7 @@ public:
     void pause() { clock_.pause(); }
     bool playing() const { return clock_.playing(); }
     void setSpeed(double speed) { clock_.setSpeed(speed); }
+    const AnimationClock& clock() const { return clock_; }
 
     CalculatorPanel* panel() const { return panel_; }
     SessionForm* form() const { return form_; }
@@ -49,14 +53,15 @@ public:
     QStandardItemModel* figures() const { return figures_; }
     const CollectiveTiming& mainTiming() const { return mainTiming_; }
     const CollectiveTiming& compareTiming() const { return compareTiming_; }
-    QString stepText() const;
+    QString stepText() const; // the narration of the main algorithm's current step
+    QLabel* narration() const { return narration_; }
 
 protected:
     void refresh() override;
 
 private:
     void showPosition(double fraction);
-    double stepsAt(const CollectiveTiming& t, double seconds) const;
+    QString viewStatus(const RingView* view, const CollectiveTiming& t) const;
 
     SessionDocument* doc_;
     CalculatorPanel* panel_;
@@ -65,9 +70,10 @@ private:
     RingView* compare_;
     QStandardItemModel* figures_;
     QStandardItemModel* links_;
-    QLabel* stepLabel_;
-    AnimationClock clock_{kPlaySeconds};
+    QLabel* narration_;
+    AnimationClock clock_{kSecondsPerStep};
     CollectiveTiming mainTiming_, compareTiming_;
+    QStringList narrations_; // one per step of the main algorithm, then the finished state
 };
 
 } // namespace shardscope

@@ -56,6 +56,14 @@ ExplorerPage::ExplorerPage(SessionDocument* doc, QWidget* parent)
     tabs_->addTab(buildClusterView(), "Cluster map");
     tabs_->addTab(buildSearchView(), "Search");
     panel_->setPicture(tabs_);
+    panel_->setLesson(
+        id(), "The session's layout on its cluster: the step time split into compute, exposed "
+              "communication per axis, pipeline bubble and optimizer, the memory of its most "
+              "loaded stage, and the traffic of each parallel axis. The cluster map places every "
+              "GPU in its node; the search tries every layout and plots them all, memory per GPU "
+              "against throughput. <b>Try:</b> open the cluster map and colour it by TP group, "
+              "then raise tp past the GPUs per node and see the group leave its node; run the "
+              "search and click a point on the Pareto front to make it the session's layout.");
 
     connect(doc_, &SessionDocument::changed, this, &ExplorerPage::sessionChanged);
     connect(&worker_, &SearchWorker::progress, this, [this](int serial, double f) {

@@ -71,6 +71,15 @@ MemoryPage::MemoryPage(SessionDocument* doc, QWidget* parent)
     grid->setRowStretch(0, 3);
     grid->setRowStretch(1, 2);
     panel_->setPicture(picture);
+    panel_->setLesson(
+        id(),
+        "Each bar is one GPU of a pipeline stage, stacked by what it holds: weights, gradients "
+        "and optimizer state (the model state, which ZeRO shards over dp) and activations "
+        "(which recompute, tensor and sequence parallelism shrink); the line is the GPU's "
+        "memory. The chart beside it follows the model state as dp grows for each ZeRO "
+        "stage. <b>Try:</b> raise the ZeRO stage from 0 to 3 and see which part falls by "
+        "dp; set recompute to full and watch the activations shrink; double the micro "
+        "batch and watch them double.");
 
     connect(doc_, &SessionDocument::changed, this, &MemoryPage::sessionChanged);
     form_->refresh();

@@ -214,6 +214,14 @@ MonitorPage::MonitorPage(SessionDocument* doc, QWidget* parent)
     tabs_->addTab(makeTable(comparison_), "Predicted vs measured");
     p->addWidget(tabs_, 1);
     panel_->setPicture(picture);
+    panel_->setLesson(
+        id(), "A run of the session's model and layout, live: each rank's throughput, step time "
+              "and memory beside what the planner predicted (dashed), the pipeline as the ranks "
+              "measured it beside the simulated one, and each parallel axis's communication. A "
+              "rank that falls behind or stops is named in the verdict. <b>Try:</b> open a small "
+              "CPU session (docs/sessions/cpu-gpt-dp2-pp2.shardscope), start it on this "
+              "machine, stop it and resume it from its checkpoint; open "
+              "Predicted vs measured to see where the planner is off, and by how much.");
     connect(tabs_, &QTabWidget::currentChanged, this, [this] {
         if (chartsStale_)
             showCharts();

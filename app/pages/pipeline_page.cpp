@@ -197,6 +197,15 @@ PipelinePage::PipelinePage(SessionDocument* doc, QWidget* parent)
     bottom->addWidget(memory_, 1);
     v->addLayout(bottom, 2);
     panel_->setPicture(picture);
+    panel_->setLesson(
+        id(), "One row per pipeline rank, time running right: forward passes in blue, backward "
+              "passes in green (zero bubble splits them into the input gradient B, green, and "
+              "the weight gradient W, orange), "
+              "and the grey gaps are the bubble, where a rank waits for its neighbour. The "
+              "chart below counts the microbatches each rank keeps activations for. "
+              "<b>Try:</b> compare GPipe with 1F1B (the same bubble, far fewer activations "
+              "held); raise the microbatches and watch the bubble's share shrink as (p-1)/m; "
+              "choose interleaved with v = 2 and see the bubble halve.");
 
     connect(doc_, &SessionDocument::changed, this, &PipelinePage::sessionChanged);
     form_->refresh();

@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace shardscope {
 
@@ -99,13 +100,13 @@ CollectivePlan buildCollective(const CollectiveSpec& spec) {
         ringAllGather(plan.steps, all, singleChunks(n), "all-gather", 0);
         break;
     case CollectiveKind::NaiveAllReduce: {
-        plan.chunks = 1; // whole buffers: that is what makes rank 0 the bottleneck
-        CollectiveStep reduce{"reduce to rank 0", {}}, broadcast{"broadcast from rank 0", {}};
-        for (int i = 1; i < n; ++i) {
-            reduce.transfers.push_back({i, 0, 0, true});
-            broadcast.transfers.push_back({0, i, 0, false});
-        }
-        plan.steps = {reduce, broadcast};
+        // Whole buffers, one at a time through rank 0's one link: the bottleneck the ring
+        // removes. Sending them all at once would not be faster, as they share that link.
+        plan.chunks = 1;
+        for (int i = 1; i < n; ++i)
+            plan.steps.push_back({"reduce to rank 0", {{i, 0, 0, true}}});
+        for (int i = 1; i < n; ++i)
+            plan.steps.push_back({"broadcast from rank 0", {{0, i, 0, false}}});
         break;
     }
     case CollectiveKind::TwoLevelAllReduce: {
@@ -195,6 +196,111 @@ std::vector<ChunkSources> chunkSourcesByStep(const CollectivePlan& plan) {
         out.push_back(state);
     }
     return out;
+}
+
+namespace {
+
+std::string gpu(int r) {
+    return "GPU " + std::to_string(r);
+}
+
+// What the ranks hold in `state`, as the goal a phase works towards.
+std::string describeHoldings(const ChunkSources& state, const CollectivePlan& plan) {
+    const int n = plan.spec.ranks;
+    const bool gather = plan.spec.kind == CollectiveKind::RingAllGather;
+    std::vector<int> complete(std::size_t(n), 0), mostSources(std::size_t(n), 0);
+    for (int r = 0; r < n; ++r) {
+        for (std::uint64_t held : state[std::size_t(r)]) {
+            const int sources = std::popcount(held);
+            complete[std::size_t(r)] += gather ? sources > 0 : sources == n;
+            mostSources[std::size_t(r)] = std::max(mostSources[std::size_t(r)], sources);
+        }
+    }
+    const auto allEqual = [n](const std::vector<int>& v) {
+        return std::count(v.begin(), v.end(), v.front()) == n;
+    };
+    if (allEqual(complete) && complete.front() == plan.chunks)
+        return gather ? "every GPU holds all " + std::to_string(plan.chunks) + " chunks"
+                      : "every GPU holds the whole sum";
+    if (allEqual(complete) && complete.front() == 1)
+        return "each GPU owns one fully reduced chunk, 1/" + std::to_string(plan.chunks) +
+               " of the sum";
+    if (allEqual(complete) && complete.front() > 1)
+        return "each GPU owns " + std::to_string(complete.front()) + " of the " +
+               std::to_string(plan.chunks) + " fully reduced chunks";
+    if (complete.front() == plan.chunks)
+        return gpu(0) + " holds the whole sum, the others only their own data";
+    if (allEqual(mostSources) && mostSources.front() > 1)
+        return "each GPU holds its part summed over " + std::to_string(mostSources.front()) +
+               " of the " + std::to_string(n) + " GPUs";
+    return {};
+}
+
+} // namespace
+
+std::vector<std::string> narrateCollective(const CollectivePlan& plan) {
+    const std::vector<ChunkSources> sources = chunkSourcesByStep(plan);
+    const int n = plan.spec.ranks;
+    const std::size_t total = plan.steps.size();
+    std::vector<std::string> lines;
+    for (std::size_t k = 0; k < total; ++k) {
+        const CollectiveStep& step = plan.steps[k];
+        std::size_t first = k, last = k; // the run of steps in this phase
+        while (first > 0 && plan.steps[first - 1].phase == step.phase)
+            --first;
+        while (last + 1 < total && plan.steps[last + 1].phase == step.phase)
+            ++last;
+
+        std::string line = "Step " + std::to_string(k + 1) + " of " + std::to_string(total) + ", " +
+                           step.phase + ": ";
+        if (step.transfers.empty()) {
+            lines.push_back(line + "nothing moves.");
+            continue;
+        }
+        const ChunkTransfer& x = step.transfers.front();
+        const std::string what = plan.chunks == 1
+                                     ? (x.reduce ? "its whole buffer" : "the whole sum")
+                                     : "chunk " + std::to_string(x.chunk);
+        const int sums = std::popcount(sources[k + 1][std::size_t(x.to)][std::size_t(x.chunk)]);
+        const std::string part = plan.chunks == 1 ? "buffer" : "chunk " + std::to_string(x.chunk);
+        const std::string owner = step.transfers.size() == 1 ? gpu(x.to) + "'s " : "its ";
+        std::string holds;
+        if (x.reduce)
+            holds = ", so " + owner + part + " now sums " + std::to_string(sums) + " of " +
+                    std::to_string(n) + " GPUs' data";
+        else if (sums == n && plan.spec.kind != CollectiveKind::RingAllGather && plan.chunks > 1)
+            holds = ", already summed over all " + std::to_string(n);
+        if (step.transfers.size() == 1) {
+            line += gpu(x.from) + " sends " + what + " to " + gpu(x.to) +
+                    (x.reduce ? ", which adds it to its own" : ", which keeps it") + holds;
+            if (n > 2)
+                line += "; the other " + std::to_string(n - 2) + " GPUs' links are idle";
+        } else {
+            std::vector<int> sent(std::size_t(n), 0);
+            for (const ChunkTransfer& t : step.transfers)
+                ++sent[std::size_t(t.from)];
+            const auto senders = std::count_if(sent.begin(), sent.end(), [](int c) { return c; });
+            const int most = *std::max_element(sent.begin(), sent.end());
+            line += std::to_string(senders) + " GPUs each pass " +
+                    (most == 1 ? std::string("one chunk") : std::to_string(most) + " chunks") +
+                    " to the next GPU in their ring; " + gpu(x.to) +
+                    (x.reduce ? " adds " : " takes ") + what + " from " + gpu(x.from) + holds;
+        }
+        line += ".";
+        const std::string goal = describeHoldings(sources[last + 1], plan);
+        if (!goal.empty()) {
+            if (last == k)
+                line += " After this step " + goal + ".";
+            else
+                line += " After " + std::to_string(last - first + 1) + " steps of " + step.phase +
+                        " (" + std::to_string(last - k) + " more) " + goal + ".";
+        }
+        lines.push_back(line);
+    }
+    const std::string end = describeHoldings(sources.back(), plan);
+    lines.push_back("Done in " + std::to_string(total) + " steps: " +
+                    (end.empty() ? std::string("the collective is complete") : end) + ".");
+    return lines;
 }
 
 double busBandwidthFactor(CollectiveKind kind, int ranks) {

@@ -15,7 +15,7 @@ enum class CollectiveKind {
     RingAllReduce,     // reduce-scatter then all-gather around a ring: 2(n-1) steps
     RingAllGather,     // n-1 steps
     RingReduceScatter, // n-1 steps
-    NaiveAllReduce,    // everyone sends everything to rank 0, which sends the sum back
+    NaiveAllReduce,    // each rank in turn sends its buffer to rank 0, which sends the sum back
     TwoLevelAllReduce, // ring inside each node, ring across nodes, ring inside each node
 };
 std::string toString(CollectiveKind k);                    // "ring-allreduce", ...
@@ -61,6 +61,13 @@ std::vector<std::vector<double>> runCollective(const CollectivePlan& plan,
 // counterpart of runCollective, for animations; needs at most 64 ranks.
 using ChunkSources = std::vector<std::vector<std::uint64_t>>;
 std::vector<ChunkSources> chunkSourcesByStep(const CollectivePlan& plan);
+
+// One sentence per step for a student, saying what moves, from whom to whom, and why: "Step 3
+// of 14, reduce-scatter: 8 GPUs each pass one chunk to the next GPU in their ring; GPU 1
+// adds chunk 5 from GPU 0, so its chunk 5 now sums 4 of 8 GPUs' data. After 7 steps of
+// reduce-scatter (4 more) each GPU owns one fully reduced chunk." Then one more line for the
+// finished state. Needs at most 64 ranks, as chunkSourcesByStep does.
+std::vector<std::string> narrateCollective(const CollectivePlan& plan);
 
 // Links between ranks: NVLink-class inside a node, network across nodes.
 struct LinkModel {

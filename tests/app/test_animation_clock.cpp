@@ -33,6 +33,15 @@ private slots:
         QCOMPARE(playing.last().first().toBool(), false);
     }
 
+    // A page that changes how long its run takes keeps its place in it.
+    void aNewRunLengthKeepsThePosition() {
+        AnimationClock clock(6.0);
+        clock.setPosition(0.4);
+        clock.setPlaySeconds(12.0);
+        QCOMPARE(clock.position(), 0.4);
+        QCOMPARE(clock.playSeconds(), 12.0);
+    }
+
     void advancesInRealTime() {
         AnimationClock clock(0.5); // a half-second run
         clock.setPosition(0);

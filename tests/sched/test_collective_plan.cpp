@@ -181,5 +181,52 @@ TEST(Collectives, ChunkSourcesFollowTheSteps) {
                  InputError);
 }
 
+TEST(Collectives, TheNaiveAlgorithmTakesOneBufferAtATimeThroughRankZero) {
+    const CollectivePlan plan = buildCollective({CollectiveKind::NaiveAllReduce, 8, 8});
+    ASSERT_EQ(plan.steps.size(), 14u); // 7 buffers in, 7 sums out, each over rank 0's one link
+    for (std::size_t k = 0; k < plan.steps.size(); ++k) {
+        ASSERT_EQ(plan.steps[k].transfers.size(), 1u);
+        const ChunkTransfer& t = plan.steps[k].transfers.front();
+        EXPECT_EQ(k < 7 ? t.to : t.from, 0);
+    }
+}
+
+// Narration: the count of GPUs a chunk sums after a ring reduce-scatter step is the step's
+// number plus one (each step adds one neighbour's data), and each phase ends in the state the
+// algorithm is defined by.
+TEST(Collectives, EachStepIsNarratedWithWhatMovesAndWhy) {
+    const auto ring = narrateCollective(buildCollective({CollectiveKind::RingAllReduce, 8, 8}));
+    ASSERT_EQ(ring.size(), 15u); // 14 steps and the finished state
+    EXPECT_EQ(ring[2].rfind("Step 3 of 14, reduce-scatter: 8 GPUs each pass one chunk", 0), 0u)
+        << ring[2];
+    // Step 3 (s = 2): GPU 0 sends chunk (0 - 2 - 1) mod 8 = 5 to GPU 1.
+    EXPECT_NE(ring[2].find("GPU 1 adds chunk 5 from GPU 0, so its chunk 5 now sums 4 of 8"),
+              std::string::npos)
+        << ring[2];
+    EXPECT_NE(ring[2].find("After 7 steps of reduce-scatter (4 more) each GPU owns one fully "
+                           "reduced chunk"),
+              std::string::npos)
+        << ring[2];
+    EXPECT_NE(ring[6].find("After this step each GPU owns one fully reduced chunk"),
+              std::string::npos);
+    EXPECT_NE(ring[7].find("GPU 1 takes chunk"), std::string::npos) << ring[7];
+    EXPECT_NE(ring[13].find("every GPU holds the whole sum"), std::string::npos);
+    EXPECT_EQ(ring.back(), "Done in 14 steps: every GPU holds the whole sum.");
+
+    const auto naive = narrateCollective(buildCollective({CollectiveKind::NaiveAllReduce, 8, 8}));
+    EXPECT_NE(naive[0].find("GPU 1 sends its whole buffer to GPU 0"), std::string::npos);
+    EXPECT_NE(naive[0].find("the other 6 GPUs' links are idle"), std::string::npos);
+    EXPECT_NE(naive[0].find("GPU 0 holds the whole sum"), std::string::npos) << naive[0];
+    EXPECT_NE(naive[7].find("GPU 0 sends the whole sum to GPU 1"), std::string::npos);
+
+    const auto gather = narrateCollective(buildCollective({CollectiveKind::RingAllGather, 5, 5}));
+    EXPECT_NE(gather.back().find("every GPU holds all 5 chunks"), std::string::npos);
+    // Two levels, 4 nodes of 4: after the in-node reduce-scatter each part sums one node.
+    const auto two = narrateCollective(buildCollective({CollectiveKind::TwoLevelAllReduce, 16, 4}));
+    EXPECT_NE(two[0].find("each GPU holds its part summed over 4 of the 16 GPUs"),
+              std::string::npos)
+        << two[0];
+}
+
 } // namespace
 } // namespace shardscope

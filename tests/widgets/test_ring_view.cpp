@@ -56,6 +56,63 @@ private slots:
         }
         QVERIFY(view.chunkColor(0) != view.chunkColor(1));
     }
+
+    // GPU names sit in their boxes and arrows run between boxes (curved inwards past the boxes
+    // between two that are not neighbours), so no arrow ever crosses a label, for every
+    // algorithm, ring size and step, at the sizes the page gives the view.
+    void labelsNeverLieUnderArrowsOrOnEachOther() {
+        RingView view;
+        QImage image(10, 10, QImage::Format_ARGB32);
+        for (const QSize size : {QSize(460, 360), QSize(560, 620), QSize(900, 760)}) {
+            image = QImage(size, QImage::Format_ARGB32);
+            for (CollectiveKind kind :
+                 {CollectiveKind::RingAllReduce, CollectiveKind::NaiveAllReduce,
+                  CollectiveKind::TwoLevelAllReduce, CollectiveKind::RingAllGather}) {
+                for (int n : {2, 3, 5, 8, 12, 16}) {
+                    const CollectivePlan plan = buildCollective({kind, n, n % 4 == 0 ? 4 : n});
+                    view.setPlan(plan, "caption");
+                    view.setStatus("status");
+                    for (int step = 0; step < view.stepCount(); ++step) {
+                        view.setTime(step + 0.5);
+                        QPainter painter(&image);
+                        view.renderTo(painter, image.size());
+                        painter.end();
+                        const QString where = QString("%1 n=%2 step %3 at %4x%5")
+                                                  .arg(QString::fromStdString(toString(kind)))
+                                                  .arg(n)
+                                                  .arg(step)
+                                                  .arg(size.width())
+                                                  .arg(size.height());
+                        QVERIFY2(view.arrowPaths().size() ==
+                                     plan.steps[std::size_t(step)].transfers.size(),
+                                 qPrintable(where));
+                        const auto& labels = view.labelRects();
+                        QCOMPARE(int(labels.size()), n + 2); // caption, status, one per GPU
+                        for (std::size_t i = 0; i < labels.size(); ++i) {
+                            for (std::size_t j = i + 1; j < labels.size(); ++j)
+                                QVERIFY2(!labels[i].intersects(labels[j]), qPrintable(where));
+                            for (const QPolygonF& arrow : view.arrowPaths())
+                                QVERIFY2(!crosses(arrow, labels[i]), qPrintable(where));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+private:
+    // Whether any point of the path lies in the rectangle (sampled every half pixel).
+    static bool crosses(const QPolygonF& path, const QRectF& rect) {
+        for (qsizetype k = 1; k < path.size(); ++k) {
+            const QLineF line(path[k - 1], path[k]);
+            const int samples = std::max(2, int(line.length() * 2));
+            for (int i = 0; i <= samples; ++i) {
+                if (rect.contains(line.pointAt(double(i) / samples)))
+                    return true;
+            }
+        }
+        return false;
+    }
 };
 
 QTEST_MAIN(TestRingView)

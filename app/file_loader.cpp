@@ -31,7 +31,7 @@ LoadedFile loadFile(const QString& path) {
             out.session = sessionFromJson(j);
         } else if (j.is_object() && (j.contains("model_type") || j.contains("hidden_size") ||
                                      j.contains("n_embd"))) {
-            out.model = modelFromHuggingFace(j);
+            out.model = modelFromHuggingFace(j, huggingFaceModelName(j, path.toStdString()));
         } else {
             out.error = path + ": neither a Shardscope session (no \"format\") nor a Hugging Face "
                                "config.json (no \"model_type\" or \"hidden_size\")";

@@ -11,6 +11,7 @@
 #include "table_export.h"
 
 #include <QAction>
+#include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
 #include <QFileDialog>
@@ -158,10 +159,16 @@ void MainWindow::buildMenus() {
                         [this, i] { sidebar_->setCurrentRow(int(i)); });
     }
     view->addSeparator();
+    // One theme is on at a time, and the menu shows which.
     QMenu* theme = view->addMenu("&Theme");
+    auto* themes = new QActionGroup(theme);
     for (Theme t : {Theme::System, Theme::Light, Theme::Dark}) {
         const QString name = toString(t);
-        theme->addAction(name.left(1).toUpper() + name.mid(1), this, [this, t] { setTheme(t); });
+        QAction* a = theme->addAction(name.left(1).toUpper() + name.mid(1), this,
+                                      [this, t] { setTheme(t); });
+        a->setObjectName("theme-" + name);
+        a->setCheckable(true);
+        themes->addAction(a);
     }
 
     QMenu* help = menuBar()->addMenu("&Help");
@@ -403,6 +410,8 @@ void MainWindow::about() {
 void MainWindow::setTheme(Theme t) {
     applyTheme(t);
     QSettings().setValue("view/theme", toString(t));
+    if (auto* action = findChild<QAction*>("theme-" + toString(t)))
+        action->setChecked(true);
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {

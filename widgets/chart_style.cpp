@@ -25,19 +25,25 @@ QColor categoryColor(int index) {
         QColor(0x56, 0xB4, 0xE9), // sky blue
         QColor(0xCC, 0x79, 0xA7), // reddish purple
         QColor(0xF0, 0xE4, 0x42), // yellow
+        QColor(0x87, 0x56, 0x92), // Kelly's strong purple
+        QColor(0xA1, 0xCA, 0xF1), // very light blue
+        QColor(0xBE, 0x00, 0x32), // vivid red
+        QColor(0xC2, 0xB2, 0x80), // greyish yellow
+        QColor(0x88, 0x2D, 0x17), // strong reddish brown
+        QColor(0x8D, 0xB6, 0x00), // vivid yellowish green
+        QColor(0x2B, 0x3D, 0x26), // dark olive green
+        QColor(0x00, 0x00, 0x80), // navy
+        QColor(0x00, 0xCE, 0xD1), // dark turquoise
     };
     const int n = kCategoryColorCount;
     return colors[static_cast<std::size_t>(((index % n) + n) % n)];
 }
 
-QColor rampColor(int index, int count) {
-    if (count <= 1)
-        return categoryColor(0);
-    // Stop short of a full turn so the last index does not come back to the first hue.
-    const double hue = 0.83 * index / (count - 1.0);
-    // Rounded to 8-bit RGB so colours compare equal to the pixels they paint.
-    return QColor::fromRgba(
-        QColor::fromHsvF(static_cast<float>(std::clamp(hue, 0.0, 1.0)), 0.62f, 0.88f).rgba());
+Qt::BrushStyle categoryHatch(int index) {
+    static const std::array<Qt::BrushStyle, 3> hatches = {Qt::NoBrush, Qt::BDiagPattern,
+                                                          Qt::DiagCrossPattern};
+    const int round = std::max(0, index) / kCategoryColorCount;
+    return hatches[static_cast<std::size_t>(round % 3)];
 }
 
 QColor textOn(const QColor& background) {

@@ -17,11 +17,14 @@ class QWidget;
 
 namespace shardscope::detail {
 
-// Okabe-Ito without black: colour-blind safe and legible on light and dark backgrounds.
-inline constexpr int kCategoryColorCount = 7;
+// Okabe-Ito without black (colour-blind safe, legible on light and dark backgrounds), then the
+// nine colours (mostly Kelly's of maximum contrast) that keep the 16 farthest apart: at least 67
+// in RGB distance from each other, for up to 16 groups.
+inline constexpr int kCategoryColorCount = 16;
 QColor categoryColor(int index); // cycles
-// Evenly spaced hues for ordered indices (pipeline stages, replicas).
-QColor rampColor(int index, int count);
+// Past 16 groups colours repeat: the hatching over a group's colour tells its round of 16
+// apart (none for groups 0-15, diagonal lines for 16-31, a cross for 32-47, and round again).
+Qt::BrushStyle categoryHatch(int index);
 // Black or white, whichever reads on `background`.
 QColor textOn(const QColor& background);
 // `a` moved towards `b` by `t` (0..1): derives grid and panel colours from the palette.

@@ -217,10 +217,10 @@ int colorKey(ColorBy by, const RankCoordinate& c) {
     return 0;
 }
 
-QColor keyColor(ColorBy by, int key, int count) {
-    // TP groups are many and adjacent ones must differ: cycle the qualitative palette. The
-    // other axes are ordered and few: spread them over a hue ramp.
-    return by == ColorBy::TpGroup ? detail::categoryColor(key) : detail::rampColor(key, count);
+// Every axis takes the qualitative palette: 16 colours that stay apart (a hue ramp over 16
+// pipeline stages made neighbours indistinguishable), then the same colours hatched.
+QColor keyColor(int key) {
+    return detail::categoryColor(key);
 }
 
 // How many distinct indices the colouring has.
@@ -251,8 +251,14 @@ QColor ClusterMap::colorOf(int rank) const {
     if (rank >= config_.worldSize())
         return detail::mix(palette().color(QPalette::Base), palette().color(QPalette::Text), 0.25);
     const int gpn = std::max(1, cluster_.gpusPerNode);
-    const int count = keyCount(colorBy_, config_, tpGroupCount(config_, gpn));
-    return keyColor(colorBy_, colorKey(colorBy_, rankCoordinate(config_, rank, gpn)), count);
+    return keyColor(colorKey(colorBy_, rankCoordinate(config_, rank, gpn)));
+}
+
+Qt::BrushStyle ClusterMap::hatchOf(int rank) const {
+    if (rank < 0 || rank >= std::min(gpuCount(), config_.worldSize()))
+        return Qt::NoBrush;
+    const int gpn = std::max(1, cluster_.gpusPerNode);
+    return detail::categoryHatch(colorKey(colorBy_, rankCoordinate(config_, rank, gpn)));
 }
 
 bool ClusterMap::tpCrossesNodes() const {
@@ -329,11 +335,16 @@ void ClusterMap::drawBase(QPainter& painter, const QSize& size, const Geometry& 
     const int gpn = g.gpusPerNode, gpus = gpuCount(), layoutWorld = config_.worldSize();
     const int tpGroups = tpGroupCount(config_, gpn);
     const int count = keyCount(colorBy_, config_, tpGroups);
-    std::vector<QBrush> colors;
-    const int distinct = colorBy_ == ColorBy::TpGroup ? detail::kCategoryColorCount : count;
+    // One brush per colour and one hatch per round of 16 groups.
+    std::vector<QBrush> colors, hatches;
+    const int distinct = std::min(count, 3 * detail::kCategoryColorCount);
     colors.reserve(static_cast<std::size_t>(distinct));
-    for (int key = 0; key < distinct; ++key)
-        colors.emplace_back(keyColor(colorBy_, key, count));
+    for (int key = 0; key < distinct; ++key) {
+        colors.emplace_back(keyColor(key));
+        QColor line = detail::textOn(keyColor(key));
+        line.setAlpha(150);
+        hatches.emplace_back(line, detail::categoryHatch(key));
+    }
     const QColor nodeFill = detail::mix(base, fg, 0.08);
     const QBrush idle(detail::mix(base, fg, 0.25));
     const bool labels = g.cell >= kLabelCell;
@@ -345,12 +356,14 @@ void ClusterMap::drawBase(QPainter& painter, const QSize& size, const Geometry& 
         painter.fillRect(g.nodeRect(node).toAlignedRect(), nodeFill);
     for (int rank = 0; rank < gpus; ++rank) {
         const QRect r = g.cellRect(rank / gpn, rank % gpn);
-        const QBrush& brush =
+        const std::size_t key =
             rank < layoutWorld
-                ? colors[static_cast<std::size_t>(
-                      colorKey(colorBy_, rankCoordinate(config_, rank, gpn)) % distinct)]
-                : idle;
+                ? std::size_t(colorKey(colorBy_, rankCoordinate(config_, rank, gpn)) % distinct)
+                : 0;
+        const QBrush& brush = rank < layoutWorld ? colors[key] : idle;
         painter.fillRect(r, brush);
+        if (rank < layoutWorld && hatches[key].style() != Qt::NoBrush)
+            painter.fillRect(r, hatches[key]);
         if (labels) {
             painter.setPen(detail::textOn(brush.color()));
             painter.drawText(r, Qt::AlignCenter, QString::number(rank));
@@ -361,11 +374,9 @@ void ClusterMap::drawBase(QPainter& painter, const QSize& size, const Geometry& 
     painter.setFont(font());
     const int swatch = std::max(8, g.legend.height() - 8);
     int x = g.legend.left();
-    const int shown =
-        std::min(count, colorBy_ == ColorBy::TpGroup ? detail::kCategoryColorCount : 12);
+    const int shown = std::min(count, detail::kCategoryColorCount);
     for (int i = 0; i < shown; ++i) {
-        painter.fillRect(QRect(x, g.legend.center().y() - swatch / 2, swatch, swatch),
-                         keyColor(colorBy_, i, count));
+        painter.fillRect(QRect(x, g.legend.center().y() - swatch / 2, swatch, swatch), keyColor(i));
         x += swatch + 2;
     }
     painter.setPen(fg);

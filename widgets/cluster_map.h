@@ -29,6 +29,8 @@ public:
     // "GPU 13 (node 1, slot 5): dp 0, tp 5, pp 0, cp 0"
     QString describeGpu(int rank) const;
     QColor colorOf(int rank) const;
+    // The hatching over the colour: none up to 16 groups, then one per further round of 16.
+    Qt::BrushStyle hatchOf(int rank) const;
     bool tpCrossesNodes() const;
     // The warning shown above the map, empty when there is none.
     QString warning() const;

@@ -110,6 +110,13 @@ QComboBox* addModelControls(SessionForm& form) {
             }
             // "imported" and "hf" change nothing here: the window imports files.
         });
+    // The imported model goes by its own name ("Imported: meta-llama/Meta-Llama-3-8B").
+    form.onRefresh([picker](const Session& s) {
+        const int i = picker->findData("imported");
+        picker->setItemText(i, s.modelSource == ModelSource::HuggingFace
+                                   ? "Imported: " + q(s.model.name)
+                                   : QString("Imported config.json"));
+    });
 
     // Architecture fields: editing one makes the model custom; a bare count has none.
     const auto architecture = [&](QWidget* control) {

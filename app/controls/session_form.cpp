@@ -210,6 +210,10 @@ void SessionForm::setEnabledWhen(QWidget* control, Get<bool> enabled) {
     readers_.push_back([this, control, enabled] { control->setEnabled(enabled(doc_->session())); });
 }
 
+void SessionForm::onRefresh(std::function<void(const Session&)> read) {
+    readers_.push_back([this, read = std::move(read)] { read(doc_->session()); });
+}
+
 void SessionForm::refresh() {
     for (const auto& read : readers_)
         read();

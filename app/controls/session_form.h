@@ -52,6 +52,8 @@ public:
     void addWidget(const QString& label, QWidget* w);
     // Enable or disable a row's control from the session (e.g. vpp only when interleaved).
     void setEnabledWhen(QWidget* control, Get<bool> enabled);
+    // Anything else a control shows from the session (an item's text), on every refresh.
+    void onRefresh(std::function<void(const Session&)> read);
 
     // Re-read every control from the session without emitting edits.
     void refresh();

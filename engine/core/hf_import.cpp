@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -306,6 +307,39 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
         throw InputError(what + ": " + e.what());
     }
     return m;
+}
+
+std::string huggingFaceModelName(const json& config, const std::string& path) {
+    const auto nameIn = [](const json& j) -> std::string {
+        const auto it = j.find("_name_or_path");
+        return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    std::string name = config.is_object() ? nameIn(config) : std::string();
+    if (name.empty() && config.is_object()) {
+        if (const auto text = config.find("text_config"); text != config.end() && text->is_object())
+            name = nameIn(*text);
+    }
+    // A checkpoint saved locally records where it was: its last part is the model's name. A hub
+    // id ("meta-llama/Meta-Llama-3-8B") is kept whole.
+    const bool local = name.rfind('/', 0) == 0 || name.rfind("./", 0) == 0 ||
+                       name.rfind("../", 0) == 0 || name.rfind('~', 0) == 0;
+    if (local) {
+        while (!name.empty() && name.back() == '/')
+            name.pop_back();
+        name = name.substr(name.find_last_of('/') + 1);
+    }
+    if (!name.empty() || path.empty())
+        return name;
+    std::error_code error;
+    std::filesystem::path file = std::filesystem::absolute(path, error);
+    if (error)
+        file = path;
+    file = file.lexically_normal();
+    if (file.filename() == "config.json") {
+        const std::string folder = file.parent_path().filename().string();
+        return folder == "/" ? std::string() : folder;
+    }
+    return file.stem().string();
 }
 
 } // namespace shardscope

@@ -55,6 +55,13 @@ nlohmann::json readJsonFile(const std::string& path);
 // another length. name defaults to "_name_or_path", then to model_type; family is model_type.
 ModelSpec modelFromHuggingFace(const nlohmann::json& config, const std::string& name = {});
 
+// The name a config.json read from `path` goes by: its "_name_or_path" (the last part of it when
+// that is a local path, "/ckpt/llama-3-8b" -> "llama-3-8b"; at the top or under text_config),
+// else the folder holding a file called config.json ("Llama-3-8B/config.json" -> "Llama-3-8B"),
+// else the file's name without ".json"; empty when there is none of these, so the model_type
+// names it.
+std::string huggingFaceModelName(const nlohmann::json& config, const std::string& path);
+
 // A value as an error message quotes it, made without walking into it: a number or boolean as
 // written, a string's first 40 characters, an array or object by its size ("an array of 3",
 // "an object of 2 fields").

@@ -66,12 +66,22 @@ std::string formatNumber(double v, int significant) {
         decimals = std::max(0, significant - 1 - exponent);
     }
     char buf[64];
-    // Past a billion the digits are unreadable; scientific notation reads better there.
-    if (std::fabs(rounded) >= 1e10)
-        std::snprintf(buf, sizeof buf, "%.*e", significant - 1, rounded);
-    else
+    // From a million on, the zeros a rounded value would be written with claim a precision it
+    // does not have (2270000000 for 2.27e9): scientific notation keeps the real digits.
+    if (std::fabs(rounded) < 1e6) {
         std::snprintf(buf, sizeof buf, "%.*f", decimals, rounded);
-    return buf;
+        return buf;
+    }
+    std::snprintf(buf, sizeof buf, "%.*e", significant - 1, rounded);
+    // "2.27e+09" -> "2.27e9"
+    std::string out = buf;
+    const std::size_t e = out.find('e');
+    std::size_t digits = e + 1;
+    if (digits < out.size() && out[digits] == '+')
+        out.erase(digits, 1);
+    while (digits + 1 < out.size() && out[digits] == '0')
+        out.erase(digits, 1);
+    return out;
 }
 
 std::string formatBytes(double bytes) {

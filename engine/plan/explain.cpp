@@ -58,7 +58,11 @@ const FigureInfo& info(FigureId id) {
                          [id](const FigureInfo& f) { return f.id == id; });
 }
 
+// Three significant digits, except a whole number from 1000 to a million (a count of norm
+// weights, a hidden size), which rounding would misstate: 8192, not 8190.
 std::string n(double v) {
+    if (v == std::floor(v) && std::fabs(v) >= 1000 && std::fabs(v) < 1e6)
+        return std::to_string(static_cast<long long>(v));
     return formatNumber(v);
 }
 std::string b(double v) {
@@ -285,9 +289,33 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.formula =
             "(layers_on_stage x layer/tp + embeddings/tp on the first stage + lm_head/tp on "
             "the last) [/ dp*cp under ZeRO-3]";
-        x.substituted = std::to_string(e.memory.layersOnRank) + " layers on stage " +
-                        std::to_string(e.worstStage) + " -> " + n(e.memory.paramsOnRank) +
-                        zeroDivisor(p.zero, 3, p.dp * p.cp) + " = " + n(x.value);
+        if (m.isBare()) {
+            x.substituted = n(e.params.total) + " / (" + std::to_string(p.tp) + " x " +
+                            std::to_string(p.pp) + ")";
+        } else {
+            // The terms paramsOnStage adds for the most loaded stage, each with its divisor.
+            const std::string tp = std::to_string(std::max(1, p.tp));
+            x.substituted = std::to_string(e.memory.layersOnRank) + " layers x " +
+                            n(layerParamsPerTpRank(m, e.params, p.tp)) + " (a layer on a tp rank)";
+            if (e.worstStage == 0) {
+                const double positions = e.params.embeddings - double(m.vocab) * m.hidden;
+                x.substituted += " + " + n(e.params.embeddings - positions) + " / " + tp +
+                                 (positions > 0 ? " + " + n(positions) + " positions" : "") +
+                                 " (embeddings, stage 0)";
+            }
+            if (e.worstStage == p.pp - 1) {
+                const double head = e.params.lmHead > 0
+                                        ? e.params.lmHead
+                                        : (p.pp > 1 ? double(m.vocab) * m.hidden : 0.0);
+                if (head > 0)
+                    x.substituted += " + " + n(head) + " / " + tp;
+                x.substituted += " + " + n(e.params.finalNorm) + " (LM head, final norm, stage " +
+                                 std::to_string(e.worstStage) + ")";
+            }
+        }
+        if (p.zero >= 3 && p.dp * p.cp > 1)
+            x.substituted = "(" + x.substituted + ")" + zeroDivisor(p.zero, 3, p.dp * p.cp);
+        x.substituted += " = " + n(x.value);
         x.source = "Megatron-LM theoretical_memory_usage.py (most loaded shard)";
         break;
     case FigureId::MemParameters:

@@ -3,6 +3,7 @@
 #include "main_window.h"
 #include "pages/page.h"
 
+#include <QComboBox>
 #include <QDir>
 #include <QFile>
 #include <QMimeData>
@@ -67,9 +68,17 @@ private slots:
         MainWindow again;
         again.show();
         QCOMPARE(again.size(), QSize(1500, 877));
+        // The Theme menu marks the one that is on, and choosing another moves the mark.
+        QVERIFY(again.findChild<QAction*>("theme-dark")->isChecked());
+        QVERIFY(!again.findChild<QAction*>("theme-light")->isChecked());
         QSettings().setValue("view/theme", "light");
         MainWindow light;
         QVERIFY(QApplication::palette().color(QPalette::Window).lightness() > 150);
+        QVERIFY(light.findChild<QAction*>("theme-light")->isChecked());
+        light.findChild<QAction*>("theme-system")->trigger();
+        QVERIFY(light.findChild<QAction*>("theme-system")->isChecked());
+        QVERIFY(!light.findChild<QAction*>("theme-light")->isChecked());
+        QCOMPARE(QSettings().value("view/theme").toString(), QString("system"));
     }
 
     void aboutNamesTheVersions() {
@@ -152,6 +161,11 @@ private slots:
         QVERIFY(s.modelSource == ModelSource::HuggingFace);
         QCOMPARE(s.model.hidden, 4096);
         QCOMPARE(s.model.kvHeads, 8);
+        // The model picker names the model, not the file type.
+        auto* picker = w.page("memory")->findChild<QComboBox*>("model");
+        QVERIFY(picker);
+        QCOMPARE(picker->currentText(), "Imported: " + QString::fromStdString(s.model.name));
+        QCOMPARE(s.model.name, std::string("mistral-7b-v0.1")); // the file: no _name_or_path
         // Importing is one undoable step.
         w.document()->undoStack()->undo();
         QCOMPARE(w.document()->session().model.id, std::string("llama3-70b"));

@@ -159,6 +159,25 @@ TEST(HfImport, NameFallsBackToNameOrPathThenModelType) {
     EXPECT_EQ(modelFromHuggingFace(config).name, "meta-llama/Meta-Llama-3-8B");
 }
 
+// A file's model goes by its hub id, the last part of a local checkpoint path, the folder a
+// config.json sits in, or the file's own name, in that order.
+TEST(HfImport, TheModelIsNamedAfterItselfNotTheFile) {
+    nlohmann::json config = {{"model_type", "llama"}};
+    EXPECT_EQ(huggingFaceModelName(config, "/models/Llama-3-8B/config.json"), "Llama-3-8B");
+    EXPECT_EQ(huggingFaceModelName(config, "models/Qwen2-7B/config.json"), "Qwen2-7B");
+    EXPECT_EQ(huggingFaceModelName(config, "/tmp/mistral-7b-v0.1.json"), "mistral-7b-v0.1");
+    EXPECT_EQ(huggingFaceModelName(config, "/config.json"), "");
+    EXPECT_EQ(huggingFaceModelName(config, ""), "");
+    config["_name_or_path"] = "/scratch/ckpt/my-llama-1b/";
+    EXPECT_EQ(huggingFaceModelName(config, "/models/x/config.json"), "my-llama-1b");
+    config["_name_or_path"] = "meta-llama/Meta-Llama-3-8B";
+    EXPECT_EQ(huggingFaceModelName(config, "/models/x/config.json"), "meta-llama/Meta-Llama-3-8B");
+    nlohmann::json wrapped = {{"model_type", "gemma3"},
+                              {"text_config", {{"_name_or_path", "google/gemma-3-4b"}}}};
+    EXPECT_EQ(huggingFaceModelName(wrapped, "/a/b/config.json"), "google/gemma-3-4b");
+    EXPECT_EQ(huggingFaceModelName(nlohmann::json::array(), "/a/b/config.json"), "b");
+}
+
 TEST(HfImport, DefaultsAndAliases) {
     json config = llamaConfig();
     config.erase("num_key_value_heads");

@@ -28,7 +28,19 @@ TEST(FormatNumber, OtherPrecisionsAndNonFiniteValues) {
     EXPECT_EQ(formatNumber(std::numeric_limits<double>::quiet_NaN()), "nan");
     EXPECT_EQ(formatNumber(std::numeric_limits<double>::infinity()), "inf");
     EXPECT_EQ(formatNumber(-std::numeric_limits<double>::infinity()), "-inf");
-    EXPECT_EQ(formatNumber(3.65e25), "3.65e+25");
+    EXPECT_EQ(formatNumber(3.65e25), "3.65e25");
+}
+
+// A rounded value from a million up is written with the digits it has, not with zeros that
+// claim more (2.27e9, never 2270000000).
+TEST(FormatNumber, LargeRoundedValuesKeepTheirRealPrecision) {
+    EXPECT_EQ(formatNumber(2.2704e9), "2.27e9");
+    EXPECT_EQ(formatNumber(70553706496.0), "7.06e10");
+    EXPECT_EQ(formatNumber(3.8e6), "3.80e6");
+    EXPECT_EQ(formatNumber(999600), "1.00e6"); // rounds up into the next decade
+    EXPECT_EQ(formatNumber(999400), "999000");
+    EXPECT_EQ(formatNumber(-1.5e7, 2), "-1.5e7");
+    EXPECT_EQ(formatNumber(1.23456789e9, 6), "1.23457e9");
 }
 
 TEST(FormatBytes, UsesDecimalUnits) {

@@ -29,6 +29,30 @@ TEST(Explain, EveryFigureHasFormulaNumbersAndSource) {
     }
 }
 
+// The numbers substituted into formulas carry the digits they have: no rounded value is written
+// out with zeros that claim more (2270000000 for 2.27e9), and exact counts stay exact (8192
+// final-norm weights, not 8190), under every ZeRO stage and pipeline depth.
+TEST(Explain, SubstitutedNumbersCarryTheirRealPrecision) {
+    for (const auto& [pp, zero] : {std::pair{4, 1}, {1, 3}, {2, 0}}) {
+        ParallelConfig p = test::layout(64 / (8 * pp), 8, pp, 512, 1);
+        p.zero = zero;
+        const PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 8, p);
+        const Estimate e = estimate(in);
+        for (FigureId id : allFigures()) {
+            const Explanation x = explain(in, e, id);
+            SCOPED_TRACE(x.key + ": " + x.substituted);
+            EXPECT_EQ(x.substituted.find("000000"), std::string::npos);
+            EXPECT_EQ(x.display.find("000000"), std::string::npos);
+        }
+        const std::string total = explain(in, e, FigureId::ParamsTotal).substituted;
+        EXPECT_NE(total.find("+ 8192 +"), std::string::npos) << total; // Llama 3's final norm
+        const std::string perGpu = explain(in, e, FigureId::ParamsPerGpu).substituted;
+        EXPECT_NE(perGpu.find(std::to_string(e.memory.layersOnRank) + " layers x"),
+                  std::string::npos)
+            << perGpu;
+    }
+}
+
 // The figures agree with each other as their formulas say: the total is its categories' sum,
 // FLOPs per step are FLOPs per token times the tokens of a step, throughput is tokens over the
 // step time, and MFU is the achieved FLOP/s (per GPU, in FLOP/s) over the cluster's peak. Each

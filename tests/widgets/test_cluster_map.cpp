@@ -6,6 +6,7 @@
 #include <QImage>
 #include <QMouseEvent>
 #include <QPainter>
+#include <QSet>
 #include <QSignalSpy>
 #include <QtTest>
 #include <map>
@@ -105,6 +106,45 @@ private slots:
         map.setLayout(cluster(4), layout(16, 2, 1));
         for (int g = 1; g < 16; ++g)
             QVERIFY(map.colorOf(2 * g) != map.colorOf(2 * g - 1));
+    }
+
+    // Up to 16 groups every group has its own colour, far enough from every other to tell
+    // apart; past 16 the colours repeat under a hatching that differs.
+    void sixteenGroupsStayDistinctThenHatched() {
+        ClusterMap map;
+        map.setLayout(cluster(4), layout(1, 1, 32)); // 32 pipeline stages, one GPU each
+        map.setColorBy(ColorBy::PpStage);
+        for (int a = 0; a < 16; ++a) {
+            QCOMPARE(map.hatchOf(a), Qt::NoBrush);
+            for (int b = a + 1; b < 16; ++b) {
+                const QColor x = map.colorOf(a), y = map.colorOf(b);
+                // Euclidean distance in RGB: more than a seventh of the grey axis (441).
+                const double d =
+                    std::hypot(x.red() - y.red(), x.green() - y.green(), x.blue() - y.blue());
+                QVERIFY2(d > 60, qPrintable(QString("stages %1 and %2").arg(a).arg(b)));
+            }
+        }
+        QCOMPARE(map.colorOf(16), map.colorOf(0));
+        QVERIFY(map.hatchOf(16) != Qt::NoBrush);
+        QCOMPARE(map.hatchOf(17), map.hatchOf(16));
+        // Drawn: a hatched GPU's cell holds more than its one colour.
+        map.resize(900, 500);
+        const auto points = hitPoints(map);
+        const QImage image = render(map);
+        // A patch of the cell clear of its number, near its top left corner (hitPoints gives
+        // the first pixel of each cell).
+        const int pitch = points.at(1).x() - points.at(0).x();
+        QVERIFY(pitch >= 12);
+        const auto coloursAround = [&](int rank) {
+            QSet<QRgb> seen;
+            const QPoint c = points.at(rank) + QPoint(pitch / 5, pitch / 5);
+            for (int dy = -2; dy <= 2; ++dy)
+                for (int dx = -2; dx <= 2; ++dx)
+                    seen.insert(image.pixel(c + QPoint(dx, dy)));
+            return seen.size();
+        };
+        QCOMPARE(coloursAround(0), 1);
+        QVERIFY(coloursAround(16) > 1);
     }
 
     void rampColouringFollowsTheAxis() {

@@ -94,7 +94,8 @@ constexpr double kMostRate = 1e6;
 ModelSpec buildModel(const ModelFlags& f) {
     ModelSpec m;
     if (!f.hfConfig.empty()) {
-        m = modelFromHuggingFace(readJsonFile(f.hfConfig), f.hfConfig);
+        const nlohmann::json config = readJsonFile(f.hfConfig);
+        m = modelFromHuggingFace(config, huggingFaceModelName(config, f.hfConfig));
     } else if (f.params) {
         requirePositive(*f.params, "--params", "7e9");
         if (*f.params > 1e15)

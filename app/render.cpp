@@ -67,6 +67,10 @@ QString renderPage(const RenderRequest& r) {
     window.resize(r.size);
     window.show();
     QApplication::processEvents();
+    // A picture of where the numbers are, not of an animation's first frame.
+    for (Chart* chart : page->charts())
+        chart->finishAnimations();
+    QApplication::processEvents();
     if (window.size() != r.size)
         return QString("the window cannot be smaller than %1x%2: choose a larger --size")
             .arg(window.minimumSizeHint().width())

@@ -24,6 +24,10 @@ public:
     QString title() const { return title_; }
     void setTitle(const QString& title);
 
+    // Jump to the end of any animation under way, so a grab of the widget shows the final
+    // state (headless renders; exports through renderTo do it themselves).
+    virtual void finishAnimations() {}
+
     // Where the text labels of the last renderTo went, in its coordinates: what tests check
     // for overlaps. Charts that draw with QPainter record each label through drawLabel.
     const std::vector<QRectF>& labelRects() const { return labelRects_; }
@@ -33,6 +37,8 @@ protected:
     void clearLabels() { labelRects_.clear(); }
     // Draw `text` in `rect` and record the rectangle it actually covers.
     void drawLabel(QPainter& painter, const QRectF& rect, int flags, const QString& text);
+    // Record a label another library drew.
+    void addLabelRect(const QRectF& rect) { labelRects_.push_back(rect); }
 
     // Right-click offers "Save image as..." (PNG, SVG, PDF).
     void contextMenuEvent(QContextMenuEvent* event) override;

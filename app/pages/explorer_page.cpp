@@ -1,12 +1,15 @@
 #include "explorer_page.h"
 
+#include "animated_charts.h"
 #include "breakdown_bar.h"
 #include "calculator_panel.h"
+#include "chart_style.h"
 #include "controls/plan_controls.h"
 #include "core/units.h"
 #include "layout_scatter.h"
 #include "memory_chart.h"
 #include "page_support.h"
+#include "plan/layer_comm.h"
 #include "session_document.h"
 
 #include <QCheckBox>
@@ -16,6 +19,7 @@
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QStandardItemModel>
@@ -39,7 +43,9 @@ ExplorerPage::ExplorerPage(SessionDocument* doc, QWidget* parent)
       cancelButton_(new QPushButton("Cancel")), progress_(new QProgressBar),
       searchStatus_(new QLabel), tpInNode_(new QCheckBox("TP inside a node")),
       zeroBubble_(new QCheckBox("Try zero-bubble")), results_(new QStandardItemModel(this)),
-      sorted_(new QSortFilterProxyModel(this)), resultsView_(nullptr), scatter_(new LayoutScatter) {
+      sorted_(new QSortFilterProxyModel(this)), resultsView_(nullptr), scatter_(new LayoutScatter),
+      layerChart_(new AnimatedBarChart(AnimatedBarChart::Direction::Right, true)),
+      layerOps_(new QStandardItemModel(this)) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(panel_);
@@ -55,6 +61,7 @@ ExplorerPage::ExplorerPage(SessionDocument* doc, QWidget* parent)
     tabs_->addTab(buildOverview(), "Overview");
     tabs_->addTab(buildClusterView(), "Cluster map");
     tabs_->addTab(buildSearchView(), "Search");
+    tabs_->addTab(buildLayerView(), "Inside a layer");
     panel_->setPicture(tabs_);
     panel_->setLesson(
         id(), "The session's layout on its cluster: the step time split into compute, exposed "
@@ -167,15 +174,95 @@ QWidget* ExplorerPage::buildSearchView() {
 }
 
 std::vector<Chart*> ExplorerPage::charts() const {
-    return {stepBar_, memoryChart_, clusterMap_, scatter_};
+    return {stepBar_, memoryChart_, clusterMap_, scatter_, layerChart_};
 }
 
 std::vector<std::pair<QString, QAbstractItemModel*>> ExplorerPage::tables() const {
-    return {{"Figures", figures_}, {"Communication per axis", comm_}, {"Search results", sorted_}};
+    return {{"Figures", figures_},
+            {"Communication per axis", comm_},
+            {"Search results", sorted_},
+            {"Inside a layer", layerOps_}};
+}
+
+QWidget* ExplorerPage::buildLayerView() {
+    // The chart keeps a row per op readable (showLayer sets its height) and scrolls, with the
+    // table of the same ops below.
+    auto* area = new QScrollArea;
+    area->setWidgetResizable(true);
+    area->setFrameShape(QFrame::NoFrame);
+    auto* w = new QWidget;
+    auto* v = new QVBoxLayout(w);
+    layerChart_->setTitle("Collectives inside one transformer layer");
+    v->addWidget(layerChart_);
+    auto* table = makeTable(layerOps_);
+    table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    table->setMinimumHeight(220);
+    v->addWidget(table, 1);
+    area->setWidget(w);
+    return area;
+}
+
+// One layer's ops in the order they run for one microbatch, each collective with its message
+// and what each GPU sends for it: where the TP and CP rows of the Overview come from.
+void ExplorerPage::showLayer(const PlanInputs& in) {
+    const std::vector<LayerOp> ops = shardscope::layerOps(in);
+    const auto pass = [](const LayerOp& op) {
+        return QString(op.recompute ? "recompute" : op.backward ? "backward" : "forward");
+    };
+    QStringList names;
+    BarSet tp{"TP / SP collective",
+              detail::categoryColor(0),
+              Qt::SolidPattern,
+              {},
+              "Megatron-LM tensor parallelism (Shoeybi et al. 2019) and its sequence parallelism "
+              "(Korthikanti et al. 2022)",
+              {}};
+    BarSet cp{"CP ring pass",
+              detail::categoryColor(1),
+              Qt::SolidPattern,
+              {},
+              "Ring attention (Liu et al. 2023)",
+              {}};
+    std::vector<QList<QStandardItem*>> rows;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const LayerOp& op = ops[i];
+        names << QString("%1. %2%3").arg(i + 1).arg(op.backward ? "bwd: " : "").arg(qs(op.name));
+        const bool isTp = op.collective && op.axis == Axis::TP;
+        const bool isCp = op.collective && op.axis == Axis::CP;
+        tp.values.push_back(isTp ? op.sentPerRank : 0.0);
+        cp.values.push_back(isCp ? op.sentPerRank : 0.0);
+        tp.notes.push_back(qs(op.why));
+        cp.notes.push_back(qs(op.why));
+        const QString hops = op.hops > 1 ? QString(" x %1 hops").arg(op.hops) : QString();
+        rows.push_back(
+            {figureItem(QString::number(i + 1), double(i + 1)), figureItem(pass(op), 0),
+             figureItem(qs(op.name), 0),
+             figureItem(op.collective ? qs(formatBytes(op.bytes)) + hops : QString(), op.bytes,
+                        op.collective ? "The message: S as nccl-tests counts it" : QString()),
+             figureItem(op.collective ? qs(formatBytes(op.sentPerRank)) : QString(), op.sentPerRank,
+                        "Bytes each GPU sends: (n-1)/n x S for an all-gather or a "
+                        "reduce-scatter, 2(n-1)/n x S for an all-reduce, one message per hop "
+                        "for a ring pass"),
+             figureItem(qs(op.why), 0)});
+    }
+    setRows(layerOps_, {"#", "Pass", "Op", "Message", "Each GPU sends", "What for"},
+            std::move(rows));
+    layerChart_->setData(names, {tp, cp}, "sent per GPU, one microbatch");
+    layerChart_->setMinimumHeight(130 + 18 * int(ops.size())); // every op's name on its row
+    const ParallelConfig& p = in.parallel;
+    layerChart_->setHeading(
+        ops.empty()
+            ? QString("A bare parameter count has no layers to show")
+            : QString("tp %1%2, cp %3: %4 sent per GPU per layer and microbatch")
+                  .arg(p.tp)
+                  .arg(p.sequenceParallel && p.tp > 1 ? " with SP" : "")
+                  .arg(p.cp)
+                  .arg(qs(formatBytes(std::accumulate(tp.values.begin(), tp.values.end(), 0.0) +
+                                      std::accumulate(cp.values.begin(), cp.values.end(), 0.0)))));
 }
 
 bool ExplorerPage::showView(const QString& view) {
-    const QStringList views = {"overview", "cluster", "search"};
+    const QStringList views = {"overview", "cluster", "search", "layer"};
     if (view.isEmpty())
         return true;
     const int i = int(views.indexOf(view));
@@ -197,6 +284,7 @@ void ExplorerPage::refresh() {
                         figureItem(qs(x.substituted), 0, tip)});
     }
     setRows(figures_, {"Figure", "Value", "Formula with your numbers"}, std::move(rows));
+    showLayer(in);
 
     rows.clear();
     const FigureId commFigures[] = {FigureId::CommDP, FigureId::CommTP, FigureId::CommPP,

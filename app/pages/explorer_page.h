@@ -18,6 +18,7 @@ class QTableView;
 
 namespace shardscope {
 
+class AnimatedBarChart;
 class BreakdownBar;
 class CalculatorPanel;
 class LayoutScatter;
@@ -54,6 +55,8 @@ public:
     QStandardItemModel* figures() const { return figures_; }
     QStandardItemModel* communication() const { return comm_; }
     QStandardItemModel* results() const { return results_; }
+    AnimatedBarChart* layerChart() const { return layerChart_; }
+    QStandardItemModel* layerOps() const { return layerOps_; }
     QTableView* resultsView() const { return resultsView_; }
     QProgressBar* searchProgress() const { return progress_; }
 
@@ -69,6 +72,8 @@ private:
     QWidget* buildOverview();
     QWidget* buildClusterView();
     QWidget* buildSearchView();
+    QWidget* buildLayerView();
+    void showLayer(const PlanInputs& in);
 
     SessionDocument* doc_;
     CalculatorPanel* panel_;
@@ -95,6 +100,9 @@ private:
     QSortFilterProxyModel* sorted_;
     QTableView* resultsView_;
     LayoutScatter* scatter_;
+    // Inside a layer
+    AnimatedBarChart* layerChart_;
+    QStandardItemModel* layerOps_;
 };
 
 } // namespace shardscope

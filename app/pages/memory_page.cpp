@@ -1,11 +1,14 @@
 #include "memory_page.h"
 
+#include "animated_charts.h"
 #include "calculator_panel.h"
+#include "chart_style.h"
 #include "controls/plan_controls.h"
 #include "core/units.h"
 #include "memory_chart.h"
 #include "page_support.h"
 #include "plan/layout.h"
+#include "plan/memory_summary.h"
 #include "series_chart.h"
 #include "session_document.h"
 
@@ -13,6 +16,7 @@
 #include <QGridLayout>
 #include <QHeaderView>
 #include <QStandardItemModel>
+#include <QTabWidget>
 #include <QTableView>
 
 namespace shardscope {
@@ -40,12 +44,59 @@ std::vector<int> stagesToShow(int pp) {
     return {0, 1, pp / 2, pp - 2, pp - 1};
 }
 
+// The GPUs of one data-parallel group (the first 16 of a larger one: they all hold the same),
+// each with its own shard of the weights, gradients and optimizer state solid and the copies
+// that every other GPU of the group also holds hatched, from the planner's figures.
+void showHoldings(AnimatedBarChart& chart, const PlanInputs& in) {
+    const ZeroHoldings h = zeroHoldings(in, in.parallel.zero);
+    const int shown = std::min(h.groupSize, 16);
+    QStringList gpus;
+    for (int g = 0; g < shown; ++g)
+        gpus << QString("GPU %1").arg(g);
+    if (shown < h.groupSize)
+        gpus.back() += QString(" (of %1)").arg(h.groupSize);
+    // `removedBy`: the ZeRO stage that shards the category (optimizer 1, gradients 2, weights 3).
+    const auto sets = [&](const QString& name, int color, const ModelStateHolding& m,
+                          int removedBy) {
+        const QString shard = QString("1/%1 of the whole, by this GPU alone").arg(h.groupSize);
+        return std::vector<BarSet>{
+            {name + ", own shard",
+             detail::categoryColor(color),
+             Qt::SolidPattern,
+             std::vector<double>(std::size_t(shown), m.ownShard),
+             shard,
+             {}},
+            {name + ", copy",
+             detail::categoryColor(color),
+             Qt::BDiagPattern,
+             std::vector<double>(std::size_t(shown), m.copy()),
+             QString("held by all %1 GPUs of the group alike: ZeRO-%2 shards it away")
+                 .arg(h.groupSize)
+                 .arg(removedBy),
+             {}}};
+    };
+    std::vector<BarSet> all;
+    for (const auto& [name, color, m, removedBy] :
+         {std::tuple{QString("Weights"), 0, h.weights, 3},
+          {QString("Gradients"), 1, h.gradients, 2},
+          {QString("Optimizer state"), 2, h.optimizer, 1}}) {
+        const auto two = sets(name, color, m, removedBy);
+        all.insert(all.end(), two.begin(), two.end());
+    }
+    chart.setData(gpus, all, "per GPU");
+    chart.setHeading(QString("ZeRO-%1 over the %2 GPUs of a data-parallel group (dp x cp)")
+                         .arg(h.zeroStage)
+                         .arg(h.groupSize));
+}
+
 } // namespace
 
 MemoryPage::MemoryPage(SessionDocument* doc, QWidget* parent)
     : Page(parent), doc_(doc), panel_(new CalculatorPanel(this)), form_(new SessionForm(doc)),
       chart_(new MemoryChart), zeroChart_(new SeriesChart),
-      breakdown_(new QStandardItemModel(this)), table_(makeTable(breakdown_)) {
+      holdings_(new AnimatedBarChart(AnimatedBarChart::Direction::Up, true)),
+      share_(new ShareChart), breakdown_(new QStandardItemModel(this)),
+      table_(makeTable(breakdown_)), tabs_(new QTabWidget) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(panel_);
@@ -67,7 +118,12 @@ MemoryPage::MemoryPage(SessionDocument* doc, QWidget* parent)
     grid->setContentsMargins(0, 0, 0, 0);
     grid->addWidget(chart_, 0, 0);
     grid->addWidget(zeroChart_, 0, 1);
-    grid->addWidget(table_, 1, 0, 1, 2);
+    holdings_->setTitle("What each GPU holds of the model state");
+    share_->setTitle("Memory per GPU by category");
+    tabs_->addTab(holdings_, "What each GPU holds");
+    tabs_->addTab(share_, "Share by category");
+    tabs_->addTab(table_, "Breakdown");
+    grid->addWidget(tabs_, 1, 0, 1, 2);
     grid->setRowStretch(0, 3);
     grid->setRowStretch(1, 2);
     panel_->setPicture(picture);
@@ -77,8 +133,10 @@ MemoryPage::MemoryPage(SessionDocument* doc, QWidget* parent)
         "and optimizer state (the model state, which ZeRO shards over dp) and activations "
         "(which recompute, tensor and sequence parallelism shrink); the line is the GPU's "
         "memory. The chart beside it follows the model state as dp grows for each ZeRO "
-        "stage. <b>Try:</b> raise the ZeRO stage from 0 to 3 and see which part falls by "
-        "dp; set recompute to full and watch the activations shrink; double the micro "
+        "stage; below, what each GPU of a data-parallel group holds (its own shard solid, the "
+        "copies every other GPU also holds hatched) and each category's share. <b>Try:</b> "
+        "raise the ZeRO stage from 0 to 3 and watch the copies go, optimizer state first; set "
+        "recompute to full and watch the activations shrink; double the micro "
         "batch and watch them double.");
 
     connect(doc_, &SessionDocument::changed, this, &MemoryPage::sessionChanged);
@@ -87,7 +145,21 @@ MemoryPage::MemoryPage(SessionDocument* doc, QWidget* parent)
 }
 
 std::vector<Chart*> MemoryPage::charts() const {
-    return {chart_, zeroChart_};
+    return {chart_, zeroChart_, holdings_, share_};
+}
+
+bool MemoryPage::showView(const QString& view) {
+    if (view.isEmpty())
+        return true;
+    const QStringList views = {"holdings", "share", "breakdown"};
+    if (!views.contains(view))
+        return false;
+    tabs_->setCurrentIndex(int(views.indexOf(view)));
+    return true;
+}
+
+QString MemoryPage::viewsHelp() const {
+    return "holdings, share, breakdown";
 }
 
 std::vector<std::pair<QString, QAbstractItemModel*>> MemoryPage::tables() const {
@@ -125,6 +197,14 @@ void MemoryPage::refresh() {
     }
     zeroChart_->setSeries(std::move(series));
     zeroChart_->setThreshold(e.capacity, qs(in.cluster.gpu.name));
+
+    showHoldings(*holdings_, in);
+    std::vector<Segment> shares;
+    for (FigureId id : kCategoryFigures) {
+        const Explanation x = explain(in, e, id);
+        shares.push_back({qs(x.label), x.value, explanationTooltip(x)});
+    }
+    share_->setSegments(shares);
 
     // The breakdown table: category, bytes, share, what it is made of.
     std::vector<QList<QStandardItem*>> rows;

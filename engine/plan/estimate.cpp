@@ -2,6 +2,7 @@
 
 #include "compute.h"
 #include "formulas.h"
+#include "layer_comm.h"
 #include "layout.h"
 
 #include <algorithm>
@@ -41,7 +42,7 @@ AxisComm tpComm(const PlanInputs& in, int layers, double computeTime) {
     setPlacement(c, g);
     if (p.tp <= 1 || in.model.isBare())
         return c;
-    const double size = localTokens(in.model, p) * in.model.hidden * p.precision.activationBytes();
+    const double size = tpMessageBytes(in);
     const int perLayer = 4 + (p.recompute == Recompute::Full ? 2 : 0);
     const double calls = double(p.microbatches()) * layers * perLayer;
     c.collectives = int(calls * (p.sequenceParallel ? 2 : 1));
@@ -65,9 +66,7 @@ AxisComm cpComm(const PlanInputs& in, int layers, double attentionTime) {
     setPlacement(c, g);
     if (p.cp <= 1 || m.isBare())
         return c;
-    const double t = std::max(1, p.tp);
-    const double kvPerRank = double(m.kvDim()) * std::max(1.0, t / std::max(1, m.kvHeads)) / t;
-    const double chunk = 2.0 * localTokens(m, p) * kvPerRank * p.precision.activationBytes();
+    const double chunk = cpHopBytes(in);
     const double sends = double(p.microbatches()) * layers * 3.0 * (p.cp - 1);
     c.collectives = int(sends);
     c.bytes = sends * chunk;

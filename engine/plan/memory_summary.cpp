@@ -71,4 +71,20 @@ std::vector<SweepPoint> memoryOverDataParallel(const PlanInputs& in, int zeroSta
     return out;
 }
 
+ZeroHoldings zeroHoldings(const PlanInputs& in, int zeroStage) {
+    PlanInputs whole = in, at = in;
+    whole.parallel.zero = 0;
+    at.parallel.zero = zeroStage;
+    const MemoryBreakdown unsharded = mostLoadedStageMemory(whole);
+    const MemoryBreakdown held = mostLoadedStageMemory(at);
+    ZeroHoldings h;
+    h.zeroStage = zeroStage;
+    h.groupSize = std::max(1, in.parallel.dp) * std::max(1, in.parallel.cp);
+    const double n = h.groupSize;
+    h.weights = {held.parameters, unsharded.parameters / n};
+    h.gradients = {held.gradients, unsharded.gradients / n};
+    h.optimizer = {held.optimizer, unsharded.optimizer / n};
+    return h;
+}
+
 } // namespace shardscope

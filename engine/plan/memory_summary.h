@@ -37,4 +37,19 @@ struct SweepPoint {
 std::vector<SweepPoint> memoryOverDataParallel(const PlanInputs& in, int zeroStage,
                                                const std::vector<int>& dps);
 
+// What one GPU of the most loaded stage holds of the model state under a ZeRO stage: each
+// category's bytes, and how much of that is the GPU's own 1/(dp x cp) shard. The rest is a copy
+// every other GPU of its data-parallel group holds too: what the next ZeRO stage removes.
+struct ModelStateHolding {
+    double held = 0;     // bytes on the GPU (the planner's figure for this ZeRO stage)
+    double ownShard = 0; // the unsharded figure / (dp x cp)
+    double copy() const { return held > ownShard ? held - ownShard : 0.0; }
+};
+struct ZeroHoldings {
+    int zeroStage = 0;
+    int groupSize = 1; // dp x cp: the GPUs ZeRO shards over
+    ModelStateHolding weights, gradients, optimizer;
+};
+ZeroHoldings zeroHoldings(const PlanInputs& in, int zeroStage);
+
 } // namespace shardscope

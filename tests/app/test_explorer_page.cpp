@@ -1,5 +1,6 @@
 // The Explorer page: live figures follow every control, the cluster map warns about TP across
 // nodes, and the search runs in the background, cancels, sorts and applies.
+#include "animated_charts.h"
 #include "app_test_support.h"
 #include "breakdown_bar.h"
 #include "calculator_panel.h"
@@ -135,6 +136,46 @@ private slots:
         // A click on a scatter point applies that layout.
         emit f.page.scatter()->candidateClicked(0);
         QCOMPARE(layoutSummary(f.doc.session().parallel), layoutSummary(r->all[0].config));
+    }
+
+    // Inside a layer: the ops of one layer with their collectives; summed over microbatches and
+    // layers they are the Overview's TP and CP traffic, and they follow SP and cp.
+    void insideALayerAddsUpToTheAxisTraffic() {
+        Fixture f;
+        QVERIFY(f.page.showView("layer"));
+        AnimatedBarChart* chart = f.page.layerChart();
+        const auto sum = [&](int set) {
+            double total = 0;
+            for (int c = 0; c < chart->categoryCount(); ++c)
+                total += chart->value(set, c);
+            return total;
+        };
+        const auto named = [&](const QString& what) {
+            int n = 0;
+            for (int c = 0; c < chart->categoryCount(); ++c)
+                n += chart->category(c).contains(what);
+            return n;
+        };
+        const auto perStep = [&] {
+            return double(f.doc.inputs().parallel.microbatches()) *
+                   f.doc.estimate().memory.layersOnRank;
+        };
+        // The default layout: tp 8 with sequence parallelism.
+        QCOMPARE(named("all-gather (SP)"), 4);
+        QCOMPARE(named("reduce-scatter (SP)"), 4);
+        QVERIFY(qAbs(sum(0) * perStep() - figure(f.page.communication(), "TP", 3)) <
+                1e-9 * sum(0) * perStep());
+        QCOMPARE(sum(1), 0.0); // cp 1: no ring passes
+        setBool(f.form(), "sp", false);
+        QCOMPARE(named("(SP)"), 0);
+        QCOMPARE(named("all-reduce (TP)"), 4);
+        setInt(f.form(), "cp", 2);
+        QCOMPARE(named("ring pass"), 3);
+        QVERIFY(sum(1) > 0);
+        QVERIFY(qAbs(sum(1) * perStep() - figure(f.page.communication(), "CP", 3)) <
+                1e-9 * sum(1) * perStep());
+        // The table lists the same ops, with what each collective is for.
+        QCOMPARE(f.page.layerOps()->rowCount(), chart->categoryCount());
     }
 
     void hiddenPageCatchesUpWhenShown() {

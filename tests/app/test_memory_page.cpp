@@ -1,5 +1,6 @@
 // The Memory page: every control moves the figures it should, the lessons' memory examples come
 // out of the GUI path, and the verdict says the right thing.
+#include "animated_charts.h"
 #include "app_test_support.h"
 #include "calculator_panel.h"
 #include "memory_chart.h"
@@ -168,6 +169,42 @@ private slots:
         QVERIFY(z3.y.front() > z3.y.back());
         QVERIFY(series[0].y.back() > z3.y.back());
         QCOMPARE(z3.x.front(), 32.0); // tp 8 x pp 4 x dp 1
+    }
+
+    // What each GPU holds: its own shard of each category and the copies the others hold too,
+    // adding up to the breakdown's figures, with the copies going as the ZeRO stage rises; and
+    // each category's share of the total.
+    void holdingsShowEachGpusShardAndTheCopies() {
+        Fixture f;
+        QVERIFY(f.page.showView("holdings"));
+        AnimatedBarChart* h = f.page.holdingsChart();
+        const auto held = [&](int category) { // own shard + copy on GPU 0
+            return h->value(2 * category, 0) + h->value(2 * category + 1, 0);
+        };
+        const auto copy = [&](int category) { return h->value(2 * category + 1, 0); };
+        QCOMPARE(h->categoryCount(), 2); // dp 2 x cp 1 in the default layout
+        QCOMPARE(h->setCount(), 6);
+        for (int zero : {1, 0, 2, 3}) {
+            choose(f.form(), "zero", QString::number(zero));
+            QCOMPARE(held(0), f.row("Weights"));
+            QCOMPARE(held(1), f.row("Gradients"));
+            QCOMPARE(held(2), f.row("Optimizer state"));
+            // Stage 1 shards the optimizer state, 2 the gradients too, 3 the weights too.
+            QCOMPARE(copy(2) == 0, zero >= 1);
+            QCOMPARE(copy(1) == 0, zero >= 2);
+            QCOMPARE(copy(0) == 0, zero >= 3);
+        }
+        choose(f.form(), "zero", "0");
+        // Unsharded over 2 GPUs: each holds its half and a copy of the other half.
+        QVERIFY(qAbs(copy(0) - f.row("Weights") / 2) < 1e-6 * f.row("Weights"));
+        QVERIFY(f.page.showView("share"));
+        double total = 0;
+        for (const char* c : {"Weights", "Gradients", "Optimizer state", "Activations",
+                              "Temporary buffers", "Runtime overhead"})
+            total += f.row(c);
+        QVERIFY(qAbs(f.page.shareChart()->shareOf("Activations") - f.row("Activations") / total) <
+                1e-9);
+        QVERIFY(!f.page.showView("nope"));
     }
 
     void undoRestoresFiguresAndControls() {

@@ -77,6 +77,28 @@ TEST(MemoryOverDataParallel, ZeroStagesShardMoreAsGpusGrow) {
     EXPECT_NEAR(z3.back().bytes, 98e9 / 64 * 1.05 + overheadOnly, 0.2e9);
 }
 
+// ZeRO paper (Rajbhandari et al. 2020), Figure 1: 7.5B parameters, 64 data-parallel GPUs,
+// 2 + 2 + 12 bytes per parameter: 120 GB per GPU unsharded, 31.4 GB with the optimizer state
+// sharded, 16.6 GB with the gradients too, 1.9 GB with everything.
+TEST(ZeroHoldings, TheZeroPapersFigureOne) {
+    const double expected[] = {120e9, 31.4e9, 16.6e9, 1.9e9};
+    for (int zero = 0; zero <= 3; ++zero) {
+        PlanInputs in = bare(7.5e9, 64, 0);
+        in.parallel.precision = {Precision::Bf16, Precision::Bf16, true}; // K = 12
+        const ZeroHoldings h = zeroHoldings(in, zero);
+        SCOPED_TRACE(zero);
+        EXPECT_EQ(h.groupSize, 64);
+        const double held = h.weights.held + h.gradients.held + h.optimizer.held;
+        EXPECT_NEAR(held, expected[zero], 0.05e9);
+        // Each GPU's own shard is 1/64 of everything, whatever the stage; the rest are copies.
+        EXPECT_NEAR(h.weights.ownShard + h.gradients.ownShard + h.optimizer.ownShard, 120e9 / 64,
+                    1e6);
+        EXPECT_NEAR(h.optimizer.copy(), zero >= 1 ? 0.0 : 90e9 * 63 / 64, 1e6);
+        EXPECT_NEAR(h.gradients.copy(), zero >= 2 ? 0.0 : 15e9 * 63 / 64, 1e6);
+        EXPECT_NEAR(h.weights.copy(), zero >= 3 ? 0.0 : 15e9 * 63 / 64, 1e6);
+    }
+}
+
 TEST(ClusterForWorld, WholeNodesPartialNodeOrGcd) {
     const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 4);
     EXPECT_EQ(clusterForWorld(c, 16).nodes, 2);

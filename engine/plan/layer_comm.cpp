@@ -1,0 +1,141 @@
+#include "layer_comm.h"
+
+#include "formulas.h"
+#include "layout.h"
+
+#include <algorithm>
+
+namespace shardscope {
+
+double tpMessageBytes(const PlanInputs& in) {
+    const ParallelConfig& p = in.parallel;
+    return localTokens(in.model, p) * in.model.hidden * p.precision.activationBytes();
+}
+
+double cpHopBytes(const PlanInputs& in) {
+    const ParallelConfig& p = in.parallel;
+    const ModelSpec& m = in.model;
+    const double t = std::max(1, p.tp);
+    // K and V heads split over tp ranks; with fewer KV heads than ranks each rank keeps one.
+    const double kvPerRank = double(m.kvDim()) * std::max(1.0, t / std::max(1, m.kvHeads)) / t;
+    return 2.0 * localTokens(m, p) * kvPerRank * p.precision.activationBytes();
+}
+
+namespace {
+
+LayerOp compute(const std::string& name, bool backward = false) {
+    LayerOp op;
+    op.name = name;
+    op.backward = backward;
+    return op;
+}
+
+} // namespace
+
+std::vector<LayerOp> layerOps(const PlanInputs& in) {
+    const ParallelConfig& p = in.parallel;
+    if (in.model.isBare())
+        return {};
+    const bool tp = p.tp > 1, sp = tp && p.sequenceParallel, cp = p.cp > 1;
+    const double S = tpMessageBytes(in);
+    // All-gather and reduce-scatter each send (tp-1)/tp of S; an all-reduce is the two.
+    const double half = ringAllGatherBytesPerRank(S, p.tp);
+    const double whole = ringAllReduceBytesPerRank(S, p.tp);
+    const auto tpCollective = [&](const std::string& kind, const std::string& why, bool backward,
+                                  bool recompute = false) {
+        LayerOp op;
+        op.name = kind + (sp ? " (SP)" : " (TP)");
+        op.backward = backward;
+        op.recompute = recompute;
+        op.collective = true;
+        op.axis = Axis::TP;
+        op.collectiveKind = kind;
+        op.bytes = S;
+        op.sentPerRank = kind == "all-reduce" ? whole : half;
+        op.why = why;
+        return op;
+    };
+    const auto ringPass = [&](const std::string& what, bool backward) {
+        LayerOp op;
+        op.name = "ring pass of " + what + " (CP)";
+        op.backward = backward;
+        op.collective = true;
+        op.axis = Axis::CP;
+        op.collectiveKind = "ring pass";
+        op.hops = p.cp - 1;
+        op.bytes = cpHopBytes(in);
+        op.sentPerRank = op.hops * op.bytes;
+        op.why = "each rank's " + what + " visit the other " + std::to_string(p.cp - 1) +
+                 " context ranks, so every query meets every key";
+        return op;
+    };
+
+    // One forward pass of the layer; under full recompute it runs again in the backward.
+    const auto forward = [&](bool recompute) {
+        std::vector<LayerOp> ops;
+        const auto add = [&](LayerOp op) {
+            op.backward = recompute;
+            op.recompute = recompute;
+            ops.push_back(std::move(op));
+        };
+        // Attention and MLP alike: a norm, a column-parallel matmul (which needs the whole
+        // sequence under SP), what runs between, and a row-parallel matmul whose tp partial
+        // outputs are summed.
+        const auto block = [&](const std::string& norm, const std::string& column,
+                               const std::string& inner, const std::string& row, bool ring) {
+            add(compute(norm));
+            if (sp)
+                add(tpCollective("all-gather",
+                                 "the column-parallel " + column + " needs the whole sequence",
+                                 recompute, recompute));
+            add(compute(tp ? column + " (columns split over tp)" : column));
+            add(compute(inner));
+            if (ring && cp && !recompute)
+                add(ringPass("K and V", false));
+            add(compute(tp ? row + " (rows split over tp)" : row));
+            if (tp)
+                add(tpCollective(sp ? "reduce-scatter" : "all-reduce",
+                                 "sums the tp partial outputs of the row-parallel " + row +
+                                     (sp ? " and leaves each rank s/tp tokens" : ""),
+                                 recompute, recompute));
+        };
+        block(sp ? "input LayerNorm (on s/tp tokens)" : "input LayerNorm", "QKV projection",
+              "attention", "output projection", true);
+        block("residual add, post-attention LayerNorm", "MLP up", "activation", "MLP down", false);
+        add(compute("residual add"));
+        return ops;
+    };
+
+    std::vector<LayerOp> ops = forward(false);
+    if (p.recompute == Recompute::Full) {
+        const std::vector<LayerOp> again = forward(true);
+        ops.insert(ops.end(), again.begin(), again.end());
+    }
+    // Backward, in reverse: each forward collective's conjugate. An all-gather's gradient is a
+    // reduce-scatter and a reduce-scatter's an all-gather; without SP the all-reduce after a
+    // row-parallel layer passes its gradient through, and the identity before a column-parallel
+    // one becomes an all-reduce of its input gradient (Megatron-LM's f and g).
+    const auto backward = [&](const std::string& block, const std::string& inputs) {
+        if (sp)
+            ops.push_back(tpCollective("all-gather",
+                                       "the " + block +
+                                           "'s row-parallel backward needs the "
+                                           "whole sequence's output gradient",
+                                       true));
+        ops.push_back(compute(block + " backward", true));
+        if (block == "attention" && cp) {
+            ops.push_back(ringPass("K and V", true));
+            ops.push_back(ringPass("dK and dV", true));
+        }
+        if (tp)
+            ops.push_back(tpCollective(sp ? "reduce-scatter" : "all-reduce",
+                                       "sums the input gradients of the column-parallel " + inputs +
+                                           (sp ? " and leaves each rank s/tp tokens" : ""),
+                                       true));
+    };
+    backward("MLP", "MLP up");
+    backward("attention", "QKV");
+    return ops;
+}
+
+} // namespace shardscope

@@ -1,0 +1,113 @@
+// One layer's ops and collectives: the counts Megatron-LM's tensor and sequence parallelism and
+// ring attention make (Korthikanti et al. 2022, Section 4.2.2; Liu et al. 2023), sizes from
+// the model's shapes, and the planner's per-axis traffic as their sum over microbatches and
+// layers.
+#include "plan/estimate.h"
+#include "plan/layer_comm.h"
+#include "plan_test_support.h"
+
+#include <gtest/gtest.h>
+
+namespace shardscope {
+namespace {
+
+int countOf(const std::vector<LayerOp>& ops, const std::string& kind, bool backward) {
+    return int(std::count_if(ops.begin(), ops.end(), [&](const LayerOp& op) {
+        return op.collective && op.collectiveKind == kind && op.backward == backward;
+    }));
+}
+
+double sentOn(const std::vector<LayerOp>& ops, Axis axis) {
+    double sum = 0;
+    for (const LayerOp& op : ops)
+        sum += op.collective && op.axis == axis ? op.sentPerRank : 0.0;
+    return sum;
+}
+
+TEST(LayerComm, TensorParallelismAllReducesTwiceEachWay) {
+    ParallelConfig p = test::layout(1, 8, 1, 8, 1);
+    p.sequenceParallel = false;
+    const PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 1, p);
+    const auto ops = layerOps(in);
+    EXPECT_EQ(countOf(ops, "all-reduce", false), 2);
+    EXPECT_EQ(countOf(ops, "all-reduce", true), 2);
+    EXPECT_EQ(countOf(ops, "all-gather", false), 0);
+    // The layer's output for one microbatch: 8192 tokens x 8192 hidden x 2 bytes (bf16).
+    for (const LayerOp& op : ops) {
+        if (op.collective) {
+            EXPECT_DOUBLE_EQ(op.bytes, 8192.0 * 8192 * 2);
+            EXPECT_DOUBLE_EQ(op.sentPerRank, 2.0 * 7 / 8 * op.bytes); // ring all-reduce
+        }
+    }
+}
+
+TEST(LayerComm, SequenceParallelismTradesEachAllReduceForAGatherAndAScatter) {
+    ParallelConfig p = test::layout(1, 8, 1, 8, 1);
+    p.sequenceParallel = true;
+    const PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 1, p);
+    const auto ops = layerOps(in);
+    EXPECT_EQ(countOf(ops, "all-reduce", false) + countOf(ops, "all-reduce", true), 0);
+    EXPECT_EQ(countOf(ops, "all-gather", false), 2);
+    EXPECT_EQ(countOf(ops, "reduce-scatter", false), 2);
+    EXPECT_EQ(countOf(ops, "all-gather", true), 2);
+    EXPECT_EQ(countOf(ops, "reduce-scatter", true), 2);
+    // The same bytes as without SP: an all-reduce is a reduce-scatter then an all-gather.
+    ParallelConfig plain = p;
+    plain.sequenceParallel = false;
+    EXPECT_DOUBLE_EQ(
+        sentOn(ops, Axis::TP),
+        sentOn(layerOps(test::inputs("llama3-70b", "h100-sxm", 8, 1, plain)), Axis::TP));
+    // The forward starts with the all-gather the column-parallel QKV needs.
+    EXPECT_EQ(ops[1].collectiveKind, "all-gather");
+    EXPECT_NE(ops[2].name.find("QKV"), std::string::npos);
+}
+
+TEST(LayerComm, RingAttentionPassesKeysAndValuesAroundTheContextRanks) {
+    ParallelConfig p = test::layout(1, 2, 1, 8, 1);
+    p.cp = 4;
+    const PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, p);
+    const auto ops = layerOps(in);
+    EXPECT_EQ(countOf(ops, "ring pass", false), 1);
+    EXPECT_EQ(countOf(ops, "ring pass", true), 2); // K, V again and their gradients
+    // Llama 3 8B: 8 KV heads of 128 over tp 2 -> 512 per rank; 8192 / 4 tokens; K and V; bf16.
+    for (const LayerOp& op : ops) {
+        if (op.collectiveKind == "ring pass") {
+            EXPECT_EQ(op.hops, 3);
+            EXPECT_DOUBLE_EQ(op.bytes, 2.0 * (8192 / 4) * 512 * 2);
+        }
+    }
+}
+
+// The Explorer's TP and CP traffic per step is this list summed over microbatches and layers.
+TEST(LayerComm, ThePlannersAxisTrafficIsTheLayersCollectivesSummed) {
+    for (const bool sp : {false, true}) {
+        for (const Recompute r : {Recompute::Selective, Recompute::Full}) {
+            ParallelConfig p = test::layout(2, 4, 2, 64, 1);
+            p.cp = 2;
+            p.sequenceParallel = sp;
+            p.recompute = r;
+            const PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 4, p);
+            const Estimate e = estimate(in);
+            ASSERT_TRUE(e.violations.empty());
+            const auto ops = layerOps(in);
+            const double perLayer = double(p.microbatches()) * e.memory.layersOnRank;
+            SCOPED_TRACE(std::string(sp ? "sp " : "") + (r == Recompute::Full ? "full" : "sel"));
+            EXPECT_NEAR(sentOn(ops, Axis::TP) * perLayer, e.axis(Axis::TP).bytes,
+                        1e-9 * e.axis(Axis::TP).bytes);
+            EXPECT_NEAR(sentOn(ops, Axis::CP) * perLayer, e.axis(Axis::CP).bytes,
+                        1e-9 * e.axis(Axis::CP).bytes);
+        }
+    }
+    // Nothing to send without tp or cp, and no architecture, no layer.
+    const PlanInputs alone =
+        test::inputs("llama3-8b", "h100-sxm", 8, 1, test::layout(8, 1, 1, 64, 1));
+    for (const LayerOp& op : layerOps(alone))
+        EXPECT_FALSE(op.collective);
+    PlanInputs bare = alone;
+    bare.model = ModelSpec{};
+    bare.model.bareParams = 7e9;
+    EXPECT_TRUE(layerOps(bare).empty());
+}
+
+} // namespace
+} // namespace shardscope

@@ -72,9 +72,10 @@ std::vector<QRectF> renderChart(QChart* chart, QPainter& painter, const QSize& s
     chart->scene()->render(&painter, QRectF(QPointF(0, 0), QSizeF(size)), source);
     std::vector<QRectF> labels;
     for (const QGraphicsItem* item : chart->scene()->items(source)) {
-        const bool text = qgraphicsitem_cast<const QGraphicsSimpleTextItem*>(item) ||
-                          qgraphicsitem_cast<const QGraphicsTextItem*>(item);
-        if (!text || !item->isVisible() || item->boundingRect().isEmpty())
+        const auto* simple = qgraphicsitem_cast<const QGraphicsSimpleTextItem*>(item);
+        const auto* rich = qgraphicsitem_cast<const QGraphicsTextItem*>(item);
+        const QString text = simple ? simple->text() : rich ? rich->toPlainText() : QString();
+        if (text.trimmed().isEmpty() || !item->isVisible() || item->boundingRect().isEmpty())
             continue;
         const QRectF r = item->sceneBoundingRect().translated(-source.topLeft());
         labels.push_back(painter.transform().mapRect(r));
@@ -105,7 +106,9 @@ std::pair<QString, double> bytesUnit(double most) {
 } // namespace
 
 AnimatedChart::AnimatedChart(QWidget* parent)
-    : Chart(parent), chart_(new QChart), view_(embed(this, chart_)) {}
+    : Chart(parent), chart_(new QChart), view_(embed(this, chart_)) {
+    setMinimumSize(320, 260); // room for the axes, the legend and bars to read
+}
 
 void AnimatedChart::renderTo(QPainter& painter, const QSize& size) {
     clearLabels();

@@ -113,6 +113,7 @@ int BreakdownBar::heightForWidth(int width) const {
 }
 
 void BreakdownBar::renderTo(QPainter& painter, const QSize& size) {
+    clearLabels();
     const QPalette& pal = palette();
     painter.save();
     painter.fillRect(QRect(QPoint(0, 0), size), pal.color(QPalette::Base));
@@ -147,7 +148,7 @@ void BreakdownBar::renderTo(QPainter& painter, const QSize& size) {
             text = segments_[i].label;
         if (!text.isEmpty()) {
             painter.setPen(detail::textOn(color));
-            painter.drawText(r, Qt::AlignCenter, text);
+            drawLabel(painter, r, Qt::AlignCenter, text);
         }
     }
     painter.setPen(QPen(detail::mix(pal.color(QPalette::Base), fg, 0.5), 1));
@@ -161,8 +162,8 @@ void BreakdownBar::renderTo(QPainter& painter, const QSize& size) {
         const QRect swatch(e.left(), e.center().y() - kSwatch / 2, kSwatch, kSwatch);
         painter.fillRect(swatch, detail::categoryColor(static_cast<int>(i)));
         painter.setPen(fg);
-        painter.drawText(e.adjusted(kSwatch + 4, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter,
-                         l.captions[i]);
+        drawLabel(painter, e.adjusted(kSwatch + 4, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter,
+                  l.captions[i]);
     }
     painter.restore();
 }

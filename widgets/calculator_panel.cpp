@@ -70,9 +70,15 @@ CalculatorPanel::CalculatorPanel(QWidget* parent)
     rightLayout->addWidget(verdict_);
     rightLayout->addWidget(lesson_);
     pictureLayout_->setContentsMargins(0, 0, 0, 0);
+    // The picture scrolls when the window is smaller than its charts want (a 1280 x 720 screen),
+    // rather than pushing the window past the screen.
     auto* picture = new QWidget;
     picture->setLayout(pictureLayout_);
-    pictureSplitter_->addWidget(picture);
+    auto* pictureArea = new QScrollArea;
+    pictureArea->setWidgetResizable(true);
+    pictureArea->setFrameShape(QFrame::NoFrame);
+    pictureArea->setWidget(picture);
+    pictureSplitter_->addWidget(pictureArea);
     // A plain-text view lays out only the lines on screen; a rich-text browser would lay out the
     // whole panel on every control change (most of a redraw's time on the Explorer page).
     formulas_->setReadOnly(true);

@@ -144,6 +144,33 @@ void setUpPlot(QCustomPlot& plot, bool legendOnRight) {
     }
 }
 
+void placeLegendBelow(QCustomPlot& plot, int columns) {
+    plot.axisRect()->insetLayout()->take(plot.legend);
+    plot.plotLayout()->addElement(1, 0, plot.legend);
+    plot.plotLayout()->setRowStretchFactor(1, 0.001);
+    plot.legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+    plot.legend->setWrap(columns);
+    plot.legend->setMargins(QMargins(4, 2, 4, 2));
+    plot.legend->setRowSpacing(0);
+    plot.legend->setColumnSpacing(8);
+    plot.legend->setBorderPen(Qt::NoPen);
+    plot.legend->setMaximumSize(QWIDGETSIZE_MAX, QWIDGETSIZE_MAX);
+}
+
+void fitLegendColumns(QCustomPlot& plot, int widthPixels, int most) {
+    int widest = 1;
+    for (int i = 0; i < plot.legend->itemCount(); ++i) {
+        if (const QCPAbstractLegendItem* item = plot.legend->item(i)) // empty cells are null
+            widest = std::max(widest, item->minimumOuterSizeHint().width());
+    }
+    const int spacing = plot.legend->columnSpacing();
+    const int columns = std::clamp((widthPixels - 8 + spacing) / (widest + spacing), 1, most);
+    if (plot.legend->wrap() != columns) {
+        plot.legend->setWrap(columns);
+        plot.legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
+    }
+}
+
 void stylePlot(QCustomPlot& plot, const QPalette& palette) {
     const QColor bg = palette.color(QPalette::Base);
     const QColor fg = palette.color(QPalette::Text);
@@ -168,7 +195,84 @@ void stylePlot(QCustomPlot& plot, const QPalette& palette) {
     plot.legend->setTextColor(fg);
 }
 
-void renderPlot(QCustomPlot& plot, QPainter& painter, const QSize& size, bool relayout) {
+namespace {
+
+// Where QCustomPlot put its text at the size it last laid out for: each axis's tick labels (the
+// way QCPAxisPainterPrivate places them), the legend's entries and the text items. A pixel is
+// taken off each side, so labels that only touch do not count as overlapping.
+std::vector<QRectF> plotLabelRects(const QCustomPlot& plot) {
+    std::vector<QRectF> out;
+    for (QCPAxisRect* rect : plot.axisRects()) {
+        for (QCPAxis* axis : rect->axes()) {
+            if (!axis->visible() || !axis->tickLabels())
+                continue;
+            const QFontMetricsF fm(axis->tickLabelFont());
+            const QVector<double> ticks = axis->tickVector();
+            const QVector<QString> labels = axis->tickVectorLabels();
+            const double distance =
+                axis->offset() + axis->tickLabelPadding() + std::max(0, axis->tickLengthOut());
+            for (qsizetype i = 0; i < ticks.size() && i < labels.size(); ++i) {
+                if (labels[i].isEmpty() || !axis->range().contains(ticks[i]))
+                    continue;
+                QRectF r = fm.boundingRect(QRectF(), Qt::TextDontClip | Qt::AlignCenter, labels[i]);
+                if (axis->tickLabelRotation() != 0) {
+                    QTransform turn;
+                    turn.rotate(axis->tickLabelRotation());
+                    r = turn.mapRect(r);
+                }
+                const double at = axis->coordToPixel(ticks[i]);
+                const QRect area = rect->rect();
+                switch (axis->axisType()) {
+                case QCPAxis::atBottom:
+                    r.moveCenter({at, area.bottom() + distance + r.height() / 2});
+                    break;
+                case QCPAxis::atTop:
+                    r.moveCenter({at, area.top() - distance - r.height() / 2});
+                    break;
+                case QCPAxis::atLeft:
+                    r.moveCenter({area.left() - distance - r.width() / 2, at});
+                    break;
+                case QCPAxis::atRight:
+                    r.moveCenter({area.right() + distance + r.width() / 2, at});
+                    break;
+                }
+                out.push_back(r.adjusted(1, 1, -1, -1));
+            }
+        }
+    }
+    if (plot.legend != nullptr && plot.legend->visible()) {
+        for (int i = 0; i < plot.legend->itemCount(); ++i) {
+            if (const QCPAbstractLegendItem* item = plot.legend->item(i))
+                out.push_back(QRectF(item->outerRect()).adjusted(1, 1, -1, -1));
+        }
+    }
+    for (int i = 0; i < plot.itemCount(); ++i) {
+        const auto* text = qobject_cast<const QCPItemText*>(plot.item(i));
+        if (text == nullptr || !text->visible() || text->text().isEmpty())
+            continue;
+        const QFontMetricsF fm(text->font());
+        QRectF r = fm.boundingRect(QRectF(), Qt::TextDontClip | Qt::AlignCenter, text->text());
+        r = r.marginsAdded(QMarginsF(text->padding()));
+        const QPointF at = text->position->pixelPosition();
+        const Qt::Alignment align = text->positionAlignment();
+        QPointF topLeft(at.x() - r.width() / 2, at.y() - r.height() / 2);
+        if (align & Qt::AlignLeft)
+            topLeft.setX(at.x());
+        else if (align & Qt::AlignRight)
+            topLeft.setX(at.x() - r.width());
+        if (align & Qt::AlignTop)
+            topLeft.setY(at.y());
+        else if (align & Qt::AlignBottom)
+            topLeft.setY(at.y() - r.height());
+        out.push_back(QRectF(topLeft, r.size()).adjusted(1, 1, -1, -1));
+    }
+    return out;
+}
+
+} // namespace
+
+std::vector<QRectF> renderPlot(QCustomPlot& plot, QPainter& painter, const QSize& size,
+                               bool relayout) {
     const QPaintEngine* engine = painter.paintEngine();
     if (engine != nullptr && engine->type() == QPaintEngine::Raster) {
         // Pixels anyway: paint straight into an image, which is far cheaper than recording
@@ -193,9 +297,13 @@ void renderPlot(QCustomPlot& plot, QPainter& painter, const QSize& size, bool re
         painter.drawPicture(0, 0, picture);
         painter.restore();
     }
+    std::vector<QRectF> labels = plotLabelRects(plot);
+    for (QRectF& r : labels)
+        r = painter.transform().mapRect(r);
     // toPainter leaves the layout computed for `size`; hit-testing needs the on-screen one.
     if (relayout)
         plot.replot(QCustomPlot::rpQueuedRefresh);
+    return labels;
 }
 
 } // namespace shardscope::detail

@@ -9,6 +9,7 @@
 #include <functional>
 #include <qcustomplot.h>
 #include <string>
+#include <vector>
 
 class QHelpEvent;
 class QPainter;
@@ -67,11 +68,19 @@ private:
 
 // A plot with no interactions, styled from `palette`, legend in a column right of the axes.
 void setUpPlot(QCustomPlot& plot, bool legendOnRight);
+// The legend in a row under the axis rect, wrapping after `columns` entries: it covers no data
+// and leaves the plot its width (what a narrow chart needs most).
+void placeLegendBelow(QCustomPlot& plot, int columns);
+// As many legend columns as fit in `widthPixels` with every entry whole (at most `most`).
+void fitLegendColumns(QCustomPlot& plot, int widthPixels, int most);
 // Axes, grid, text and legend colours from the palette (called again on palette changes).
 void stylePlot(QCustomPlot& plot, const QPalette& palette);
 // QCustomPlot only paints through a QCPPainter: record into a QPicture, which replays as vector
 // commands on SVG and PDF painters. `relayout` replots afterwards, which restores the on-screen
 // layout that hit-testing relies on.
-void renderPlot(QCustomPlot& plot, QPainter& painter, const QSize& size, bool relayout = true);
+// Returns where its text went (tick labels, legend entries, text items), in the painter's
+// coordinates, for the test that no two labels overlap.
+std::vector<QRectF> renderPlot(QCustomPlot& plot, QPainter& painter, const QSize& size,
+                               bool relayout = true);
 
 } // namespace shardscope::detail

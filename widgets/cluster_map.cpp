@@ -311,7 +311,8 @@ void ClusterMap::renderTo(QPainter& painter, const QSize& size) {
     drawHover(painter, g);
 }
 
-void ClusterMap::drawBase(QPainter& painter, const QSize& size, const Geometry& g) const {
+void ClusterMap::drawBase(QPainter& painter, const QSize& size, const Geometry& g) {
+    clearLabels();
     const QPalette& pal = palette();
     const QColor base = pal.color(QPalette::Base), fg = pal.color(QPalette::Text);
     painter.save();
@@ -326,8 +327,8 @@ void ClusterMap::drawBase(QPainter& painter, const QSize& size, const Geometry& 
         painter.setPen(amber);
         painter.drawRect(g.banner.adjusted(0, 0, -1, -1));
         painter.setPen(fg);
-        painter.drawText(g.banner.adjusted(8, 6, -8, -6), Qt::TextWordWrap | Qt::AlignVCenter,
-                         warn);
+        drawLabel(painter, g.banner.adjusted(8, 6, -8, -6), Qt::TextWordWrap | Qt::AlignVCenter,
+                  warn);
     }
 
     // Per-cell work is one fillRect with a prebuilt brush (cheaper than a QColor, which becomes a
@@ -389,8 +390,8 @@ void ClusterMap::drawBase(QPainter& painter, const QSize& size, const Geometry& 
             .arg(config_.tp)
             .arg(config_.pp)
             .arg(config_.cp);
-    painter.drawText(g.legend.adjusted(x - g.legend.left() + 6, 0, 0, 0),
-                     Qt::AlignLeft | Qt::AlignVCenter, legend);
+    drawLabel(painter, g.legend.adjusted(x - g.legend.left() + 6, 0, 0, 0),
+              Qt::AlignLeft | Qt::AlignVCenter, legend);
     painter.restore();
 }
 

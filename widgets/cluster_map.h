@@ -49,7 +49,7 @@ protected:
 private:
     struct Geometry; // where nodes and GPU cells go for a given size
     Geometry geometryFor(const QSize& size) const;
-    void drawBase(QPainter& painter, const QSize& size, const Geometry& g) const;
+    void drawBase(QPainter& painter, const QSize& size, const Geometry& g);
     void drawHover(QPainter& painter, const Geometry& g) const;
 
     ClusterSpec cluster_;

@@ -228,7 +228,9 @@ void LayoutScatter::renderTo(QPainter& painter, const QSize& size) {
     const bool vector = engine == nullptr || engine->type() != QPaintEngine::Raster;
     if (vector)
         setPointStyle(true);
-    detail::renderPlot(*plot_, painter, size, false);
+    clearLabels();
+    for (const QRectF& r : detail::renderPlot(*plot_, painter, size, false))
+        addLabelRect(r);
     if (vector)
         setPointStyle(false);
     plot_->replot(QCustomPlot::rpQueuedRefresh);

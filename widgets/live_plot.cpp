@@ -140,7 +140,9 @@ void LivePlot::rescale() {
 }
 
 void LivePlot::renderTo(QPainter& painter, const QSize& size) {
-    detail::renderPlot(*plot_, painter, size);
+    clearLabels();
+    for (const QRectF& r : detail::renderPlot(*plot_, painter, size))
+        addLabelRect(r);
 }
 
 bool LivePlot::event(QEvent* e) {

@@ -4,6 +4,7 @@
 #include "core/units.h"
 
 #include <QHelpEvent>
+#include <QResizeEvent>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
@@ -37,7 +38,8 @@ MemoryChart::MemoryChart(QWidget* parent) : Chart(parent), plot_(new QCustomPlot
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(plot_);
-    detail::setUpPlot(*plot_, true);
+    detail::setUpPlot(*plot_, false);
+    detail::placeLegendBelow(*plot_, 3);
     setMinimumSize(320, 220);
     rebuild();
 }
@@ -61,11 +63,9 @@ void MemoryChart::rebuild() {
     detail::stylePlot(*plot_, palette());
 
     QVector<double> keys;
-    QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
     double top = 0;
     for (std::size_t i = 0; i < bars_.size(); ++i) {
         keys.push_back(keyOf(i));
-        ticker->addTick(keyOf(i), bars_[i].label);
         top = std::max({top, bars_[i].memory.total(), bars_[i].predicted});
     }
     // Megabytes for the small models a CPU run trains, gigabytes otherwise.
@@ -88,8 +88,8 @@ void MemoryChart::rebuild() {
             bars->moveAbove(stack[static_cast<std::size_t>(c - 1)]);
         stack[static_cast<std::size_t>(c)] = bars;
     }
-    // Legend top to bottom in the order the segments stack, top first.
-    for (int c = kCategories - 1; c >= 0; --c)
+    // Legend in the order the segments stack, bottom first (the legend reads left to right).
+    for (int c = 0; c < kCategories; ++c)
         plot_->legend->addItem(
             new QCPPlottableLegendItem(plot_->legend, stack[static_cast<std::size_t>(c)]));
 
@@ -129,13 +129,14 @@ void MemoryChart::rebuild() {
         label->setPadding(QMargins(2, 0, 2, 2));
     }
 
-    plot_->xAxis->setTicker(ticker);
+    fitTickLabels(width());
     plot_->xAxis->setSubTicks(false);
     plot_->xAxis->setTickLength(0, 4);
     plot_->xAxis->grid()->setVisible(false);
     plot_->xAxis->setRange(keyOf(0) - 0.6, keyOf(bars_.empty() ? 0 : bars_.size() - 1) + 0.6);
     plot_->yAxis->setLabel(unit_ == GB ? tr("GB per GPU") : tr("MB per GPU"));
-    const double yMax = std::max(top, capacity_) * 1.1 / unit_;
+    // Room above the capacity line for its label; a little air above the bars otherwise.
+    const double yMax = std::max(top, capacity_) * (capacity_ > 0 ? 1.25 : 1.1) / unit_;
     plot_->yAxis->setRange(0, yMax > 0 ? yMax : 1.0);
     plot_->replot(QCustomPlot::rpQueuedRefresh);
 }
@@ -185,8 +186,42 @@ QString MemoryChart::tooltipAt(const QPoint& pos) const {
     return {};
 }
 
+// A bar's whole label when it fits under the bar, else its last word ("stage 12" -> "12",
+// with the axis named), else every k-th label: never two labels on top of each other.
+void MemoryChart::fitTickLabels(int widthPixels) {
+    QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
+    const QFontMetrics fm(plot_->xAxis->tickLabelFont());
+    const double bars = double(std::max<std::size_t>(1, bars_.size()));
+    const double perBar = std::max(1.0, (widthPixels - 70.0) / bars);
+    int widest = 0, widestShort = 0;
+    for (const MemoryBar& bar : bars_) {
+        widest = std::max(widest, fm.horizontalAdvance(bar.label));
+        widestShort = std::max(widestShort, fm.horizontalAdvance(bar.label.section(' ', -1)));
+    }
+    const bool whole = widest + 8 <= perBar;
+    const int every = whole ? 1 : std::max(1, int(std::ceil((widestShort + 8) / perBar)));
+    for (std::size_t i = 0; i < bars_.size(); ++i) {
+        if (i % std::size_t(every) == 0)
+            ticker->addTick(keyOf(i), whole ? bars_[i].label : bars_[i].label.section(' ', -1));
+    }
+    plot_->xAxis->setTicker(ticker);
+    // Short labels name what they count on the axis ("stage").
+    const QString first = bars_.empty() ? QString() : bars_.front().label;
+    plot_->xAxis->setLabel(whole || !first.contains(' ') ? QString() : first.section(' ', 0, -2));
+    detail::fitLegendColumns(*plot_, widthPixels, 3);
+}
+
+void MemoryChart::resizeEvent(QResizeEvent* event) {
+    fitTickLabels(event->size().width());
+    Chart::resizeEvent(event);
+}
+
 void MemoryChart::renderTo(QPainter& painter, const QSize& size) {
-    detail::renderPlot(*plot_, painter, size);
+    clearLabels();
+    fitTickLabels(size.width());
+    for (const QRectF& r : detail::renderPlot(*plot_, painter, size))
+        addLabelRect(r);
+    fitTickLabels(width());
 }
 
 bool MemoryChart::event(QEvent* e) {

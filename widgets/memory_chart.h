@@ -48,9 +48,11 @@ public:
 
 protected:
     bool event(QEvent* e) override; // tooltips, palette changes
+    void resizeEvent(QResizeEvent* event) override;
 
 private:
     void rebuild();
+    void fitTickLabels(int widthPixels);
     QCustomPlot* plot_;
     std::vector<MemoryBar> bars_;
     double capacity_ = 0;

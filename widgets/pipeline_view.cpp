@@ -144,6 +144,7 @@ PipelineView::Frame PipelineView::frameFor(const QSize& size) const {
 }
 
 void PipelineView::renderTo(QPainter& p, const QSize& size) {
+    clearLabels();
     const QPalette& pal = palette();
     p.fillRect(QRect(QPoint(0, 0), size), pal.color(QPalette::Base));
     p.setPen(pal.color(QPalette::Text));
@@ -152,9 +153,8 @@ void PipelineView::renderTo(QPainter& p, const QSize& size) {
         return;
     }
     const Frame f = frameFor(size);
-    p.drawText(QRectF(0, 0, size.width(), kCaptionHeight), Qt::AlignLeft | Qt::AlignVCenter,
-               caption_);
-    // Legend, right-aligned on the caption line.
+    // Legend, right-aligned on the caption line; the caption takes what is left, shortened with
+    // an ellipsis rather than written under the legend.
     static const std::pair<OpKind, QString> kLegend[] = {
         {OpKind::Forward, QStringLiteral("F forward")},
         {OpKind::Backward, QStringLiteral("B+W backward")},
@@ -164,11 +164,14 @@ void PipelineView::renderTo(QPainter& p, const QSize& size) {
     for (auto it = std::rbegin(kLegend); it != std::rend(kLegend); ++it) {
         const double w = p.fontMetrics().horizontalAdvance(it->second);
         x -= w;
-        p.drawText(QRectF(x, 0, w, kCaptionHeight), Qt::AlignLeft | Qt::AlignVCenter, it->second);
+        drawLabel(p, QRectF(x, 0, w, kCaptionHeight), Qt::AlignLeft | Qt::AlignVCenter, it->second);
         x -= 16;
         p.fillRect(QRectF(x, kCaptionHeight / 2.0 - 5, 10, 10), colorOf(it->first));
         x -= 14;
     }
+    const double captionWidth = std::max(0.0, x - 8);
+    drawLabel(p, QRectF(0, 0, captionWidth, kCaptionHeight), Qt::AlignLeft | Qt::AlignVCenter,
+              p.fontMetrics().elidedText(caption_, Qt::ElideRight, int(captionWidth)));
 
     // Rows: the whole makespan shaded as bubble; the ops cover what is not idle.
     QColor bubble = pal.color(QPalette::Text);
@@ -178,8 +181,8 @@ void PipelineView::renderTo(QPainter& p, const QSize& size) {
                          f.rowHeight - 4);
         p.fillRect(row, bubble);
         p.setPen(pal.color(QPalette::Text));
-        p.drawText(QRectF(0, row.top(), kMarginLeft - 6, row.height()),
-                   Qt::AlignRight | Qt::AlignVCenter, rankLabels_[std::size_t(r)]);
+        drawLabel(p, QRectF(0, row.top(), kMarginLeft - 6, row.height()),
+                  Qt::AlignRight | Qt::AlignVCenter, rankLabels_[std::size_t(r)]);
     }
 
     const QFontMetrics fm(p.font());
@@ -230,10 +233,10 @@ void PipelineView::renderTo(QPainter& p, const QSize& size) {
     p.setPen(pal.color(QPalette::Text));
     const double axisY = f.plot.bottom() + 4;
     p.drawLine(QPointF(f.plot.left(), axisY), QPointF(f.plot.right(), axisY));
-    p.drawText(QRectF(f.plot.left(), axisY, 80, kAxisHeight - 4), Qt::AlignLeft,
-               QStringLiteral("0"));
-    p.drawText(QRectF(f.plot.left() + makespan_ * f.perSecond - 120, axisY, 120, kAxisHeight - 4),
-               Qt::AlignRight, makespanLabel_);
+    drawLabel(p, QRectF(f.plot.left(), axisY, 80, kAxisHeight - 4), Qt::AlignLeft,
+              QStringLiteral("0"));
+    drawLabel(p, QRectF(f.plot.left() + makespan_ * f.perSecond - 120, axisY, 120, kAxisHeight - 4),
+              Qt::AlignRight, makespanLabel_);
     if (playhead_ < makespan_) {
         QPen pen(QColor(0xD5, 0x5E, 0x00));
         pen.setWidthF(2);

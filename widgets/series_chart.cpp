@@ -3,6 +3,7 @@
 #include "chart_style.h"
 
 #include <QHelpEvent>
+#include <QResizeEvent>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
@@ -53,7 +54,7 @@ SeriesChart::SeriesChart(QWidget* parent) : Chart(parent), plot_(new QCustomPlot
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(plot_);
     detail::setUpPlot(*plot_, false);
-    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    detail::placeLegendBelow(*plot_, 4); // over the plot it would hide the lines it names
     setMinimumSize(320, 220);
     setAxes(QString(), ValueKind::Plain, false, QString(), ValueKind::Plain, false);
 }
@@ -116,7 +117,7 @@ void SeriesChart::rebuild() {
     }
 
     if (threshold_ > 0) {
-        ys.add(threshold_, logY);
+        ys.add(threshold_ * 1.25, logY); // room above the line for its label
         const QColor fg = palette().color(QPalette::Text);
         auto* line = new QCPItemStraightLine(plot_);
         line->point1->setCoords(logX ? 1.0 : 0.0, threshold_);
@@ -136,11 +137,21 @@ void SeriesChart::rebuild() {
     plot_->legend->setVisible(!series_.empty());
     plot_->xAxis->setRange(rangeFor(xs, logX, false));
     plot_->yAxis->setRange(rangeFor(ys, logY, true));
+    detail::fitLegendColumns(*plot_, width(), 4);
     plot_->replot(QCustomPlot::rpQueuedRefresh);
 }
 
 void SeriesChart::renderTo(QPainter& painter, const QSize& size) {
-    detail::renderPlot(*plot_, painter, size);
+    clearLabels();
+    detail::fitLegendColumns(*plot_, size.width(), 4);
+    for (const QRectF& r : detail::renderPlot(*plot_, painter, size))
+        addLabelRect(r);
+    detail::fitLegendColumns(*plot_, width(), 4);
+}
+
+void SeriesChart::resizeEvent(QResizeEvent* event) {
+    detail::fitLegendColumns(*plot_, event->size().width(), 4);
+    Chart::resizeEvent(event);
 }
 
 bool SeriesChart::event(QEvent* e) {

@@ -35,6 +35,7 @@ public:
     void renderTo(QPainter& painter, const QSize& size) override;
 
 protected:
+    void resizeEvent(QResizeEvent* event) override;
     bool event(QEvent* e) override;
 
 private:

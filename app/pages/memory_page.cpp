@@ -60,13 +60,13 @@ void showHoldings(AnimatedBarChart& chart, const PlanInputs& in) {
                           int removedBy) {
         const QString shard = QString("1/%1 of the whole, by this GPU alone").arg(h.groupSize);
         return std::vector<BarSet>{
-            {name + ", own shard",
+            {name + " (own)",
              detail::categoryColor(color),
              Qt::SolidPattern,
              std::vector<double>(std::size_t(shown), m.ownShard),
              shard,
              {}},
-            {name + ", copy",
+            {name + " (copies)",
              detail::categoryColor(color),
              Qt::BDiagPattern,
              std::vector<double>(std::size_t(shown), m.copy()),
@@ -76,10 +76,9 @@ void showHoldings(AnimatedBarChart& chart, const PlanInputs& in) {
              {}}};
     };
     std::vector<BarSet> all;
-    for (const auto& [name, color, m, removedBy] :
-         {std::tuple{QString("Weights"), 0, h.weights, 3},
-          {QString("Gradients"), 1, h.gradients, 2},
-          {QString("Optimizer state"), 2, h.optimizer, 1}}) {
+    for (const auto& [name, color, m, removedBy] : {std::tuple{QString("Weights"), 0, h.weights, 3},
+                                                    {QString("Gradients"), 1, h.gradients, 2},
+                                                    {QString("Optimizer"), 2, h.optimizer, 1}}) {
         const auto two = sets(name, color, m, removedBy);
         all.insert(all.end(), two.begin(), two.end());
     }

@@ -1,12 +1,16 @@
 // The main window: sessions (save, open, recent), bad files change nothing, drag and drop of a
 // config.json, pages and their views.
+#include "chart.h"
+#include "lesson_note.h"
 #include "main_window.h"
 #include "pages/page.h"
 
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
+#include <QImage>
 #include <QMimeData>
+#include <QPainter>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStandardPaths>
@@ -28,6 +32,9 @@ QString handle(MainWindow& w, const QString& path) {
     if (!handled.wait(10000))
         return "timed out";
     return handled.first().first().toString();
+}
+QString rectText(const QRectF& r) {
+    return QString("(%1,%2 %3x%4)").arg(r.x()).arg(r.y()).arg(r.width()).arg(r.height());
 }
 } // namespace
 
@@ -52,6 +59,68 @@ private slots:
         QCOMPARE(w.currentPage()->id(), QString("explorer"));
         QVERIFY(!w.showPage("nope"));
         QVERIFY(w.windowTitle().contains("Untitled"));
+    }
+
+    // A 1280 x 720 screen holds the window with its title bar and a taskbar: panels scroll or
+    // shrink rather than push the window past it. Every page says what its figure shows.
+    void fitsA1280By720Screen() {
+        MainWindow w;
+        w.setQuiet(true);
+        QString sizes;
+        for (Page* page : w.pages()) {
+            sizes += QString(" %1 %2x%3")
+                         .arg(page->id())
+                         .arg(page->minimumSizeHint().width())
+                         .arg(page->minimumSizeHint().height());
+            auto* lesson = page->findChild<LessonNote*>();
+            QVERIFY2(lesson && lesson->html().contains("Try:"), qPrintable(page->id()));
+        }
+        const QSize least = w.minimumSizeHint();
+        QVERIFY2(least.width() <= 1280 && least.height() <= 660,
+                 qPrintable(
+                     QString("window %1x%2;%3").arg(least.width()).arg(least.height()).arg(sizes)));
+    }
+
+    // At 1280 x 720, on every page and view, no two text labels of a chart overlap (each chart
+    // reports where its labels went when it draws).
+    void chartLabelsNeverOverlapAt1280x720() {
+        MainWindow w;
+        w.setQuiet(true);
+        w.resize(1280, 720);
+        w.show();
+        const std::vector<std::pair<QString, QString>> views = {
+            {"memory", "holdings"},    {"memory", "share"},   {"explorer", "overview"},
+            {"explorer", "cluster"},   {"explorer", "layer"}, {"pipeline", ""},
+            {"collectives", "step-3"}, {"monitor", ""}};
+        QStringList problems;
+        int checked = 0;
+        for (const auto& [id, view] : views) {
+            QVERIFY(w.showPage(id));
+            QVERIFY(w.currentPage()->showView(view));
+            QApplication::processEvents();
+            for (Chart* chart : w.currentPage()->charts()) {
+                if (!chart->isVisible() || chart->width() < 50 || chart->height() < 50)
+                    continue;
+                QImage image(chart->size(), QImage::Format_ARGB32);
+                QPainter painter(&image);
+                chart->renderTo(painter, chart->size());
+                painter.end();
+                const auto& labels = chart->labelRects();
+                ++checked;
+                for (std::size_t i = 0; i < labels.size(); ++i)
+                    for (std::size_t j = i + 1; j < labels.size(); ++j)
+                        if (labels[i].intersects(labels[j]))
+                            problems << QString("%1/%2 \"%3\" (%4x%5): labels %6 and %7 overlap")
+                                            .arg(id, view, chart->title())
+                                            .arg(chart->width())
+                                            .arg(chart->height())
+                                            .arg(rectText(labels[i]), rectText(labels[j]));
+            }
+        }
+        QVERIFY(checked >= 8);
+        for (const QString& p : problems)
+            qWarning("%s", qPrintable(p));
+        QVERIFY2(problems.isEmpty(), qPrintable(QString::number(problems.size()) + " overlaps"));
     }
 
     void remembersItsSizeAndTheme() {

@@ -79,8 +79,11 @@ QString formatValue(double v, ValueKind kind) {
     case ValueKind::Plain:
         break;
     }
-    // Counts of GPUs and the like: 1024 must not print as "1020".
-    return QLocale::c().toString(v, 'g', 6);
+    // Counts of GPUs and the like stay whole (1024, not "1020"); a measured or predicted value
+    // keeps the digits it has ("46100", not "46069.9").
+    if (v == std::floor(v) && std::fabs(v) < 1e15)
+        return QString::number(static_cast<long long>(v));
+    return toQString(formatNumber(v));
 }
 
 namespace {
@@ -145,9 +148,15 @@ void setUpPlot(QCustomPlot& plot, bool legendOnRight) {
 }
 
 void placeLegendBelow(QCustomPlot& plot, int columns) {
-    plot.axisRect()->insetLayout()->take(plot.legend);
-    plot.plotLayout()->addElement(1, 0, plot.legend);
+    // In a row of its own beside an empty element: the row, not the legend, sets how wide the
+    // column may grow (an empty legend alone would hold the axis rect to its own few pixels).
+    auto* row = new QCPLayoutGrid;
+    plot.plotLayout()->addElement(1, 0, row);
     plot.plotLayout()->setRowStretchFactor(1, 0.001);
+    plot.axisRect()->insetLayout()->take(plot.legend);
+    row->addElement(0, 0, plot.legend);
+    row->addElement(0, 1, new QCPLayoutElement(&plot));
+    row->setColumnStretchFactor(0, 0.001);
     plot.legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
     plot.legend->setWrap(columns);
     plot.legend->setMargins(QMargins(4, 2, 4, 2));
@@ -191,7 +200,9 @@ void stylePlot(QCustomPlot& plot, const QPalette& palette) {
         }
     }
     plot.legend->setBrush(bg);
-    plot.legend->setBorderPen(QPen(grid));
+    // A frame only where the legend sits over the plot.
+    const bool over = plot.legend->layout() == plot.axisRect()->insetLayout();
+    plot.legend->setBorderPen(over ? QPen(grid) : QPen(Qt::NoPen));
     plot.legend->setTextColor(fg);
 }
 

@@ -3,6 +3,7 @@
 #include "chart_style.h"
 
 #include <QHelpEvent>
+#include <QResizeEvent>
 #include <QVBoxLayout>
 #include <cmath>
 #include <limits>
@@ -14,7 +15,7 @@ LivePlot::LivePlot(QWidget* parent) : Chart(parent), plot_(new QCustomPlot(this)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(plot_);
     detail::setUpPlot(*plot_, false);
-    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    detail::placeLegendBelow(*plot_, 4); // over the plot it would hide the lines it names
     // Drawn without antialiasing: thousands of points per line, redrawn live.
     plot_->setNotAntialiasedElements(QCP::aePlottables);
     setMinimumSize(280, 180);
@@ -60,6 +61,7 @@ void LivePlot::setReference(double y, const QString& label) {
 void LivePlot::restyle() {
     plot_->clearGraphs();
     plot_->clearItems();
+    referenceText_ = nullptr;
     plot_->legend->clearItems();
     detail::stylePlot(*plot_, palette());
     graphs_.clear();
@@ -95,12 +97,19 @@ void LivePlot::restyle() {
         label->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
         label->position->setTypeY(QCPItemPosition::ptPlotCoords);
         label->position->setCoords(0.01, reference_);
-        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+        referenceText_ = label; // rescale() puts it above or under its line
         label->setText(referenceLabel_ + QStringLiteral(": ") +
                        detail::formatValue(reference_, yKind_));
         label->setColor(fg);
     }
-    plot_->legend->setVisible(!lines_.empty());
+    // An empty legend stays in the layout: a hidden one there squeezes the axis rect sideways.
+    plot_->legend->setVisible(true);
+    detail::fitLegendColumns(*plot_, width(), 4);
+}
+
+void LivePlot::resizeEvent(QResizeEvent* event) {
+    detail::fitLegendColumns(*plot_, event->size().width(), 4);
+    Chart::resizeEvent(event);
 }
 
 void LivePlot::rescale() {
@@ -121,6 +130,11 @@ void LivePlot::rescale() {
         take(band_->x, band_->lo);
         take(band_->x, band_->hi);
     }
+    // The reference's label sits above its line, unless the line tops the data: then under it,
+    // inside the plot rather than cut off at its top.
+    if (referenceText_ != nullptr)
+        referenceText_->setPositionAlignment(
+            Qt::AlignLeft | (x0 <= x1 && reference_ < y1 ? Qt::AlignBottom : Qt::AlignTop));
     if (reference_ > 0) {
         y0 = std::min(y0, reference_);
         y1 = std::max(y1, reference_);
@@ -141,8 +155,10 @@ void LivePlot::rescale() {
 
 void LivePlot::renderTo(QPainter& painter, const QSize& size) {
     clearLabels();
+    detail::fitLegendColumns(*plot_, size.width(), 4);
     for (const QRectF& r : detail::renderPlot(*plot_, painter, size))
         addLabelRect(r);
+    detail::fitLegendColumns(*plot_, width(), 4);
 }
 
 bool LivePlot::event(QEvent* e) {

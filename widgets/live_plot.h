@@ -12,6 +12,7 @@
 #include <vector>
 
 class QCustomPlot;
+class QCPItemText;
 class QCPGraph;
 
 namespace shardscope {
@@ -45,6 +46,7 @@ public:
 
 protected:
     bool event(QEvent* e) override;
+    void resizeEvent(QResizeEvent* event) override;
 
 private:
     void restyle(); // makes the graphs and the reference line
@@ -58,6 +60,7 @@ private:
     std::optional<LiveBand> band_;
     double reference_ = 0;
     QString referenceLabel_;
+    QCPItemText* referenceText_ = nullptr; // owned by the plot
     ValueKind yKind_ = ValueKind::Plain;
 };
 

@@ -134,7 +134,8 @@ void SeriesChart::rebuild() {
         label->setPadding(QMargins(2, 0, 2, 2));
     }
 
-    plot_->legend->setVisible(!series_.empty());
+    // An empty legend stays in the layout: a hidden one there squeezes the axis rect sideways.
+    plot_->legend->setVisible(true);
     plot_->xAxis->setRange(rangeFor(xs, logX, false));
     plot_->yAxis->setRange(rangeFor(ys, logY, true));
     detail::fitLegendColumns(*plot_, width(), 4);

@@ -229,6 +229,17 @@ void MainWindow::updateStatus() {
                                QString::fromStdString(formatPercent(e.mfu))));
     validity_->setText(e.valid() ? (e.fits ? "valid, fits" : "does not fit")
                                  : QString("%1 layout problem(s)").arg(e.violations.size()));
+    // Exported charts say what they show.
+    const QString caption = QString("%1 on %2 x %3, %4")
+                                .arg(QString::fromStdString(s.model.name))
+                                .arg(s.cluster.worldSize())
+                                .arg(QString::fromStdString(s.cluster.gpu.name),
+                                     QString::fromStdString(layoutSummary(s.parallel)));
+    for (Page* page : pages_) {
+        const QString text = page->chartCaption(caption);
+        for (Chart* chart : page->charts())
+            chart->setCaption(text);
+    }
 }
 
 void MainWindow::showError(const QString& title, const QString& message) {

@@ -23,6 +23,9 @@ public:
     // Shown in export dialogs and as the caption in reports ("Memory per GPU").
     QString title() const { return title_; }
     void setTitle(const QString& title);
+    // Under the chart in exports: what it shows ("Llama 3 70B on 64 x H100, dp2 tp8 pp4 ...").
+    QString caption() const { return caption_; }
+    void setCaption(const QString& caption);
 
     // Jump to the end of any animation under way, so a grab of the widget shows the final
     // state (headless renders; exports through renderTo do it themselves).
@@ -45,11 +48,13 @@ protected:
 
 private:
     QString title_;
+    QString caption_;
     std::vector<QRectF> labelRects_;
 };
 
-// Write the chart to `path`; the format follows the extension (.png, .svg, .pdf). `size` defaults
-// to the widget's size (at least 640 x 400). Returns an empty string on success, otherwise a
+// Write the chart to `path`; the format follows the extension (.png, .svg, .pdf): its title above
+// it and its caption below, the chart itself `size` points (default the widget's size, at least
+// 640 x 400); a PNG has two pixels per point. Returns an empty string on success, otherwise a
 // message naming the file and what went wrong.
 QString exportChart(Chart& chart, const QString& path, QSize size = {});
 

@@ -342,6 +342,17 @@ QString CollectivesPage::viewsHelp() const {
     return QString("step-0 to step-%1 (the steps of the algorithm shown)").arg(main_->stepCount());
 }
 
+QString CollectivesPage::chartCaption(const QString&) const {
+    const CollectivesLesson& c = doc_->session().collectives;
+    return QString("%1 of %2 on %3 GPUs, %4 per node; links %5/s + %6 in a node, %7/s + %8 "
+                   "across nodes (alpha-beta model)")
+        .arg(algorithmName(c.algorithm), qs(formatBytes(c.sizeGB * 1e9)))
+        .arg(c.ranks)
+        .arg(c.links.gpusPerNode)
+        .arg(qs(formatBytes(c.links.intraBandwidth)), qs(formatSeconds(c.links.intraLatency)),
+             qs(formatBytes(c.links.interBandwidth)), qs(formatSeconds(c.links.interLatency)));
+}
+
 QString CollectivesPage::reportHtml() const {
     return "<h2>Collectives</h2><p>" + panel_->verdictText() +
            "</p><p><img src=\"chart:0\" width=\"420\"> <img src=\"chart:1\" width=\"420\"></p>" +

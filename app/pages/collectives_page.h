@@ -30,6 +30,7 @@ public:
     QString reportHtml() const override;
     bool showView(const QString& view) override; // "step-N": paused after N steps
     QString viewsHelp() const override;
+    QString chartCaption(const QString& session) const override;
 
     // Animation in steps: both algorithms take one step every kSecondsPerStep at 1x, however
     // long their steps take on the modelled links; `fraction` 0..1 runs over the longer one's

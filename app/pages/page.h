@@ -26,6 +26,9 @@ public:
     virtual std::vector<std::pair<QString, QAbstractItemModel*>> tables() const = 0;
     // This page's section of the report: HTML with <img src="chart:N"> for charts()[N].
     virtual QString reportHtml() const = 0;
+    // What this page's charts show, for the caption under an exported chart: by default the
+    // session (`session`: its model, cluster and layout); lessons of their own say theirs.
+    virtual QString chartCaption(const QString& session) const { return session; }
     // Sub-views ("cluster", "search") for --render explorer/cluster; false when unknown.
     virtual bool showView(const QString& view) { return view.isEmpty(); }
     // The sub-views showView takes, for the error that names a wrong one.

@@ -369,6 +369,18 @@ bool PipelinePage::showView(const QString& view) {
     return true;
 }
 
+QString PipelinePage::chartCaption(const QString& session) const {
+    const PipelineLesson l = pipelineLessonOf(doc_->session().parallel, doc_->session().pipeline);
+    QString text = QString("%1%2, p %3, m %4")
+                       .arg(qs(toString(l.schedule)),
+                            l.compare ? " vs " + qs(toString(*l.compare)) : QString())
+                       .arg(l.stages)
+                       .arg(l.microbatches);
+    if (l.schedule == PipelineSchedule::Interleaved || l.compare == PipelineSchedule::Interleaved)
+        text += QString(", v %1").arg(l.virtualStages);
+    return l.followsLayout ? text + "; " + session : text + " (an experiment on this page)";
+}
+
 QString PipelinePage::reportHtml() const {
     QString html = "<h2>Pipeline schedule</h2><p>" + panel_->verdictText() + "</p>";
     html += "<p><img src=\"chart:0\" width=\"640\"></p>";

@@ -34,6 +34,7 @@ public:
     std::vector<Chart*> charts() const override;
     std::vector<std::pair<QString, QAbstractItemModel*>> tables() const override;
     QString reportHtml() const override;
+    QString chartCaption(const QString& session) const override;
     bool showView(const QString& view) override; // "at-P": the playhead at P % of the run
     QString viewsHelp() const override { return "at-P, P from 0 to 100 (% of the animation)"; }
 

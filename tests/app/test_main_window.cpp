@@ -59,6 +59,16 @@ private slots:
         QCOMPARE(w.currentPage()->id(), QString("explorer"));
         QVERIFY(!w.showPage("nope"));
         QVERIFY(w.windowTitle().contains("Untitled"));
+        // Exported charts name what they show: the session's model, cluster and layout, or the
+        // page's own lesson.
+        const QString memory = w.page("memory")->charts().front()->caption();
+        QVERIFY2(memory.startsWith("Llama 3 70B on 64 x NVIDIA H100") &&
+                     memory.contains("dp2 tp8 pp4"),
+                 qPrintable(memory));
+        const QString ring = w.page("collectives")->charts().front()->caption();
+        QVERIFY2(ring.startsWith("Ring all-reduce of 1.00 GB on 8 GPUs"), qPrintable(ring));
+        w.document()->edit("tp 4", [](Session& s) { s.parallel.tp = 4; });
+        QVERIFY(w.page("memory")->charts().front()->caption().contains("tp4"));
     }
 
     // A 1280 x 720 screen holds the window with its title bar and a taskbar: panels scroll or

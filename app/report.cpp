@@ -12,6 +12,7 @@
 #include <QPageSize>
 #include <QPainter>
 #include <QPdfWriter>
+#include <QRegularExpression>
 #include <QSaveFile>
 #include <QTextDocument>
 
@@ -19,14 +20,24 @@ namespace shardscope {
 
 namespace {
 
-QImage renderChart(Chart& chart) {
-    const QSize size(1280, 800);
-    QImage image(size, QImage::Format_ARGB32_Premultiplied);
+constexpr int kReportScale = 2;
+
+// A chart drawn at the size it is printed (its fonts at their own size, never shrunk below
+// 8 pt), two pixels per point, finished (a whole pipeline, not an animation's frame).
+QImage renderChart(Chart& chart, int printedWidth) {
+    const QSize size(printedWidth, chart.printHeight(printedWidth));
+    QImage image(size * kReportScale, QImage::Format_ARGB32_Premultiplied);
+    image.setDevicePixelRatio(kReportScale);
     image.fill(chart.palette().color(QPalette::Base));
     QPainter painter(&image);
-    chart.renderTo(painter, size);
+    chart.renderComplete(painter, size);
     return image;
 }
+
+// Body text at 10 pt and small print at 8 pt, the least a printed page should carry.
+const char* const kReportStyle = "body { font-size: 10pt; } small { font-size: 8pt; } "
+                                 "td, th { font-size: 9pt; } h2 { font-size: 14pt; } "
+                                 "h3 { font-size: 11pt; }";
 
 QString summaryHtml(const SessionDocument& doc) {
     const Session& s = doc.session();
@@ -56,7 +67,9 @@ QString summaryHtml(const SessionDocument& doc) {
 
 Report buildReport(const SessionDocument& doc, const std::vector<Page*>& pages) {
     Report r;
-    r.html = "<html><head><meta charset=\"utf-8\"><title>Shardscope plan</title></head><body>";
+    r.html = QString("<html><head><meta charset=\"utf-8\"><title>Shardscope plan</title>"
+                     "<style>%1</style></head><body>")
+                 .arg(kReportStyle);
     r.html += "<h1>Shardscope plan</h1><p><small>Shardscope " SHARDSCOPE_VERSION ", " +
               QDateTime::currentDateTimeUtc().toString(Qt::ISODate) + "</small></p>";
     r.html += summaryHtml(doc);
@@ -64,14 +77,19 @@ Report buildReport(const SessionDocument& doc, const std::vector<Page*>& pages) 
     for (Page* page : pages) {
         page->ensureFresh();
         QString section = page->reportHtml();
+        if (section.isEmpty())
+            continue; // a lesson, or a run not yet made: not part of the plan
         const std::vector<Chart*> charts = page->charts();
-        for (std::size_t i = 0; i < charts.size(); ++i) {
-            const QString marker = QString("\"chart:%1\"").arg(i);
-            if (!section.contains(marker))
+        // <img src="chart:N" width="W">: the chart drawn W points wide.
+        static const QRegularExpression image(R"re("chart:(\d+)" width="(\d+)")re");
+        for (auto m = image.globalMatch(section); m.hasNext();) {
+            const QRegularExpressionMatch hit = m.next();
+            const std::size_t i = hit.captured(1).toULong();
+            if (i >= charts.size())
                 continue;
             const QString name = QString("img-%1.png").arg(n++);
-            r.images.insert(name, renderChart(*charts[i]));
-            section.replace(marker, "\"" + name + "\"");
+            r.images.insert(name, renderChart(*charts[i], hit.captured(2).toInt()));
+            section.replace("\"chart:" + hit.captured(1) + "\"", "\"" + name + "\"");
         }
         r.html += section;
     }
@@ -89,6 +107,7 @@ QString exportReport(const SessionDocument& doc, const std::vector<Page*>& pages
 
     if (ext == "pdf") {
         QTextDocument text;
+        text.setDefaultStyleSheet(kReportStyle);
         for (auto it = r.images.begin(); it != r.images.end(); ++it)
             text.addResource(QTextDocument::ImageResource, QUrl(it.key()), it.value());
         text.setHtml(r.html);

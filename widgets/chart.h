@@ -27,6 +27,16 @@ public:
     QString caption() const { return caption_; }
     void setCaption(const QString& caption);
 
+    // How tall the chart reads best when printed `width` points wide (reports): its height for
+    // that width when it has one, else half the width.
+    virtual int printHeight(int width) const {
+        return hasHeightForWidth() ? heightForWidth(width) : width / 2;
+    }
+
+    // The chart as it is when its animation has run to the end (a whole pipeline timeline, not
+    // the frame the playhead stopped at): what a report prints. By default renderTo.
+    virtual void renderComplete(QPainter& painter, const QSize& size) { renderTo(painter, size); }
+
     // Jump to the end of any animation under way, so a grab of the widget shows the final
     // state (headless renders; exports through renderTo do it themselves).
     virtual void finishAnimations() {}

@@ -143,6 +143,17 @@ PipelineView::Frame PipelineView::frameFor(const QSize& size) const {
     return f;
 }
 
+int PipelineView::printHeight(int) const {
+    return int(kCaptionHeight + kAxisHeight) + 8 + 26 * std::max(1, ranks_);
+}
+
+void PipelineView::renderComplete(QPainter& painter, const QSize& size) {
+    const double at = playhead_;
+    playhead_ = makespan_;
+    renderTo(painter, size);
+    playhead_ = at;
+}
+
 void PipelineView::renderTo(QPainter& p, const QSize& size) {
     clearLabels();
     const QPalette& pal = palette();

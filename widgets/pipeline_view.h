@@ -30,6 +30,8 @@ public:
     void setTimeScale(double seconds);
 
     void setPlayhead(double time);
+    void renderComplete(QPainter& painter, const QSize& size) override; // the playhead at the end
+    int printHeight(int width) const override;                          // a row per rank
     double playhead() const { return playhead_; }
     double makespan() const { return makespan_; }
 

@@ -354,9 +354,7 @@ QString CollectivesPage::chartCaption(const QString&) const {
 }
 
 QString CollectivesPage::reportHtml() const {
-    return "<h2>Collectives</h2><p>" + panel_->verdictText() +
-           "</p><p><img src=\"chart:0\" width=\"420\"> <img src=\"chart:1\" width=\"420\"></p>" +
-           panel_->formulaHtml();
+    return {}; // a lesson about collective algorithms, not part of the session's plan
 }
 
 } // namespace shardscope

@@ -448,21 +448,37 @@ void ExplorerPage::applyCandidate(std::size_t index) {
 }
 
 QString ExplorerPage::reportHtml() const {
-    const PlanInputs& in = doc_->inputs();
-    QString html = "<h2>Explorer: " + qs(in.model.name).toHtmlEscaped() + " on " +
-                   QString::number(in.cluster.worldSize()) + " x " +
-                   qs(in.cluster.gpu.name).toHtmlEscaped() + "</h2>";
-    html += "<p>Layout: <tt>" + qs(layoutSummary(in.parallel)).toHtmlEscaped() + "</tt></p>";
-    html += "<p>" + panel_->verdictText() + "</p>";
-    html += "<h3>Figures</h3>" + tableHtml(*figures_);
-    html += "<h3>Step time</h3><p><img src=\"chart:0\" width=\"640\"></p>";
-    html += "<h3>Communication per axis</h3>" + tableHtml(*comm_);
-    html += "<h3>Cluster map</h3><p><img src=\"chart:2\" width=\"640\"></p>";
+    QString html = "<h2>Step time and communication</h2><p>" + panel_->verdictText() + "</p>";
+    html += "<p><img src=\"chart:0\" width=\"600\"></p>";
+    html += tableHtml(*comm_);
+    html += "<h3>Placement on the cluster</h3><p><img src=\"chart:2\" width=\"420\"></p>";
     if (result_) {
-        html += "<h3>Search</h3><p>" + searchStatus_->text().toHtmlEscaped() + "</p>" +
-                tableHtml(*results_) + "<p><img src=\"chart:3\" width=\"640\"></p>";
+        html += "<h3>Search: the 10 fastest layouts that fit</h3><p><small>" +
+                searchStatus_->text().toHtmlEscaped() + "</small></p>" + tableHtml(*sorted_, 10);
     }
-    return html;
+    // The appendix a design doc wants: every figure with its formula, the numbers in it and
+    // where it comes from (sources numbered once, cited by number).
+    const PlanInputs& in = doc_->inputs();
+    QStringList sources;
+    QString rows;
+    for (const Explanation& x : explainAll(in, doc_->estimate(), allFigures())) {
+        const QString source = qs(x.source);
+        qsizetype cite = sources.indexOf(source);
+        if (cite < 0) {
+            sources << source;
+            cite = sources.size() - 1;
+        }
+        rows += "<tr><td>" + qs(x.label).toHtmlEscaped() + "</td><td>" +
+                qs(x.display).toHtmlEscaped() + "</td><td>" + qs(x.substituted).toHtmlEscaped() +
+                QString("</td><td>[%1]</td></tr>").arg(cite + 1);
+    }
+    html += "<h3>Every figure, with its formula and source</h3><table border=\"1\" "
+            "cellspacing=\"0\" cellpadding=\"3\"><tr><th>Figure</th><th>Value</th><th>Formula "
+            "with the plan's numbers</th><th>Source</th></tr>" +
+            rows + "</table><p><small>";
+    for (qsizetype i = 0; i < sources.size(); ++i)
+        html += QString("[%1] %2<br>").arg(i + 1).arg(sources[i].toHtmlEscaped());
+    return html + "</small></p>";
 }
 
 } // namespace shardscope

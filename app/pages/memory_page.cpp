@@ -257,11 +257,8 @@ QString MemoryPage::reportHtml() const {
     const Estimate& e = doc_->estimate();
     QString html = "<h2>Memory per GPU</h2>";
     html += "<p>" + qs(memoryVerdict(in, e).text).toHtmlEscaped() + "</p>";
-    html += "<p><img src=\"chart:0\" width=\"640\"></p>";
-    html += tableHtml(*breakdown_);
-    html += "<h3>Memory per GPU vs number of GPUs, ZeRO 0-3</h3>";
-    html += "<p><img src=\"chart:1\" width=\"640\"></p>";
-    html += panel_->formulaHtml();
+    html += "<p><img src=\"chart:0\" width=\"480\"></p>";
+    html += tableHtml(*breakdown_); // each category with its formula and numbers
     return html;
 }
 

@@ -25,6 +25,7 @@
 #include <QTabWidget>
 #include <QTableView>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 
 namespace shardscope {
@@ -742,6 +743,9 @@ void MonitorPage::showPipeline() {
 }
 
 QString MonitorPage::reportHtml() const {
+    const auto& lines = throughput_->lines();
+    if (std::none_of(lines.begin(), lines.end(), [](const LiveLine& l) { return !l.x.empty(); }))
+        return {}; // no run started or opened: nothing measured to report
     QString html = "<h2>Training run</h2><p>" + panel_->verdictText() + "</p>";
     html += "<p><img src=\"chart:0\" width=\"480\"> <img src=\"chart:1\" width=\"480\"></p>";
     html += "<p><img src=\"chart:2\" width=\"480\"> <img src=\"chart:3\" width=\"480\"></p>";

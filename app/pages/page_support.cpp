@@ -3,6 +3,7 @@
 #include <QHeaderView>
 #include <QStandardItemModel>
 #include <QTableView>
+#include <algorithm>
 
 namespace shardscope {
 
@@ -77,18 +78,22 @@ QTableView* makeTable(QAbstractItemModel* model) {
     return view;
 }
 
-QString tableHtml(const QAbstractItemModel& m) {
-    QString html = "<table border=\"1\" cellspacing=\"0\" cellpadding=\"4\"><tr>";
+QString tableHtml(const QAbstractItemModel& m, int maxRows) {
+    QString html = "<table border=\"1\" cellspacing=\"0\" cellpadding=\"3\"><tr>";
     for (int c = 0; c < m.columnCount(); ++c)
         html += "<th>" + m.headerData(c, Qt::Horizontal).toString().toHtmlEscaped() + "</th>";
     html += "</tr>";
-    for (int r = 0; r < m.rowCount(); ++r) {
+    const int rows = maxRows < 0 ? m.rowCount() : std::min(maxRows, m.rowCount());
+    for (int r = 0; r < rows; ++r) {
         html += "<tr>";
         for (int c = 0; c < m.columnCount(); ++c)
             html += "<td>" + m.data(m.index(r, c)).toString().toHtmlEscaped() + "</td>";
         html += "</tr>";
     }
-    return html + "</table>";
+    html += "</table>";
+    if (rows < m.rowCount())
+        html += QString("<p><small>%1 more rows not shown.</small></p>").arg(m.rowCount() - rows);
+    return html;
 }
 
 } // namespace shardscope

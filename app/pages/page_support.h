@@ -36,7 +36,8 @@ void setRows(QStandardItemModel* model, const QStringList& headers,
 
 // A read-only table of whole rows without a row header, the last column stretched.
 QTableView* makeTable(QAbstractItemModel* model);
-// A table as HTML for reports: header row, then every row's display text.
-QString tableHtml(const QAbstractItemModel& model);
+// A table as HTML for reports: header row, then the first `maxRows` rows' display text (all by
+// default), with a line saying how many more there are.
+QString tableHtml(const QAbstractItemModel& model, int maxRows = -1);
 
 } // namespace shardscope

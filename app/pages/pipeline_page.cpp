@@ -383,10 +383,10 @@ QString PipelinePage::chartCaption(const QString& session) const {
 
 QString PipelinePage::reportHtml() const {
     QString html = "<h2>Pipeline schedule</h2><p>" + panel_->verdictText() + "</p>";
-    html += "<p><img src=\"chart:0\" width=\"640\"></p>";
-    if (timelineB_)
-        html += "<p><img src=\"chart:1\" width=\"640\"></p>";
-    html += "<p><img src=\"chart:2\" width=\"480\"></p>";
+    // The first schedule's whole timeline (the session's, unless the page is experimenting);
+    // the comparison is the page's lesson, not the plan.
+    html += "<p><img src=\"chart:0\" width=\"600\"></p>";
+    html += "<p><img src=\"chart:2\" width=\"400\"></p>";
     return html;
 }
 

@@ -87,7 +87,15 @@ QWidget* ExplorerPage::buildOverview() {
     auto* h = new QHBoxLayout(w);
     auto* figuresView = makeTable(figures_);
     figuresView->setObjectName("figures");
-    h->addWidget(figuresView, 2);
+    // The formula column wraps, each row as tall as its formula: read whole, never elided.
+    figuresView->setWordWrap(true);
+    figuresView->setTextElideMode(Qt::ElideNone);
+    figuresView->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    figuresView->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
+    figuresView->horizontalHeader()->setStretchLastSection(true);
+    figuresView->setColumnWidth(0, 130);
+    figuresView->setColumnWidth(1, 72);
+    h->addWidget(figuresView, 1);
     auto* right = new QVBoxLayout;
     stepBar_->setTitle("Step time");
     memoryChart_->setTitle("Memory per GPU");
@@ -98,7 +106,7 @@ QWidget* ExplorerPage::buildOverview() {
     auto* commView = makeTable(comm_);
     commView->setObjectName("communication");
     right->addWidget(commView, 1);
-    h->addLayout(right, 3);
+    h->addLayout(right, 1);
     return w;
 }
 

@@ -35,13 +35,13 @@ void AnimationClock::pause() {
 
 void AnimationClock::setSpeed(double speed) {
     startedAt_ = position_;
-    clock_.restart();
+    clock_.start(); // restart() on a never-started timer is undefined
     speed_ = speed;
 }
 
 void AnimationClock::setPlaySeconds(double seconds) {
     startedAt_ = position_;
-    clock_.restart();
+    clock_.start(); // restart() on a never-started timer is undefined
     playSeconds_ = std::max(seconds, 1e-3);
 }
 

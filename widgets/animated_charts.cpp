@@ -324,8 +324,10 @@ double ShareChart::shareOf(const QString& label) const {
 
 void ShareChart::restyle() {
     AnimatedChart::restyle();
-    for (QPieSlice* slice : series_->slices())
+    for (QPieSlice* slice : series_->slices()) {
         slice->setLabelColor(palette().color(QPalette::Text));
+        slice->setPen(QPen(palette().color(QPalette::Base), 1)); // gaps in the theme's colour
+    }
 }
 
 QSize ShareChart::sizeHint() const {

@@ -110,6 +110,8 @@ void LivePlot::restyle() {
 void LivePlot::resizeEvent(QResizeEvent* event) {
     detail::fitLegendColumns(*plot_, event->size().width(), 4);
     Chart::resizeEvent(event);
+    // The plot has already redrawn for its new size (it is resized first): again, fitted.
+    plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void LivePlot::rescale() {

@@ -214,6 +214,8 @@ void MemoryChart::fitTickLabels(int widthPixels) {
 void MemoryChart::resizeEvent(QResizeEvent* event) {
     fitTickLabels(event->size().width());
     Chart::resizeEvent(event);
+    // The plot has already redrawn for its new size (it is resized first): again, fitted.
+    plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void MemoryChart::renderTo(QPainter& painter, const QSize& size) {

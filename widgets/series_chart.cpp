@@ -153,6 +153,8 @@ void SeriesChart::renderTo(QPainter& painter, const QSize& size) {
 void SeriesChart::resizeEvent(QResizeEvent* event) {
     detail::fitLegendColumns(*plot_, event->size().width(), 4);
     Chart::resizeEvent(event);
+    // The plot has already redrawn for its new size (it is resized first): again, fitted.
+    plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
 bool SeriesChart::event(QEvent* e) {

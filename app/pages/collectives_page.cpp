@@ -331,7 +331,10 @@ bool CollectivesPage::showView(const QString& view) {
         return true;
     bool ok = false;
     const int steps = view.startsWith("step-") ? view.mid(5).toInt(&ok) : -1;
-    if (!ok || steps < 0 || steps > main_->stepCount())
+    // The chosen algorithm's steps: none when it cannot take the shape (its view keeps the
+    // last plan it could draw, hidden).
+    const int mainSteps = int(mainTiming_.stepSeconds.size());
+    if (!ok || steps < 0 || steps > mainSteps)
         return false; // past the last step there is nothing more to show
     pause();
     setFraction(double(steps) / std::max(1, stepsShown()));
@@ -339,7 +342,8 @@ bool CollectivesPage::showView(const QString& view) {
 }
 
 QString CollectivesPage::viewsHelp() const {
-    return QString("step-0 to step-%1 (the steps of the algorithm shown)").arg(main_->stepCount());
+    return QString("step-0 to step-%1 (the steps of the algorithm shown)")
+        .arg(mainTiming_.stepSeconds.size());
 }
 
 QString CollectivesPage::chartCaption(const QString&) const {

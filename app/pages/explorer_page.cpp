@@ -93,8 +93,6 @@ QWidget* ExplorerPage::buildOverview() {
     figuresView->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     figuresView->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
     figuresView->horizontalHeader()->setStretchLastSection(true);
-    figuresView->setColumnWidth(0, 130);
-    figuresView->setColumnWidth(1, 72);
     h->addWidget(figuresView, 1);
     auto* right = new QVBoxLayout;
     stepBar_->setTitle("Step time");
@@ -234,7 +232,8 @@ void ExplorerPage::showLayer(const PlanInputs& in) {
     std::vector<QList<QStandardItem*>> rows;
     for (std::size_t i = 0; i < ops.size(); ++i) {
         const LayerOp& op = ops[i];
-        names << QString("%1. %2%3").arg(i + 1).arg(op.backward ? "bwd: " : "").arg(qs(op.name));
+        const QString prefix = op.recompute ? "recompute: " : op.backward ? "bwd: " : "";
+        names << QString("%1. %2%3").arg(i + 1).arg(prefix, qs(op.name));
         const bool isTp = op.collective && op.axis == Axis::TP;
         const bool isCp = op.collective && op.axis == Axis::CP;
         tp.values.push_back(isTp ? op.sentPerRank : 0.0);
@@ -291,7 +290,13 @@ void ExplorerPage::refresh() {
         rows.push_back({figureItem(qs(x.label), 0, tip), figureItem(qs(x.display), x.value, tip),
                         figureItem(qs(x.substituted), 0, tip)});
     }
+    const bool reshaped = figures_->rowCount() != int(rows.size());
     setRows(figures_, {"Figure", "Value", "Formula with your numbers"}, std::move(rows));
+    if (reshaped) { // setRows cleared the model and with it the column widths
+        auto* view = findChild<QTableView*>("figures");
+        view->setColumnWidth(0, 130);
+        view->setColumnWidth(1, 72);
+    }
     showLayer(in);
 
     rows.clear();
@@ -401,12 +406,12 @@ void ExplorerPage::showResult(int serial, const SearchResultPtr& result) {
     for (const auto& [rule, n] : result->rejected)
         rejected += QString("%1 %2, ").arg(qs(rule)).arg(n);
     rejected.chop(2);
-    searchStatus_->setText(
-        QString("%1 layouts considered, %2 valid, %3 fit. Rejected: %4. Click a row or a point "
-                "to apply it.")
+    searchSummary_ =
+        QString("%1 layouts considered, %2 valid, %3 fit. Rejected: %4.")
             .arg(qs(formatCount(double(result->considered))),
                  qs(formatCount(double(result->evaluated))),
-                 qs(formatCount(double(result->fitting))), rejected.isEmpty() ? "none" : rejected));
+                 qs(formatCount(double(result->fitting))), rejected.isEmpty() ? "none" : rejected);
+    searchStatus_->setText(searchSummary_ + " Click a row or a point to apply it.");
 
     results_->clear();
     results_->setHorizontalHeaderLabels({"#", "Layout", "Memory per GPU", "Tokens/s", "MFU",
@@ -461,8 +466,9 @@ QString ExplorerPage::reportHtml() const {
     html += tableHtml(*comm_);
     html += "<h3>Placement on the cluster</h3><p><img src=\"chart:2\" width=\"420\"></p>";
     if (result_) {
+        // The results model, fastest first, whatever column the table is sorted by now.
         html += "<h3>Search: the 10 fastest layouts that fit</h3><p><small>" +
-                searchStatus_->text().toHtmlEscaped() + "</small></p>" + tableHtml(*sorted_, 10);
+                searchSummary_.toHtmlEscaped() + "</small></p>" + tableHtml(*results_, 10);
     }
     // The appendix a design doc wants: every figure with its formula, the numbers in it and
     // where it comes from (sources numbered once, cited by number).

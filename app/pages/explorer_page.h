@@ -90,6 +90,7 @@ private:
     SearchWorker worker_;
     int serial_ = 0;
     SearchResultPtr result_;
+    QString searchSummary_; // the last search's counts, for the report
     QPushButton* searchButton_;
     QPushButton* cancelButton_;
     QProgressBar* progress_;

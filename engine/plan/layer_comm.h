@@ -1,7 +1,9 @@
 // Inside one transformer layer: its ops in the order they run for one microbatch, forward then
 // backward, with the collectives tensor, sequence and context parallelism put between them and
-// the bytes each moves. The planner's per-axis traffic is these collectives summed over
-// microbatches and layers (tested), so a student sees where the Explorer's numbers come from.
+// the bytes each moves. The planner's per-axis traffic uses the same message sizes
+// (tpMessageBytes, cpHopBytes), and a test checks that these collectives, summed over
+// microbatches and layers, are its TP and CP bytes: a student sees where the Explorer's numbers
+// come from.
 #pragma once
 
 #include "estimate.h"

@@ -75,15 +75,21 @@ ZeroHoldings zeroHoldings(const PlanInputs& in, int zeroStage) {
     PlanInputs whole = in, at = in;
     whole.parallel.zero = 0;
     at.parallel.zero = zeroStage;
-    const MemoryBreakdown unsharded = mostLoadedStageMemory(whole);
-    const MemoryBreakdown held = mostLoadedStageMemory(at);
+    // Both figures of the same pipeline stage (the most loaded one under this ZeRO stage).
+    int stage = 0;
+    const MemoryBreakdown held = mostLoadedStageMemory(at, &stage);
+    const MemoryBreakdown unsharded = memoryForStage(whole, stage);
     ZeroHoldings h;
     h.zeroStage = zeroStage;
     h.groupSize = std::max(1, in.parallel.dp) * std::max(1, in.parallel.cp);
     const double n = h.groupSize;
-    h.weights = {held.parameters, unsharded.parameters / n};
-    h.gradients = {held.gradients, unsharded.gradients / n};
-    h.optimizer = {held.optimizer, unsharded.optimizer / n};
+    // What offload moved to the host is not on the GPU, own shard or not.
+    const auto holding = [n](double onGpu, double unshardedBytes) {
+        return ModelStateHolding{onGpu, std::min(onGpu, unshardedBytes / n)};
+    };
+    h.weights = holding(held.parameters, unsharded.parameters);
+    h.gradients = holding(held.gradients, unsharded.gradients);
+    h.optimizer = holding(held.optimizer, unsharded.optimizer);
     return h;
 }
 

@@ -176,6 +176,9 @@ private slots:
                 1e-9 * sum(1) * perStep());
         // The table lists the same ops, with what each collective is for.
         QCOMPARE(f.page.layerOps()->rowCount(), chart->categoryCount());
+        // Under full recompute the forward runs again, named as such.
+        choose(f.form(), "recompute", "full");
+        QVERIFY(named("recompute: all-reduce (TP)") == 2);
     }
 
     void hiddenPageCatchesUpWhenShown() {

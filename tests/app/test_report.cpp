@@ -1,5 +1,6 @@
 // Reports: HTML with its images embedded, PDF with pages, clear errors.
 #include "main_window.h"
+#include "pages/explorer_page.h"
 #include "pages/page.h"
 #include "pages/page_support.h"
 #include "pipeline_view.h"
@@ -9,6 +10,8 @@
 #include <QFile>
 #include <QPainter>
 #include <QRegularExpression>
+#include <QSignalSpy>
+#include <QSortFilterProxyModel>
 #include <QStandardItemModel>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -109,6 +112,28 @@ private slots:
         QVERIFY(f.open(QIODevice::ReadOnly));
         const qsizetype pages = f.readAll().count("/Type /Page\n");
         QVERIFY2(pages >= 2 && pages <= 4, qPrintable(QString::number(pages)));
+    }
+
+    // A search that was run prints its 10 fastest layouts, whatever column the window's table
+    // is sorted by, and none of the window's instructions.
+    void searchPrintsTheTenFastest() {
+        MainWindow w;
+        w.setQuiet(true);
+        auto* explorer = qobject_cast<ExplorerPage*>(w.page("explorer"));
+        QVERIFY(explorer);
+        QSignalSpy finished(explorer, &ExplorerPage::searchFinished);
+        explorer->startSearch();
+        QVERIFY(finished.wait(120000));
+        QVERIFY(explorer->results()->rowCount() > 10);
+        explorer->findChild<QSortFilterProxyModel*>()->sort(2, Qt::DescendingOrder);
+        const Report r = buildReport(*w.document(), w.pages());
+        const int at = int(r.html.indexOf("the 10 fastest layouts"));
+        QVERIFY(at > 0);
+        // The first row's # is 1: the results fastest first, not the table's sort.
+        const int cell = int(r.html.indexOf("<tr><td>", at));
+        QCOMPARE(r.html.mid(cell + 8, 2), QString("1<"));
+        QVERIFY(r.html.indexOf("more rows not shown", at) > 0);
+        QVERIFY(!r.html.contains("Click"));
     }
 
     // Long tables (the search's results) print their first rows and say how many more.

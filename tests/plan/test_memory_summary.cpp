@@ -99,6 +99,34 @@ TEST(ZeroHoldings, TheZeroPapersFigureOne) {
     }
 }
 
+// A GPU's own shard never exceeds what it holds (offloaded state is on the host, not the GPU),
+// and both figures are of the same pipeline stage, the most loaded one at this ZeRO stage.
+TEST(ZeroHoldings, OwnShardsAreOnTheGpuAndOfOneStage) {
+    for (const bool offload : {false, true}) {
+        for (int zero = 0; zero <= 3; ++zero) {
+            ParallelConfig p = test::layout(2, 8, 4, 512, zero);
+            p.offloadOptimizer = offload;
+            const PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 8, p);
+            const ZeroHoldings h = zeroHoldings(in, zero);
+            SCOPED_TRACE(std::to_string(zero) + (offload ? " offload" : ""));
+            int stage = -1;
+            PlanInputs at = in, whole = in;
+            whole.parallel.zero = 0;
+            const MemoryBreakdown held = mostLoadedStageMemory(at, &stage);
+            const MemoryBreakdown unsharded = memoryForStage(whole, stage);
+            EXPECT_DOUBLE_EQ(h.weights.held, held.parameters);
+            EXPECT_DOUBLE_EQ(h.optimizer.held, held.optimizer);
+            for (const ModelStateHolding& m : {h.weights, h.gradients, h.optimizer})
+                EXPECT_LE(m.ownShard, m.held);
+            EXPECT_DOUBLE_EQ(h.weights.ownShard,
+                             std::min(held.parameters, unsharded.parameters / 2));
+            if (offload) {
+                EXPECT_EQ(h.optimizer.ownShard, h.optimizer.held); // what is left on the GPU
+            }
+        }
+    }
+}
+
 TEST(ClusterForWorld, WholeNodesPartialNodeOrGcd) {
     const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 4);
     EXPECT_EQ(clusterForWorld(c, 16).nodes, 2);

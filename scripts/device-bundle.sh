@@ -50,7 +50,8 @@ status=0
 for t in "$here"/tests/*; do
   [ -n "${1:-}" ] && ! [[ "$(basename "$t")" =~ $1 ]] && continue
   echo "=== $(basename "$t")"
-  "$t" --gtest_brief=1 || status=1
+  # One hung kernel must not take the others' time: each program gets TEST_TIMEOUT seconds.
+  timeout "${TEST_TIMEOUT:-120}" "$t" --gtest_brief=1 || { echo "=== $(basename "$t") failed (exit $?)"; status=1; }
 done
 exit $status
 RUN

@@ -50,10 +50,6 @@ inline float expApprox(float x) {
     return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
 }
 
-inline float tanhApprox(float u) {
-    return 1.0f - 2.0f / (1.0f + expApprox(2.0f * u));
-}
-
 // Elementwise kernels are compiled for AVX-512, AVX2 + FMA and baseline x86-64, and the loader
 // picks the widest the CPU has (GCC function multiversioning); the build itself targets only
 // baseline x86-64 so it runs everywhere. A given machine always runs the same variant, so
@@ -67,23 +63,34 @@ inline float tanhApprox(float u) {
 
 constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2 / pi)
 
+// GELU's tanh gate as a sigmoid: 0.5 (1 + tanh u) = s = sigmoid(2u), and its slope
+// 0.5 sech^2 u = 2 s (1 - s). With e = exp(-2|u|) <= 1, never overflowing, s(1 - s) = e / (1 + e)^2
+// exactly: no difference of nearly equal numbers, where the tanh form cancels for x far from 0
+// and the CPU and the GPU then disagreed by 10% on the slope (kernels/cuda/elementwise.cu has the
+// same expressions).
+struct GeluGate {
+    float s, sOneMinusS;
+};
+inline GeluGate geluGate(float x) {
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float e = expApprox(-2.0f * std::fabs(u));
+    const float a = 1.0f / (1.0f + e);
+    return {u >= 0.0f ? a : e * a, e * a * a};
+}
+
 SHARDSCOPE_SIMD_CLONES
 void geluForwardRange(float* out, const float* inp, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-        const float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhApprox(kGeluScale * (x + 0.044715f * x * x * x)));
-    }
+    for (size_t i = 0; i < n; ++i)
+        out[i] = inp[i] * geluGate(inp[i]).s;
 }
 
 SHARDSCOPE_SIMD_CLONES
 void geluBackwardRange(float* dinp, const float* inp, const float* dout, size_t n) {
     for (size_t i = 0; i < n; ++i) {
         const float x = inp[i];
-        const float th = tanhApprox(kGeluScale * (x + 0.044715f * x * x * x));
-        const float sech2 = 1.0f - th * th;
-        const float grad =
-            0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = grad * dout[i];
+        const GeluGate g = geluGate(x);
+        const float slope = 2.0f * g.sOneMinusS * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = (g.s + x * slope) * dout[i];
     }
 }
 

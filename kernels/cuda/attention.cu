@@ -1,16 +1,26 @@
-// Three kernels, each a block per row and every sum in a fixed order:
-//   forward    a block per query t: scores, softmax, out = P V;
-//   query pass a block per query t: P (stored or recomputed), dP = dO V^T, D = rowsum(P dP),
-//              dS = P (dP - D) / sqrt(hs), dq = dS K;
-//   key pass   a block per key j: P and dS of every later query again, dk = dS^T Q, dv = P^T dO.
-// The recomputed P of the key pass uses the forward's expressions on the query pass's row
-// statistics; __fmul_rn keeps the compiler from fusing a scale into a neighbouring add, which
-// would change the bits between the passes.
+// Causal attention in tiles, FlashAttention's way: a block takes a tile of queries (or keys) of
+// one (batch, head) and walks the tiles of keys (or queries) it meets, holding each in shared
+// memory; the T x T scores exist only a tile at a time. Three kernels:
+//   forward    per query tile: the rows' softmax statistics (running maximum and sum over the key
+//              tiles), then P = exp(s - max) / sum tile by tile, out = P V (and P stored if asked);
+//   query pass per query tile: the statistics again (or P read back), D = rowsum(P dP) with
+//              dP = dO V^T, then dS = P (dP - D) / sqrt(hs) and dq = dS K;
+//   key pass   per key tile: P and dS of every later query tile again, dk = dS^T Q, dv = P^T dO.
+// Every score is one thread's fmaf chain over the head's channels in ascending order, and every
+// probability the same expression on the same statistics, in all three kernels: the backward that
+// recomputes P gets the bits of the one that reads fp32 P back, and every sum runs in a fixed
+// order (no atomics), so a run repeats its bits. __fmul_rn keeps the compiler from fusing a scale
+// into a neighbouring add, which would change the bits between kernels.
+//
+// Threads: 256 as 16 x 16; thread (ty, tx) owns rows ty + 16a and columns tx + 16b of a score tile,
+// and rows ty + 16a, channels tx + 16c of an output tile. Tiles of 64 for heads of up to 128
+// channels, of 32 up to 256.
 #include "attention.h"
 #include "device_elements.cuh"
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 namespace shardscope::cuda {
 
@@ -18,187 +28,439 @@ namespace {
 
 using namespace detail;
 
+constexpr int kSide = 16; // threads per side of the 16 x 16 block
+static_assert(kSide * kSide == kThreads, "the tiles assume a block of 256 threads");
+
 // Where one (batch, head, position) row lives.
 struct Rows {
     int T, C, NH, hs;
+    int ld;      // a tile row's stride in shared memory: hs, padded to odd against bank conflicts
     float scale; // 1 / sqrt(hs)
-    __device__ std::size_t bh(std::size_t row) const { return row / std::size_t(T); }
-    __device__ int position(std::size_t row) const { return int(row % std::size_t(T)); }
     // Element offset of head h of position t of batch b in a [B,T,width] tensor.
     __device__ std::size_t at(std::size_t bh, int t, int width) const {
         const std::size_t b = bh / std::size_t(NH), h = bh % std::size_t(NH);
         return (b * std::size_t(T) + std::size_t(t)) * std::size_t(width) + h * std::size_t(hs);
     }
-    __device__ std::size_t q(std::size_t bh, int t) const { return at(bh, t, 3 * C); }
-    __device__ std::size_t k(std::size_t bh, int t) const { return at(bh, t, 3 * C) + C; }
-    __device__ std::size_t v(std::size_t bh, int t) const { return at(bh, t, 3 * C) + 2 * C; }
-    __device__ std::size_t o(std::size_t bh, int t) const { return at(bh, t, C); }
     __device__ std::size_t prob(std::size_t bh, int t, int j) const {
         return (bh * std::size_t(T) + std::size_t(t)) * std::size_t(T) + std::size_t(j);
     }
 };
 
-template <typename A, typename B> __device__ float dot(const A* a, const B* b, int n) {
-    float acc = 0.0f;
-    for (int d = 0; d < n; ++d)
-        acc += load(a, d) * load(b, d);
-    return acc;
+// Which rows of which tensor a tile holds: q, k, v of qkv[B,T,3C]; out or dout of [B,T,C].
+struct Part {
+    int width, offset; // the tensor's row width, and the part's first channel in it
+};
+__device__ Part queries(const Rows& r) {
+    return {3 * r.C, 0};
+}
+__device__ Part keys(const Rows& r) {
+    return {3 * r.C, r.C};
+}
+__device__ Part values(const Rows& r) {
+    return {3 * r.C, 2 * r.C};
+}
+__device__ Part outputs(const Rows& r) {
+    return {r.C, 0};
 }
 
-// q from shared memory (fp32) or from qkv: the same products in the same order either way.
-template <typename Q, typename K> __device__ float score(const Q* q, const K* k, const Rows& r) {
-    return __fmul_rn(dot(q, k, r.hs), r.scale);
-}
-
-template <typename In> __device__ void loadToShared(float* dst, const In* src, int n) {
-    for (int d = threadIdx.x; d < n; d += kThreads)
-        dst[d] = load(src, d);
-}
-
-// p[0..t] = causal softmax of query row t's scores (q in shared memory); m and inv are the row's
-// maximum and reciprocal sum. Ends with the block synchronised.
-template <typename In>
-__device__ void causalSoftmaxRow(float* p, const float* q, const In* qkv, std::size_t bh, int t,
-                                 const Rows& r, float& m, float& inv) {
-    float localMax = -INFINITY;
-    for (int j = threadIdx.x; j <= t; j += kThreads) {
-        p[j] = score(q, qkv + r.k(bh, j), r);
-        localMax = fmaxf(localMax, p[j]);
+// dst[i][d] = rows t0 + i of `part`, widened to fp32; rows past the sequence read as zeros.
+template <int kTile, typename In>
+__device__ void loadTile(float* dst, const In* src, Part part, const Rows& r, std::size_t bh,
+                         int t0) {
+    for (int e = threadIdx.x; e < kTile * r.hs; e += kThreads) {
+        const int i = e / r.hs, d = e % r.hs, t = t0 + i;
+        dst[i * r.ld + d] =
+            t < r.T ? load(src, r.at(bh, t, part.width) + std::size_t(part.offset + d)) : 0.0f;
     }
-    m = blockMax<kThreads>(localMax);
-    float localSum = 0.0f;
-    for (int j = threadIdx.x; j <= t; j += kThreads) {
-        p[j] = expf(p[j] - m);
-        localSum += p[j];
+}
+
+// acc[a][b] = a's row ty + 16a . b's row tx + 16b, over the hs channels in ascending order.
+template <int kR>
+__device__ void rowProducts(float (&acc)[kR][kR], const float* a, const float* b, const Rows& r) {
+    const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+#pragma unroll
+    for (int x = 0; x < kR; ++x)
+#pragma unroll
+        for (int y = 0; y < kR; ++y)
+            acc[x][y] = 0.0f;
+    for (int d = 0; d < r.hs; ++d) {
+        float av[kR], bv[kR];
+#pragma unroll
+        for (int x = 0; x < kR; ++x) {
+            av[x] = a[(ty + kSide * x) * r.ld + d];
+            bv[x] = b[(tx + kSide * x) * r.ld + d];
+        }
+#pragma unroll
+        for (int x = 0; x < kR; ++x)
+#pragma unroll
+            for (int y = 0; y < kR; ++y)
+                acc[x][y] = fmaf(av[x], bv[y], acc[x][y]);
     }
-    inv = 1.0f / blockSum<kThreads>(localSum);
-    for (int j = threadIdx.x; j <= t; j += kThreads)
-        p[j] = __fmul_rn(p[j], inv);
+}
+
+// Whether query q0 + i may look at key k0 + j: causal, and the query inside the sequence.
+__device__ bool visible(int q0, int i, int k0, int j, int T) {
+    return q0 + i < T && k0 + j <= q0 + i;
+}
+
+// The softmax statistics of query rows q0.. (their tile in Qs) over key tiles 0..qt: the maximum
+// score and the reciprocal of the sum of exp(score - maximum), into rowMax and rowInv. Ks and S
+// are scratch tiles. Every caller runs this same code, so the statistics are the same bits.
+template <int kTile, typename In>
+__device__ void softmaxStatistics(float* rowMax, float* rowInv, const float* Qs, float* Ks,
+                                  float* S, const In* qkv, const Rows& r, std::size_t bh, int qt) {
+    constexpr int kR = kTile / kSide, kLanes = kThreads / kTile, kEach = kTile / kLanes;
+    const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+    const int row = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
+    const int q0 = qt * kTile;
+    float runMax = -INFINITY, runSum = 0.0f;
+    for (int kt = 0; kt <= qt; ++kt) {
+        __syncthreads(); // the last tile's readers are done with Ks and S
+        loadTile<kTile>(Ks, qkv, keys(r), r, bh, kt * kTile);
+        __syncthreads();
+        float acc[kR][kR];
+        rowProducts<kR>(acc, Qs, Ks, r);
+#pragma unroll
+        for (int x = 0; x < kR; ++x)
+#pragma unroll
+            for (int y = 0; y < kR; ++y) {
+                const int i = ty + kSide * x, j = tx + kSide * y;
+                S[i * (kTile + 1) + j] =
+                    visible(q0, i, kt * kTile, j, r.T) ? __fmul_rn(acc[x][y], r.scale) : -INFINITY;
+            }
+        __syncthreads();
+        // Each row by kLanes neighbouring lanes, combined by xor shuffles: every lane gets the
+        // same bits (float addition and fmaxf commute).
+        float tileMax = -INFINITY;
+        for (int e = 0; e < kEach; ++e)
+            tileMax = fmaxf(tileMax, S[row * (kTile + 1) + lane * kEach + e]);
+        for (int m = 1; m < kLanes; m *= 2)
+            tileMax = fmaxf(tileMax, __shfl_xor_sync(0xffffffffu, tileMax, m));
+        const float newMax = fmaxf(runMax, tileMax);
+        float tileSum = 0.0f;
+        if (newMax > -INFINITY)
+            for (int e = 0; e < kEach; ++e)
+                tileSum += expf(S[row * (kTile + 1) + lane * kEach + e] - newMax);
+        for (int m = 1; m < kLanes; m *= 2)
+            tileSum += __shfl_xor_sync(0xffffffffu, tileSum, m);
+        runSum = (runMax > -INFINITY ? runSum * expf(runMax - newMax) : 0.0f) + tileSum;
+        runMax = newMax;
+    }
+    if (lane == 0) {
+        rowMax[row] = runMax;
+        rowInv[row] = runSum > 0.0f ? 1.0f / runSum : 0.0f;
+    }
     __syncthreads();
 }
 
-// Shared memory: q[hs], p[T].
-template <typename In, typename P>
+// One probability from its score and its row's statistics: the same expression everywhere.
+__device__ float probability(float score, float rowMax, float rowInv) {
+    return __fmul_rn(expf(score - rowMax), rowInv);
+}
+
+// p[a][b] for query tile qt and key tile kt: read back from probs, or from the scores of Qs and
+// Ks with the rows' statistics; zero where the query may not look.
+template <int kR, int kTile, typename P>
+__device__ void probabilityTile(float (&p)[kR][kR], const P* probs, const float* Qs,
+                                const float* Ks, const float* rowMax, const float* rowInv,
+                                const Rows& r, std::size_t bh, int qt, int kt) {
+    const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+    const int q0 = qt * kTile, k0 = kt * kTile;
+    if (!probs)
+        rowProducts<kR>(p, Qs, Ks, r);
+#pragma unroll
+    for (int x = 0; x < kR; ++x)
+#pragma unroll
+        for (int y = 0; y < kR; ++y) {
+            const int i = ty + kSide * x, j = tx + kSide * y;
+            if (!visible(q0, i, k0, j, r.T))
+                p[x][y] = 0.0f;
+            else if (probs)
+                p[x][y] = load(probs, r.prob(bh, q0 + i, k0 + j));
+            else
+                p[x][y] = probability(__fmul_rn(p[x][y], r.scale), rowMax[i], rowInv[i]);
+        }
+}
+
+// Shared memory of each kernel, in floats.
+template <int kTile> std::size_t tileFloats(int ld) {
+    return std::size_t(kTile) * std::size_t(ld);
+}
+template <int kTile> __host__ __device__ constexpr std::size_t scoreFloats() {
+    return std::size_t(kTile) * (kTile + 1);
+}
+template <int kTile> std::size_t forwardFloats(int ld) {
+    return 3 * tileFloats<kTile>(ld) + scoreFloats<kTile>() + 2 * kTile;
+}
+template <int kTile> std::size_t queryPassFloats(int ld) {
+    return 4 * tileFloats<kTile>(ld) + scoreFloats<kTile>() + 3 * kTile;
+}
+template <int kTile> std::size_t keyPassFloats(int ld) {
+    return 4 * tileFloats<kTile>(ld) + 2 * scoreFloats<kTile>() + 3 * kTile;
+}
+
+// Blocks take the heaviest query tiles (the last, which meet every key) first.
+__device__ int heavyFirst(int blockTile, int tiles) {
+    return tiles - 1 - blockTile;
+}
+
+template <int kTile, int kCols, typename In, typename P>
 __global__ void attentionForwardKernel(In* out, P* probs, const In* qkv, Rows r) {
+    constexpr int kR = kTile / kSide;
     extern __shared__ float shared[];
-    float *q = shared, *p = shared + r.hs;
-    const std::size_t bh = r.bh(blockIdx.x);
-    const int t = r.position(blockIdx.x);
-    loadToShared(q, qkv + r.q(bh, t), r.hs);
-    __syncthreads();
-    float m, inv;
-    causalSoftmaxRow(p, q, qkv, bh, t, r, m, inv);
-    if (probs)
-        for (int j = threadIdx.x; j < r.T; j += kThreads)
-            store(probs, r.prob(bh, t, j), j <= t ? p[j] : 0.0f);
-    for (int d = threadIdx.x; d < r.hs; d += kThreads) {
-        float o = 0.0f;
-        for (int j = 0; j <= t; ++j)
-            o += p[j] * load(qkv, r.v(bh, j) + d);
-        store(out, r.o(bh, t) + d, o);
+    const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
+    float *Qs = shared, *Ks = Qs + tile, *Vs = Ks + tile, *S = Vs + tile;
+    float *rowMax = S + scoreFloats<kTile>(), *rowInv = rowMax + kTile;
+    const int tiles = (r.T + kTile - 1) / kTile;
+    const std::size_t bh = blockIdx.x / unsigned(tiles);
+    const int qt = heavyFirst(int(blockIdx.x % unsigned(tiles)), tiles), q0 = qt * kTile;
+    const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+
+    loadTile<kTile>(Qs, qkv, queries(r), r, bh, q0);
+    softmaxStatistics<kTile>(rowMax, rowInv, Qs, Ks, S, qkv, r, bh, qt);
+
+    float o[kR][kCols] = {};
+    for (int kt = 0; kt <= qt; ++kt) {
+        __syncthreads();
+        loadTile<kTile>(Ks, qkv, keys(r), r, bh, kt * kTile);
+        loadTile<kTile>(Vs, qkv, values(r), r, bh, kt * kTile);
+        __syncthreads();
+        float p[kR][kR];
+        probabilityTile<kR, kTile>(p, static_cast<const P*>(nullptr), Qs, Ks, rowMax, rowInv, r, bh,
+                                   qt, kt);
+#pragma unroll
+        for (int x = 0; x < kR; ++x)
+#pragma unroll
+            for (int y = 0; y < kR; ++y) {
+                const int i = ty + kSide * x, j = tx + kSide * y;
+                S[i * (kTile + 1) + j] = p[x][y];
+                if (probs && q0 + i < r.T && kt * kTile + j < r.T)
+                    store(probs, r.prob(bh, q0 + i, kt * kTile + j), p[x][y]);
+            }
+        __syncthreads();
+        for (int j = 0; j < kTile; ++j)
+#pragma unroll
+            for (int x = 0; x < kR; ++x) {
+                const float pj = S[(ty + kSide * x) * (kTile + 1) + j];
+#pragma unroll
+                for (int c = 0; c < kCols; ++c) {
+                    const int d = tx + kSide * c;
+                    if (d < r.hs)
+                        o[x][c] = fmaf(pj, Vs[j * r.ld + d], o[x][c]);
+                }
+            }
     }
+    if (probs) // the keys after the diagonal tile: never looked at
+        for (int e = threadIdx.x, rest = kTile * (tiles - 1 - qt); e < kTile * rest;
+             e += kThreads) {
+            const int i = e / rest, j = (qt + 1) * kTile + e % rest;
+            if (q0 + i < r.T && j < r.T)
+                store(probs, r.prob(bh, q0 + i, j), 0.0f);
+        }
+#pragma unroll
+    for (int x = 0; x < kR; ++x)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            const int i = ty + kSide * x, d = tx + kSide * c;
+            if (q0 + i < r.T && d < r.hs)
+                store(out, r.at(bh, q0 + i, r.C) + std::size_t(d), o[x][c]);
+        }
 }
 
 struct RowStats {
     float *max, *inv, *dot; // per query row: softmax maximum, reciprocal sum, rowsum(P dP)
 };
 
-// Shared memory: q[hs], dO[hs], p[T], dS[T].
-template <typename In, typename P>
+template <int kTile, int kCols, typename In, typename P>
 __global__ void attentionQueryPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs,
                                          RowStats stats, Rows r) {
+    constexpr int kR = kTile / kSide;
     extern __shared__ float shared[];
-    float *q = shared, *dO = q + r.hs, *p = dO + r.hs, *dS = p + r.T;
-    const std::size_t row = blockIdx.x, bh = r.bh(row);
-    const int t = r.position(row);
-    loadToShared(q, qkv + r.q(bh, t), r.hs);
-    loadToShared(dO, dout + r.o(bh, t), r.hs);
-    __syncthreads();
-    if (probs) {
-        for (int j = threadIdx.x; j <= t; j += kThreads)
-            p[j] = load(probs, r.prob(bh, t, j));
-    } else {
-        float m, inv;
-        causalSoftmaxRow(p, q, qkv, bh, t, r, m, inv);
-        if (threadIdx.x == 0) {
-            stats.max[row] = m;
-            stats.inv[row] = inv;
+    const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
+    float *Qs = shared, *dOs = Qs + tile, *Ks = dOs + tile, *Vs = Ks + tile, *S = Vs + tile;
+    float *rowMax = S + scoreFloats<kTile>(), *rowInv = rowMax + kTile, *rowDot = rowInv + kTile;
+    const int tiles = (r.T + kTile - 1) / kTile;
+    const std::size_t bh = blockIdx.x / unsigned(tiles);
+    const int qt = heavyFirst(int(blockIdx.x % unsigned(tiles)), tiles), q0 = qt * kTile;
+    const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+    const std::size_t firstRow = bh * std::size_t(r.T) + std::size_t(q0);
+
+    loadTile<kTile>(Qs, qkv, queries(r), r, bh, q0);
+    loadTile<kTile>(dOs, dout, outputs(r), r, bh, q0);
+    if (!probs) {
+        softmaxStatistics<kTile>(rowMax, rowInv, Qs, Ks, S, qkv, r, bh, qt);
+        for (int i = threadIdx.x; i < kTile && q0 + i < r.T; i += kThreads) {
+            stats.max[firstRow + std::size_t(i)] = rowMax[i];
+            stats.inv[firstRow + std::size_t(i)] = rowInv[i];
         }
     }
-    float localDot = 0.0f;
-    for (int j = threadIdx.x; j <= t; j += kThreads) {
-        dS[j] = dot(dO, qkv + r.v(bh, j), r.hs); // dP
-        localDot += p[j] * dS[j];
+
+    // D = rowsum(P dP): each thread's part of its rows, then the 16 lanes of a row by shuffles.
+    float dot[kR] = {};
+    for (int kt = 0; kt <= qt; ++kt) {
+        __syncthreads();
+        if (!probs)
+            loadTile<kTile>(Ks, qkv, keys(r), r, bh, kt * kTile);
+        loadTile<kTile>(Vs, qkv, values(r), r, bh, kt * kTile);
+        __syncthreads();
+        float p[kR][kR], dP[kR][kR];
+        probabilityTile<kR, kTile>(p, probs, Qs, Ks, rowMax, rowInv, r, bh, qt, kt);
+        rowProducts<kR>(dP, dOs, Vs, r);
+#pragma unroll
+        for (int x = 0; x < kR; ++x) {
+            float part = 0.0f;
+#pragma unroll
+            for (int y = 0; y < kR; ++y)
+                part = fmaf(p[x][y], dP[x][y], part);
+            for (int m = 1; m < kSide; m *= 2)
+                part += __shfl_xor_sync(0xffffffffu, part, m);
+            dot[x] += part;
+        }
     }
-    const float D = blockSum<kThreads>(localDot);
-    for (int j = threadIdx.x; j <= t; j += kThreads)
-        dS[j] = __fmul_rn(p[j] * (dS[j] - D), r.scale);
-    if (threadIdx.x == 0)
-        stats.dot[row] = D;
-    __syncthreads();
-    for (int d = threadIdx.x; d < r.hs; d += kThreads) {
-        float dq = 0.0f;
-        for (int j = 0; j <= t; ++j)
-            dq += dS[j] * load(qkv, r.k(bh, j) + d);
-        store(dqkv, r.q(bh, t) + d, dq);
+    if (tx == 0)
+#pragma unroll
+        for (int x = 0; x < kR; ++x) {
+            const int i = ty + kSide * x;
+            rowDot[i] = dot[x];
+            if (q0 + i < r.T)
+                stats.dot[firstRow + std::size_t(i)] = dot[x];
+        }
+
+    float dq[kR][kCols] = {};
+    for (int kt = 0; kt <= qt; ++kt) {
+        __syncthreads(); // rowDot written; the last tile's readers are done
+        loadTile<kTile>(Ks, qkv, keys(r), r, bh, kt * kTile);
+        loadTile<kTile>(Vs, qkv, values(r), r, bh, kt * kTile);
+        __syncthreads();
+        float p[kR][kR], dP[kR][kR];
+        probabilityTile<kR, kTile>(p, probs, Qs, Ks, rowMax, rowInv, r, bh, qt, kt);
+        rowProducts<kR>(dP, dOs, Vs, r);
+#pragma unroll
+        for (int x = 0; x < kR; ++x)
+#pragma unroll
+            for (int y = 0; y < kR; ++y) {
+                const int i = ty + kSide * x, j = tx + kSide * y;
+                S[i * (kTile + 1) + j] = __fmul_rn(p[x][y] * (dP[x][y] - rowDot[i]), r.scale);
+            }
+        __syncthreads();
+        for (int j = 0; j < kTile; ++j)
+#pragma unroll
+            for (int x = 0; x < kR; ++x) {
+                const float dS = S[(ty + kSide * x) * (kTile + 1) + j];
+#pragma unroll
+                for (int c = 0; c < kCols; ++c) {
+                    const int d = tx + kSide * c;
+                    if (d < r.hs)
+                        dq[x][c] = fmaf(dS, Ks[j * r.ld + d], dq[x][c]);
+                }
+            }
     }
+#pragma unroll
+    for (int x = 0; x < kR; ++x)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            const int i = ty + kSide * x, d = tx + kSide * c;
+            if (q0 + i < r.T && d < r.hs)
+                store(dqkv, r.at(bh, q0 + i, 3 * r.C) + std::size_t(d), dq[x][c]);
+        }
 }
 
-// Shared memory: k[hs], v[hs], p[T], dS[T] (indexed by query).
-template <typename In, typename P>
+template <int kTile, int kCols, typename In, typename P>
 __global__ void attentionKeyPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs,
                                        RowStats stats, Rows r) {
+    constexpr int kR = kTile / kSide;
     extern __shared__ float shared[];
-    float *k = shared, *v = k + r.hs, *p = v + r.hs, *dS = p + r.T;
-    const std::size_t bh = r.bh(blockIdx.x);
-    const int j = r.position(blockIdx.x);
-    loadToShared(k, qkv + r.k(bh, j), r.hs);
-    loadToShared(v, qkv + r.v(bh, j), r.hs);
-    __syncthreads();
-    for (int t = j + int(threadIdx.x); t < r.T; t += kThreads) {
-        const std::size_t row = bh * std::size_t(r.T) + std::size_t(t);
-        const float prob =
-            probs ? load(probs, r.prob(bh, t, j))
-                  : __fmul_rn(expf(score(qkv + r.q(bh, t), qkv + r.k(bh, j), r) - stats.max[row]),
-                              stats.inv[row]);
-        const float dP = dot(dout + r.o(bh, t), v, r.hs);
-        p[t] = prob;
-        dS[t] = __fmul_rn(prob * (dP - stats.dot[row]), r.scale);
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < r.hs; d += kThreads) {
-        float dk = 0.0f, dv = 0.0f;
-        for (int t = j; t < r.T; ++t) {
-            dk += dS[t] * load(qkv, r.q(bh, t) + d);
-            dv += p[t] * load(dout, r.o(bh, t) + d);
+    const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
+    float *Ks = shared, *Vs = Ks + tile, *Qs = Vs + tile, *dOs = Qs + tile, *Ps = dOs + tile;
+    float *dSs = Ps + scoreFloats<kTile>(), *rowMax = dSs + scoreFloats<kTile>();
+    float *rowInv = rowMax + kTile, *rowDot = rowInv + kTile;
+    const int tiles = (r.T + kTile - 1) / kTile;
+    const std::size_t bh = blockIdx.x / unsigned(tiles);
+    // The first key tiles meet every query tile: they go first.
+    const int kt = int(blockIdx.x % unsigned(tiles)), k0 = kt * kTile;
+    const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+
+    loadTile<kTile>(Ks, qkv, keys(r), r, bh, k0);
+    loadTile<kTile>(Vs, qkv, values(r), r, bh, k0);
+    float dk[kR][kCols] = {}, dv[kR][kCols] = {};
+    for (int qt = kt; qt < tiles; ++qt) {
+        const int q0 = qt * kTile;
+        __syncthreads();
+        loadTile<kTile>(Qs, qkv, queries(r), r, bh, q0);
+        loadTile<kTile>(dOs, dout, outputs(r), r, bh, q0);
+        for (int i = threadIdx.x; i < kTile; i += kThreads) {
+            const std::size_t row = bh * std::size_t(r.T) + std::size_t(q0 + i);
+            const bool inside = q0 + i < r.T;
+            rowMax[i] = inside && !probs ? stats.max[row] : 0.0f;
+            rowInv[i] = inside && !probs ? stats.inv[row] : 0.0f;
+            rowDot[i] = inside ? stats.dot[row] : 0.0f;
         }
-        store(dqkv, r.k(bh, j) + d, dk);
-        store(dqkv, r.v(bh, j) + d, dv);
+        __syncthreads();
+        float p[kR][kR], dP[kR][kR];
+        probabilityTile<kR, kTile>(p, probs, Qs, Ks, rowMax, rowInv, r, bh, qt, kt);
+        rowProducts<kR>(dP, dOs, Vs, r);
+#pragma unroll
+        for (int x = 0; x < kR; ++x)
+#pragma unroll
+            for (int y = 0; y < kR; ++y) {
+                const int i = ty + kSide * x, j = tx + kSide * y;
+                Ps[i * (kTile + 1) + j] = p[x][y];
+                dSs[i * (kTile + 1) + j] = __fmul_rn(p[x][y] * (dP[x][y] - rowDot[i]), r.scale);
+            }
+        __syncthreads();
+        // This thread's keys are now rows ty + 16x: dk += dS^T Q, dv += P^T dO, queries ascending.
+        for (int i = 0; i < kTile; ++i)
+#pragma unroll
+            for (int x = 0; x < kR; ++x) {
+                const int j = ty + kSide * x;
+                const float pij = Ps[i * (kTile + 1) + j], dSij = dSs[i * (kTile + 1) + j];
+#pragma unroll
+                for (int c = 0; c < kCols; ++c) {
+                    const int d = tx + kSide * c;
+                    if (d < r.hs) {
+                        dk[x][c] = fmaf(dSij, Qs[i * r.ld + d], dk[x][c]);
+                        dv[x][c] = fmaf(pij, dOs[i * r.ld + d], dv[x][c]);
+                    }
+                }
+            }
     }
+#pragma unroll
+    for (int x = 0; x < kR; ++x)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            const int j = ty + kSide * x, d = tx + kSide * c;
+            if (k0 + j < r.T && d < r.hs) {
+                store(dqkv, r.at(bh, k0 + j, 3 * r.C) + std::size_t(r.C + d), dk[x][c]);
+                store(dqkv, r.at(bh, k0 + j, 3 * r.C) + std::size_t(2 * r.C + d), dv[x][c]);
+            }
+        }
 }
+
+constexpr int kMostChannels = 256;
 
 Rows rowsOf(int T, int C, int NH) {
     if (NH <= 0 || C % NH != 0)
         throw std::logic_error("attention: " + std::to_string(C) + " channels do not split into " +
                                std::to_string(NH) + " heads");
     const int hs = C / NH;
-    return {T, C, NH, hs, 1.0f / std::sqrt(float(hs))};
+    if (hs > kMostChannels)
+        throw std::runtime_error("attention: heads of " + std::to_string(hs) +
+                                 " channels; the CUDA kernels take at most " +
+                                 std::to_string(kMostChannels) + " per head");
+    return {T, C, NH, hs, hs % 2 == 0 ? hs + 1 : hs, 1.0f / std::sqrt(float(hs))};
 }
 
 // Lets `kernel` use `bytes` of dynamic shared memory, or says why it cannot.
-template <typename Kernel> void allowSharedMemory(Kernel kernel, std::size_t bytes, int T) {
-    constexpr std::size_t kDefault = 48 * 1024;
-    if (bytes <= kDefault)
-        return;
+template <typename Kernel> void allowSharedMemory(Kernel kernel, std::size_t bytes, int hs) {
     int device = 0, most = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
     check(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
           "cudaDeviceGetAttribute");
     if (bytes > std::size_t(most))
-        throw std::runtime_error("attention: a sequence of " + std::to_string(T) +
-                                 " tokens needs " + std::to_string(bytes / 1024) +
+        throw std::runtime_error("attention: heads of " + std::to_string(hs) + " channels need " +
+                                 std::to_string(bytes / 1024) +
                                  " KiB of shared memory per block and this GPU offers " +
-                                 std::to_string(most / 1024) + " KiB; use a shorter sequence");
+                                 std::to_string(most / 1024) + " KiB");
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
           "cudaFuncSetAttribute");
 }
@@ -216,6 +478,23 @@ template <typename In, typename F> void withProbs(kernels::ConstPtr probs, F f) 
         withElements(probs, f);
 }
 
+// Calls f(tile, channels) with the tiling for the head size, as integral constants: tiles of 64
+// queries and keys with 4 or 8 channels per thread (heads up to 64 or 128), of 32 with 16 (up to
+// 256).
+template <typename F> void withTiles(int hs, F f) {
+    using std::integral_constant;
+    if (hs <= 64)
+        f(integral_constant<int, 64>{}, integral_constant<int, 4>{});
+    else if (hs <= 128)
+        f(integral_constant<int, 64>{}, integral_constant<int, 8>{});
+    else
+        f(integral_constant<int, 32>{}, integral_constant<int, 16>{});
+}
+
+unsigned blocksOf(int B, int NH, int T, int tile) {
+    return unsigned(std::size_t(B) * std::size_t(NH) * std::size_t((T + tile - 1) / tile));
+}
+
 } // namespace
 
 void attentionForward(kernels::Ptr out, kernels::Ptr probs, kernels::ConstPtr qkv, int B, int T,
@@ -224,16 +503,18 @@ void attentionForward(kernels::Ptr out, kernels::Ptr probs, kernels::ConstPtr qk
         return;
     sameType(out.type, qkv.type, "out and qkv");
     const Rows r = rowsOf(T, C, NH);
-    const std::size_t bytes = (std::size_t(r.hs) + std::size_t(T)) * sizeof(float);
-    const unsigned rows = unsigned(std::size_t(B) * std::size_t(NH) * std::size_t(T));
     withElements(qkv, [&](const auto* x) {
         using In = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
         withProbs<In>(kernels::ConstPtr(probs), [&](const auto* typedProbs) {
             using P = std::remove_cv_t<std::remove_pointer_t<decltype(typedProbs)>>;
-            const auto kernel = attentionForwardKernel<In, P>;
-            allowSharedMemory(kernel, bytes, T);
-            kernel<<<rows, kThreads, bytes, streamOf(stream)>>>(static_cast<In*>(out.data),
-                                                                const_cast<P*>(typedProbs), x, r);
+            withTiles(r.hs, [&](auto tile, auto cols) {
+                constexpr int kTile = decltype(tile)::value, kCols = decltype(cols)::value;
+                const auto kernel = attentionForwardKernel<kTile, kCols, In, P>;
+                const std::size_t bytes = forwardFloats<kTile>(r.ld) * sizeof(float);
+                allowSharedMemory(kernel, bytes, r.hs);
+                kernel<<<blocksOf(B, NH, T, kTile), kThreads, bytes, streamOf(stream)>>>(
+                    static_cast<In*>(out.data), const_cast<P*>(typedProbs), x, r);
+            });
         });
     });
     checkLaunch("attentionForward");
@@ -249,21 +530,26 @@ void attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dout, kernels::Const
     const Rows r = rowsOf(T, C, NH);
     const std::size_t rowCount = std::size_t(B) * std::size_t(NH) * std::size_t(T);
     const RowStats stats{workspace, workspace + rowCount, workspace + 2 * rowCount};
-    const std::size_t bytes = 2 * (std::size_t(r.hs) + std::size_t(T)) * sizeof(float);
     withElements(qkv, [&](const auto* x) {
         using In = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
         In* g = static_cast<In*>(dqkv.data);
         const In* d = static_cast<const In*>(dout.data);
         withProbs<In>(probs, [&](const auto* typedProbs) {
             using P = std::remove_cv_t<std::remove_pointer_t<decltype(typedProbs)>>;
-            const auto queryPass = attentionQueryPassKernel<In, P>;
-            const auto keyPass = attentionKeyPassKernel<In, P>;
-            allowSharedMemory(queryPass, bytes, T);
-            allowSharedMemory(keyPass, bytes, T);
-            queryPass<<<unsigned(rowCount), kThreads, bytes, streamOf(stream)>>>(
-                g, d, x, typedProbs, stats, r);
-            keyPass<<<unsigned(rowCount), kThreads, bytes, streamOf(stream)>>>(g, d, x, typedProbs,
-                                                                               stats, r);
+            withTiles(r.hs, [&](auto tile, auto cols) {
+                constexpr int kTile = decltype(tile)::value, kCols = decltype(cols)::value;
+                const auto queryPass = attentionQueryPassKernel<kTile, kCols, In, P>;
+                const auto keyPass = attentionKeyPassKernel<kTile, kCols, In, P>;
+                const std::size_t queryBytes = queryPassFloats<kTile>(r.ld) * sizeof(float);
+                const std::size_t keyBytes = keyPassFloats<kTile>(r.ld) * sizeof(float);
+                allowSharedMemory(queryPass, queryBytes, r.hs);
+                allowSharedMemory(keyPass, keyBytes, r.hs);
+                const unsigned blocks = blocksOf(B, NH, T, kTile);
+                queryPass<<<blocks, kThreads, queryBytes, streamOf(stream)>>>(g, d, x, typedProbs,
+                                                                              stats, r);
+                keyPass<<<blocks, kThreads, keyBytes, streamOf(stream)>>>(g, d, x, typedProbs,
+                                                                          stats, r);
+            });
         });
     });
     checkLaunch("attentionBackward");

@@ -2,10 +2,10 @@
 // qkv[B,T,3C] (q, k, v each [B,T,NH,C/NH]), out[B,T,C], probs[B,NH,T,T]. qkv, out and their
 // gradients share one storage type; probs has its own, or is null: then it is never stored and
 // the backward recomputes every probability with the forward's own code, so the gradients are
-// the same bits whichever path ran (with fp32 probs). Every sum runs in a fixed order. The score
-// row of a query lives in shared memory (4 T bytes, 8 T in the backward): a sequence too long for
-// the GPU's shared memory throws std::runtime_error with the limit. Each call enqueues its
-// kernels on `stream` (a cudaStream_t) and returns.
+// the same bits whichever path ran (with fp32 probs). Every sum runs in a fixed order. Scores
+// live in shared memory a tile of 64 x 64 at a time (FlashAttention's tiling), so any sequence
+// length fits; heads of more than 256 channels throw std::runtime_error with the limit. Each call
+// enqueues its kernels on `stream` (a cudaStream_t) and returns.
 #pragma once
 
 #include "ops.h"

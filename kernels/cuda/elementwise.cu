@@ -30,11 +30,24 @@ __global__ void addInPlaceKernel(X* x, const Y* y, std::size_t n) {
 
 constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2 / pi)
 
+// GELU's tanh gate as a sigmoid, written as the CPU writes it (kernels/cpu/cpu_ops.cpp, geluGate):
+// s = 0.5 (1 + tanh u) = sigmoid(2u) and s (1 - s) = e / (1 + e)^2 with e = exp(-2|u|), which
+// never cancels where the tanh form does (x far from 0).
+struct GeluGate {
+    float s, sOneMinusS;
+};
+__device__ GeluGate geluGate(float x) {
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float e = expf(-2.0f * fabsf(u));
+    const float a = 1.0f / (1.0f + e);
+    return {u >= 0.0f ? a : e * a, e * a * a};
+}
+
 template <typename Out, typename In>
 __global__ void geluForwardKernel(Out* out, const In* inp, std::size_t n) {
     SHARDSCOPE_GRID_STRIDE(i, n) {
         const float x = load(inp, i);
-        store(out, i, 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
+        store(out, i, x * geluGate(x).s);
     }
 }
 
@@ -42,11 +55,9 @@ template <typename Out, typename In, typename D>
 __global__ void geluBackwardKernel(Out* dinp, const In* inp, const D* dout, std::size_t n) {
     SHARDSCOPE_GRID_STRIDE(i, n) {
         const float x = load(inp, i);
-        const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
-        const float sech2 = 1.0f - th * th;
-        const float grad =
-            0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-        store(dinp, i, grad * load(dout, i));
+        const GeluGate g = geluGate(x);
+        const float slope = 2.0f * g.sOneMinusS * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+        store(dinp, i, (g.s + x * slope) * load(dout, i));
     }
 }
 

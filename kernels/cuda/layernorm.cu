@@ -1,3 +1,4 @@
+#include "column_sums.cuh"
 #include "device_elements.cuh"
 #include "layernorm.h"
 
@@ -54,23 +55,28 @@ __global__ void layerNormInputGradientKernel(G* dinp, const In* dout, const In* 
     }
 }
 
-// One thread per channel, rows in order: dweight += sum xhat * dout, dbias += sum dout.
-template <typename WG, typename In>
-__global__ void layerNormWeightGradientKernel(WG* dweight, WG* dbias, const In* dout, const In* inp,
-                                              const float* mean, const float* rstd, int N, int C) {
-    const int c = blockIdx.x * kThreads + threadIdx.x;
-    if (c >= C)
-        return;
-    float dw = 0.0f, db = 0.0f;
-    for (int n = 0; n < N; ++n) {
+// dweight += sum over rows of xhat * dout, dbias += sum of dout, summed down the columns
+// (column_sums.cuh).
+template <typename In> struct LayerNormWeightGradientValues {
+    static constexpr int kOutputs = 2;
+    const In *dout, *inp;
+    const float *mean, *rstd;
+    int C;
+    __device__ void operator()(int n, int c, float (&out)[2]) const {
         const std::size_t at = std::size_t(n) * std::size_t(C) + std::size_t(c);
         const float d = load(dout, at);
-        dw += (load(inp, at) - mean[n]) * rstd[n] * d;
-        db += d;
+        out[0] = (load(inp, at) - mean[n]) * rstd[n] * d;
+        out[1] = d;
     }
-    store(dweight, c, load(dweight, c) + dw);
-    store(dbias, c, load(dbias, c) + db);
-}
+};
+template <typename WG> struct AddToLayerNormGradients {
+    static constexpr int kOutputs = 2;
+    WG *dweight, *dbias;
+    __device__ void operator()(int c, const float* sums) const {
+        store(dweight, c, load(dweight, c) + sums[0]);
+        store(dbias, c, load(dbias, c) + sums[1]);
+    }
+};
 
 void sameType(kernels::DType a, kernels::DType b, const char* what) {
     if (a != b)
@@ -116,9 +122,9 @@ void layerNormBackwardAccumulate(kernels::Ptr dinp, kernels::Ptr dweight, kernel
         });
         withElements(dweight, [&](auto* dw) {
             using WG = std::remove_pointer_t<decltype(dw)>;
-            layerNormWeightGradientKernel<<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0,
-                                            streamOf(stream)>>>(dw, static_cast<WG*>(dbias.data), d,
-                                                                x, mean, rstd, N, C);
+            sumColumns(LayerNormWeightGradientValues<In>{d, x, mean, rstd, C},
+                       AddToLayerNormGradients<WG>{dw, static_cast<WG*>(dbias.data)}, N, C,
+                       streamOf(stream));
         });
     });
     checkLaunch("layerNormBackward");

@@ -1,3 +1,4 @@
+#include "column_sums.cuh"
 #include "device_elements.cuh"
 #include "elementwise.h"
 #include "matmul.h"
@@ -40,17 +41,22 @@ std::uint32_t alignmentOf(const void* p) {
     return a;
 }
 
-// dbias[o] += sum over n of dout[n, o]: a thread per column, rows in order.
-template <typename G, typename D>
-__global__ void biasGradientKernel(G* dbias, const D* dout, int N, int OC) {
-    const int o = blockIdx.x * kThreads + threadIdx.x;
-    if (o >= OC)
-        return;
-    float sum = 0.0f;
-    for (int n = 0; n < N; ++n)
-        sum += load(dout, std::size_t(n) * std::size_t(OC) + std::size_t(o));
-    store(dbias, o, load(dbias, o) + sum);
-}
+// dbias[o] += sum over n of dout[n, o], summed down the columns (column_sums.cuh).
+template <typename D> struct BiasGradientValues {
+    static constexpr int kOutputs = 1;
+    const D* dout;
+    int OC;
+    __device__ void operator()(int n, int o, float (&out)[1]) const {
+        out[0] = load(dout, std::size_t(n) * std::size_t(OC) + std::size_t(o));
+    }
+};
+template <typename G> struct AddToBiasGradient {
+    static constexpr int kOutputs = 1;
+    G* dbias;
+    __device__ void operator()(int o, const float* sums) const {
+        store(dbias, o, load(dbias, o) + sums[0]);
+    }
+};
 
 template <typename Handle, typename Destroy> auto owned(Handle h, Destroy destroy) {
     return std::unique_ptr<std::remove_pointer_t<Handle>, Destroy>(h, destroy);
@@ -117,8 +123,10 @@ void Blas::matmulBackwardWeightAccumulate(Ptr dweight, Ptr dbias, ConstPtr dout,
         return;
     withElements(dbias, [&](auto* db) {
         withElements(dout, [&](const auto* d) {
-            biasGradientKernel<<<unsigned((OC + kThreads - 1) / kThreads), kThreads, 0,
-                                 streamOf(stream)>>>(db, d, N, OC);
+            using D = std::remove_cv_t<std::remove_pointer_t<decltype(d)>>;
+            using G = std::remove_pointer_t<decltype(db)>;
+            sumColumns(BiasGradientValues<D>{d, OC}, AddToBiasGradient<G>{db}, N, OC,
+                       streamOf(stream));
         });
     });
     checkLaunch("bias gradient");
@@ -217,6 +225,14 @@ void Blas::run(const Gemm& g, void* stream) {
     checkBlas(cublasLtMatmulPreferenceSetAttribute(preference.get(),
                                                    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                    &workspaceBytes_, sizeof workspaceBytes_),
+              shape);
+    // Split-K may sum its partial products in place in the output (a bf16 output rounds every
+    // partial: several bf16 ulps off, seen on an H200) or in the output's type; only the fp32
+    // workspace keeps one rounding per result, and its reduction order is fixed (same bits).
+    const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    checkBlas(cublasLtMatmulPreferenceSetAttribute(preference.get(),
+                                                   CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                   &reductions, sizeof reductions),
               shape);
     const std::uint32_t alignFirst = alignmentOf(B.data), alignSecond = alignmentOf(A.data),
                         alignOut = alignmentOf(D.data);

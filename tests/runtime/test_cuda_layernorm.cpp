@@ -15,7 +15,8 @@ using kernels::DType;
 using namespace testing;
 
 // Rows x channels: one channel (zero variance), channels that fill no block evenly, GPT-2's 768.
-const std::pair<int, int> kShapes[] = {{1, 1}, {5, 33}, {64, 768}, {3, 2049}};
+// The last spans three of the weight gradient's row chunks of 512, the third partly filled.
+const std::pair<int, int> kShapes[] = {{1, 1}, {5, 33}, {64, 768}, {3, 2049}, {1100, 40}};
 
 // Means and variances are summed in other orders by the two backends: 1e-4 of each value.
 constexpr float kSummed = 1e-4f, kNearZero = 1e-5f;

@@ -6,11 +6,13 @@
 //   query pass per query tile: the statistics again (or P read back), D = rowsum(P dP) with
 //              dP = dO V^T, then dS = P (dP - D) / sqrt(hs) and dq = dS K;
 //   key pass   per key tile: P and dS of every later query tile again, dk = dS^T Q, dv = P^T dO.
-// Every score is one thread's fmaf chain over the head's channels in ascending order, and every
-// probability the same expression on the same statistics, in all three kernels: the backward that
-// recomputes P gets the bits of the one that reads fp32 P back, and every sum runs in a fixed
-// order (no atomics), so a run repeats its bits. __fmul_rn keeps the compiler from fusing a scale
-// into a neighbouring add, which would change the bits between kernels.
+// The score products (Q K^T, dO V^T) of bf16 activations run on the tensor cores (wmma, bf16
+// operands, fp32 sums), those of fp32 activations as one thread's fmaf chain over the channels;
+// the products with P and dS in fp32 fmaf chains. Every score and probability is the same code
+// on the same tiles in all three kernels: the backward that recomputes P gets the bits of the one
+// that reads fp32 P back, and every sum runs in a fixed order (no atomics), so a run repeats its
+// bits. __fmul_rn keeps the compiler from fusing a scale into a neighbouring add, which would
+// change the bits between kernels.
 //
 // Threads: 256 as 16 x 16; thread (ty, tx) owns rows ty + 16a and columns tx + 16b of a score tile,
 // and rows ty + 16a, channels tx + 16c of an output tile. Tiles of 64 for heads of up to 128
@@ -19,6 +21,7 @@
 #include "device_elements.cuh"
 
 #include <cmath>
+#include <mma.h>
 #include <string>
 #include <type_traits>
 
@@ -30,11 +33,18 @@ using namespace detail;
 
 constexpr int kSide = 16; // threads per side of the 16 x 16 block
 static_assert(kSide * kSide == kThreads, "the tiles assume a block of 256 threads");
+constexpr int kWarps = kThreads / 32;
+
+// A score tile's row stride in floats: a multiple of 4, as the tensor cores' stores want.
+template <int kTile> __host__ __device__ constexpr int scoreLd() {
+    return kTile + 4;
+}
 
 // Where one (batch, head, position) row lives.
 struct Rows {
     int T, C, NH, hs;
-    int ld;      // a tile row's stride in shared memory: hs, padded to odd against bank conflicts
+    int hsPad;   // channels a tile row holds: hs, rounded up to 16 for the tensor cores (zeros)
+    int ld;      // a tile row's stride in shared memory (elements)
     float scale; // 1 / sqrt(hs)
     // Element offset of head h of position t of batch b in a [B,T,width] tensor.
     __device__ std::size_t at(std::size_t bh, int t, int width) const {
@@ -63,39 +73,104 @@ __device__ Part outputs(const Rows& r) {
     return {r.C, 0};
 }
 
-// dst[i][d] = rows t0 + i of `part`, widened to fp32; rows past the sequence read as zeros.
+// dst[i][d] = rows t0 + i of `part`; rows past the sequence and channels past hs read as zeros.
 template <int kTile, typename In>
-__device__ void loadTile(float* dst, const In* src, Part part, const Rows& r, std::size_t bh,
-                         int t0) {
-    for (int e = threadIdx.x; e < kTile * r.hs; e += kThreads) {
-        const int i = e / r.hs, d = e % r.hs, t = t0 + i;
-        dst[i * r.ld + d] =
-            t < r.T ? load(src, r.at(bh, t, part.width) + std::size_t(part.offset + d)) : 0.0f;
+__device__ void loadTile(In* dst, const In* src, Part part, const Rows& r, std::size_t bh, int t0) {
+    for (int e = threadIdx.x; e < kTile * r.hsPad; e += kThreads) {
+        const int i = e / r.hsPad, d = e % r.hsPad, t = t0 + i;
+        dst[i * r.ld + d] = t < r.T && d < r.hs
+                                ? src[r.at(bh, t, part.width) + std::size_t(part.offset + d)]
+                                : In(0.0f);
     }
 }
 
-// acc[a][b] = a's row ty + 16a . b's row tx + 16b, over the hs channels in ascending order.
-template <int kR>
-__device__ void rowProducts(float (&acc)[kR][kR], const float* a, const float* b, const Rows& r) {
+// Channels tx + 16c of the rows t0 + ty + 16x of `part`, from acc, for the rows in the sequence.
+template <int kR, int kCols, typename Out>
+__device__ void storeTile(Out* dst, const float (&acc)[kR][kCols], Part part, const Rows& r,
+                          std::size_t bh, int t0) {
     const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
 #pragma unroll
     for (int x = 0; x < kR; ++x)
 #pragma unroll
-        for (int y = 0; y < kR; ++y)
-            acc[x][y] = 0.0f;
-    for (int d = 0; d < r.hs; ++d) {
-        float av[kR], bv[kR];
-#pragma unroll
-        for (int x = 0; x < kR; ++x) {
-            av[x] = a[(ty + kSide * x) * r.ld + d];
-            bv[x] = b[(tx + kSide * x) * r.ld + d];
+        for (int c = 0; c < kCols; ++c) {
+            const int t = t0 + ty + kSide * x, d = tx + kSide * c;
+            if (t < r.T && d < r.hs)
+                store(dst, r.at(bh, t, part.width) + std::size_t(part.offset + d), acc[x][c]);
         }
+}
+
+// acc[x][y] = a's row ty + 16x . b's row tx + 16y over the channels. Every thread of the block
+// calls it. bf16 tiles: on the tensor cores, each warp two of the 16 x 16 blocks of the product,
+// through `scratch` (a score tile); fp32 tiles: one fmaf chain per score, channels ascending.
+template <int kR, int kTile, typename Tile>
+__device__ void rowProducts(float (&acc)[kR][kR], const Tile* a, const Tile* b, float* scratch,
+                            const Rows& r) {
+    const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+    if constexpr (std::is_same_v<Tile, bf16>) {
+        namespace wmma = nvcuda::wmma;
+        constexpr int kBlocks = kTile / 16;
+        for (int f = int(threadIdx.x) / 32; f < kBlocks * kBlocks; f += kWarps) {
+            const int fi = f / kBlocks, fj = f % kBlocks;
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sum;
+            wmma::fill_fragment(sum, 0.0f);
+            for (int k = 0; k < r.hsPad; k += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+                wmma::load_matrix_sync(fa, a + fi * 16 * r.ld + k, unsigned(r.ld));
+                wmma::load_matrix_sync(fb, b + fj * 16 * r.ld + k, unsigned(r.ld));
+                wmma::mma_sync(sum, fa, fb, sum);
+            }
+            wmma::store_matrix_sync(scratch + fi * 16 * scoreLd<kTile>() + fj * 16, sum,
+                                    unsigned(scoreLd<kTile>()), wmma::mem_row_major);
+        }
+        __syncthreads();
 #pragma unroll
         for (int x = 0; x < kR; ++x)
 #pragma unroll
             for (int y = 0; y < kR; ++y)
-                acc[x][y] = fmaf(av[x], bv[y], acc[x][y]);
+                acc[x][y] = scratch[(ty + kSide * x) * scoreLd<kTile>() + tx + kSide * y];
+        __syncthreads(); // before the caller writes over scratch
+    } else {
+#pragma unroll
+        for (int x = 0; x < kR; ++x)
+#pragma unroll
+            for (int y = 0; y < kR; ++y)
+                acc[x][y] = 0.0f;
+        for (int d = 0; d < r.hs; ++d) {
+            float av[kR], bv[kR];
+#pragma unroll
+            for (int x = 0; x < kR; ++x) {
+                av[x] = a[(ty + kSide * x) * r.ld + d];
+                bv[x] = b[(tx + kSide * x) * r.ld + d];
+            }
+#pragma unroll
+            for (int x = 0; x < kR; ++x)
+#pragma unroll
+                for (int y = 0; y < kR; ++y)
+                    acc[x][y] = fmaf(av[x], bv[y], acc[x][y]);
+        }
     }
+}
+
+// acc[x][c] += sum over the tile's rows j, ascending, of w[row ty + 16x][j] * tile[j][tx + 16c]
+// (w[j][row ty + 16x] when transposed), w a score tile.
+template <int kR, int kCols, int kTile, bool kTransposed, typename Tile>
+__device__ void accumulateProducts(float (&acc)[kR][kCols], const float* w, const Tile* tile,
+                                   const Rows& r) {
+    const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
+    for (int j = 0; j < kTile; ++j)
+#pragma unroll
+        for (int x = 0; x < kR; ++x) {
+            const int row = ty + kSide * x;
+            const float weight =
+                kTransposed ? w[j * scoreLd<kTile>() + row] : w[row * scoreLd<kTile>() + j];
+#pragma unroll
+            for (int c = 0; c < kCols; ++c) {
+                const int d = tx + kSide * c;
+                if (d < r.hs)
+                    acc[x][c] = fmaf(weight, load(tile, std::size_t(j * r.ld + d)), acc[x][c]);
+            }
+        }
 }
 
 // Whether query q0 + i may look at key k0 + j: causal, and the query inside the sequence.
@@ -107,9 +182,10 @@ __device__ bool visible(int q0, int i, int k0, int j, int T) {
 // score and the reciprocal of the sum of exp(score - maximum), into rowMax and rowInv. Ks and S
 // are scratch tiles. Every caller runs this same code, so the statistics are the same bits.
 template <int kTile, typename In>
-__device__ void softmaxStatistics(float* rowMax, float* rowInv, const float* Qs, float* Ks,
-                                  float* S, const In* qkv, const Rows& r, std::size_t bh, int qt) {
+__device__ void softmaxStatistics(float* rowMax, float* rowInv, const In* Qs, In* Ks, float* S,
+                                  const In* qkv, const Rows& r, std::size_t bh, int qt) {
     constexpr int kR = kTile / kSide, kLanes = kThreads / kTile, kEach = kTile / kLanes;
+    constexpr int ld = scoreLd<kTile>();
     const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
     const int row = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
     const int q0 = qt * kTile;
@@ -119,13 +195,13 @@ __device__ void softmaxStatistics(float* rowMax, float* rowInv, const float* Qs,
         loadTile<kTile>(Ks, qkv, keys(r), r, bh, kt * kTile);
         __syncthreads();
         float acc[kR][kR];
-        rowProducts<kR>(acc, Qs, Ks, r);
+        rowProducts<kR, kTile>(acc, Qs, Ks, S, r);
 #pragma unroll
         for (int x = 0; x < kR; ++x)
 #pragma unroll
             for (int y = 0; y < kR; ++y) {
                 const int i = ty + kSide * x, j = tx + kSide * y;
-                S[i * (kTile + 1) + j] =
+                S[i * ld + j] =
                     visible(q0, i, kt * kTile, j, r.T) ? __fmul_rn(acc[x][y], r.scale) : -INFINITY;
             }
         __syncthreads();
@@ -133,14 +209,14 @@ __device__ void softmaxStatistics(float* rowMax, float* rowInv, const float* Qs,
         // same bits (float addition and fmaxf commute).
         float tileMax = -INFINITY;
         for (int e = 0; e < kEach; ++e)
-            tileMax = fmaxf(tileMax, S[row * (kTile + 1) + lane * kEach + e]);
+            tileMax = fmaxf(tileMax, S[row * ld + lane * kEach + e]);
         for (int m = 1; m < kLanes; m *= 2)
             tileMax = fmaxf(tileMax, __shfl_xor_sync(0xffffffffu, tileMax, m));
         const float newMax = fmaxf(runMax, tileMax);
         float tileSum = 0.0f;
         if (newMax > -INFINITY)
             for (int e = 0; e < kEach; ++e)
-                tileSum += expf(S[row * (kTile + 1) + lane * kEach + e] - newMax);
+                tileSum += expf(S[row * ld + lane * kEach + e] - newMax);
         for (int m = 1; m < kLanes; m *= 2)
             tileSum += __shfl_xor_sync(0xffffffffu, tileSum, m);
         runSum = (runMax > -INFINITY ? runSum * expf(runMax - newMax) : 0.0f) + tileSum;
@@ -159,15 +235,15 @@ __device__ float probability(float score, float rowMax, float rowInv) {
 }
 
 // p[a][b] for query tile qt and key tile kt: read back from probs, or from the scores of Qs and
-// Ks with the rows' statistics; zero where the query may not look.
-template <int kR, int kTile, typename P>
-__device__ void probabilityTile(float (&p)[kR][kR], const P* probs, const float* Qs,
-                                const float* Ks, const float* rowMax, const float* rowInv,
+// Ks with the rows' statistics; zero where the query may not look. Every thread calls it.
+template <int kR, int kTile, typename P, typename In>
+__device__ void probabilityTile(float (&p)[kR][kR], const P* probs, const In* Qs, const In* Ks,
+                                float* scratch, const float* rowMax, const float* rowInv,
                                 const Rows& r, std::size_t bh, int qt, int kt) {
     const int ty = threadIdx.x / kSide, tx = threadIdx.x % kSide;
     const int q0 = qt * kTile, k0 = kt * kTile;
     if (!probs)
-        rowProducts<kR>(p, Qs, Ks, r);
+        rowProducts<kR, kTile>(p, Qs, Ks, scratch, r);
 #pragma unroll
     for (int x = 0; x < kR; ++x)
 #pragma unroll
@@ -182,21 +258,25 @@ __device__ void probabilityTile(float (&p)[kR][kR], const P* probs, const float*
         }
 }
 
-// Shared memory of each kernel, in floats.
-template <int kTile> std::size_t tileFloats(int ld) {
-    return std::size_t(kTile) * std::size_t(ld);
+// A kernel's dynamic shared memory, carved into pieces that each start on 128 bytes (the tensor
+// cores' loads and stores want 32); the host sizes it with the same sums.
+__host__ __device__ constexpr std::size_t carved(std::size_t bytes) {
+    return (bytes + 127) / 128 * 128;
 }
-template <int kTile> __host__ __device__ constexpr std::size_t scoreFloats() {
-    return std::size_t(kTile) * (kTile + 1);
-}
-template <int kTile> std::size_t forwardFloats(int ld) {
-    return 3 * tileFloats<kTile>(ld) + scoreFloats<kTile>() + 2 * kTile;
-}
-template <int kTile> std::size_t queryPassFloats(int ld) {
-    return 4 * tileFloats<kTile>(ld) + scoreFloats<kTile>() + 3 * kTile;
-}
-template <int kTile> std::size_t keyPassFloats(int ld) {
-    return 4 * tileFloats<kTile>(ld) + 2 * scoreFloats<kTile>() + 3 * kTile;
+struct Carver {
+    unsigned char* next;
+    template <typename T> __device__ T* take(std::size_t count) {
+        T* piece = reinterpret_cast<T*>(next);
+        next += carved(count * sizeof(T));
+        return piece;
+    }
+};
+// Tiles of rows, score tiles and per-row arrays of one kernel, in bytes.
+template <int kTile, typename In>
+std::size_t sharedBytes(const Rows& r, int tiles, int scoreTiles, int rowArrays) {
+    return std::size_t(tiles) * carved(std::size_t(kTile) * std::size_t(r.ld) * sizeof(In)) +
+           std::size_t(scoreTiles) * carved(std::size_t(kTile) * scoreLd<kTile>() * sizeof(float)) +
+           std::size_t(rowArrays) * carved(std::size_t(kTile) * sizeof(float));
 }
 
 // Blocks take the heaviest query tiles (the last, which meet every key) first.
@@ -204,13 +284,16 @@ __device__ int heavyFirst(int blockTile, int tiles) {
     return tiles - 1 - blockTile;
 }
 
+// Shared: Q, K, V tiles, a score tile, two row arrays.
 template <int kTile, int kCols, typename In, typename P>
 __global__ void attentionForwardKernel(In* out, P* probs, const In* qkv, Rows r) {
     constexpr int kR = kTile / kSide;
-    extern __shared__ float shared[];
+    extern __shared__ __align__(128) unsigned char shared[];
+    Carver carve{shared};
     const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
-    float *Qs = shared, *Ks = Qs + tile, *Vs = Ks + tile, *S = Vs + tile;
-    float *rowMax = S + scoreFloats<kTile>(), *rowInv = rowMax + kTile;
+    In *Qs = carve.take<In>(tile), *Ks = carve.take<In>(tile), *Vs = carve.take<In>(tile);
+    float* S = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
+    float *rowMax = carve.take<float>(kTile), *rowInv = carve.take<float>(kTile);
     const int tiles = (r.T + kTile - 1) / kTile;
     const std::size_t bh = blockIdx.x / unsigned(tiles);
     const int qt = heavyFirst(int(blockIdx.x % unsigned(tiles)), tiles), q0 = qt * kTile;
@@ -226,29 +309,19 @@ __global__ void attentionForwardKernel(In* out, P* probs, const In* qkv, Rows r)
         loadTile<kTile>(Vs, qkv, values(r), r, bh, kt * kTile);
         __syncthreads();
         float p[kR][kR];
-        probabilityTile<kR, kTile>(p, static_cast<const P*>(nullptr), Qs, Ks, rowMax, rowInv, r, bh,
-                                   qt, kt);
+        probabilityTile<kR, kTile>(p, static_cast<const P*>(nullptr), Qs, Ks, S, rowMax, rowInv, r,
+                                   bh, qt, kt);
 #pragma unroll
         for (int x = 0; x < kR; ++x)
 #pragma unroll
             for (int y = 0; y < kR; ++y) {
                 const int i = ty + kSide * x, j = tx + kSide * y;
-                S[i * (kTile + 1) + j] = p[x][y];
+                S[i * scoreLd<kTile>() + j] = p[x][y];
                 if (probs && q0 + i < r.T && kt * kTile + j < r.T)
                     store(probs, r.prob(bh, q0 + i, kt * kTile + j), p[x][y]);
             }
         __syncthreads();
-        for (int j = 0; j < kTile; ++j)
-#pragma unroll
-            for (int x = 0; x < kR; ++x) {
-                const float pj = S[(ty + kSide * x) * (kTile + 1) + j];
-#pragma unroll
-                for (int c = 0; c < kCols; ++c) {
-                    const int d = tx + kSide * c;
-                    if (d < r.hs)
-                        o[x][c] = fmaf(pj, Vs[j * r.ld + d], o[x][c]);
-                }
-            }
+        accumulateProducts<kR, kCols, kTile, false>(o, S, Vs, r);
     }
     if (probs) // the keys after the diagonal tile: never looked at
         for (int e = threadIdx.x, rest = kTile * (tiles - 1 - qt); e < kTile * rest;
@@ -257,28 +330,26 @@ __global__ void attentionForwardKernel(In* out, P* probs, const In* qkv, Rows r)
             if (q0 + i < r.T && j < r.T)
                 store(probs, r.prob(bh, q0 + i, j), 0.0f);
         }
-#pragma unroll
-    for (int x = 0; x < kR; ++x)
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-            const int i = ty + kSide * x, d = tx + kSide * c;
-            if (q0 + i < r.T && d < r.hs)
-                store(out, r.at(bh, q0 + i, r.C) + std::size_t(d), o[x][c]);
-        }
+    storeTile(out, o, outputs(r), r, bh, q0);
 }
 
 struct RowStats {
     float *max, *inv, *dot; // per query row: softmax maximum, reciprocal sum, rowsum(P dP)
 };
 
+// Shared: Q, dO, K, V tiles, a score tile, three row arrays.
 template <int kTile, int kCols, typename In, typename P>
 __global__ void attentionQueryPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs,
                                          RowStats stats, Rows r) {
     constexpr int kR = kTile / kSide;
-    extern __shared__ float shared[];
+    extern __shared__ __align__(128) unsigned char shared[];
+    Carver carve{shared};
     const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
-    float *Qs = shared, *dOs = Qs + tile, *Ks = dOs + tile, *Vs = Ks + tile, *S = Vs + tile;
-    float *rowMax = S + scoreFloats<kTile>(), *rowInv = rowMax + kTile, *rowDot = rowInv + kTile;
+    In *Qs = carve.take<In>(tile), *dOs = carve.take<In>(tile);
+    In *Ks = carve.take<In>(tile), *Vs = carve.take<In>(tile);
+    float* S = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
+    float *rowMax = carve.take<float>(kTile), *rowInv = carve.take<float>(kTile),
+          *rowDot = carve.take<float>(kTile);
     const int tiles = (r.T + kTile - 1) / kTile;
     const std::size_t bh = blockIdx.x / unsigned(tiles);
     const int qt = heavyFirst(int(blockIdx.x % unsigned(tiles)), tiles), q0 = qt * kTile;
@@ -304,8 +375,8 @@ __global__ void attentionQueryPassKernel(In* dqkv, const In* dout, const In* qkv
         loadTile<kTile>(Vs, qkv, values(r), r, bh, kt * kTile);
         __syncthreads();
         float p[kR][kR], dP[kR][kR];
-        probabilityTile<kR, kTile>(p, probs, Qs, Ks, rowMax, rowInv, r, bh, qt, kt);
-        rowProducts<kR>(dP, dOs, Vs, r);
+        probabilityTile<kR, kTile>(p, probs, Qs, Ks, S, rowMax, rowInv, r, bh, qt, kt);
+        rowProducts<kR, kTile>(dP, dOs, Vs, S, r);
 #pragma unroll
         for (int x = 0; x < kR; ++x) {
             float part = 0.0f;
@@ -333,47 +404,35 @@ __global__ void attentionQueryPassKernel(In* dqkv, const In* dout, const In* qkv
         loadTile<kTile>(Vs, qkv, values(r), r, bh, kt * kTile);
         __syncthreads();
         float p[kR][kR], dP[kR][kR];
-        probabilityTile<kR, kTile>(p, probs, Qs, Ks, rowMax, rowInv, r, bh, qt, kt);
-        rowProducts<kR>(dP, dOs, Vs, r);
+        probabilityTile<kR, kTile>(p, probs, Qs, Ks, S, rowMax, rowInv, r, bh, qt, kt);
+        rowProducts<kR, kTile>(dP, dOs, Vs, S, r);
 #pragma unroll
         for (int x = 0; x < kR; ++x)
 #pragma unroll
             for (int y = 0; y < kR; ++y) {
                 const int i = ty + kSide * x, j = tx + kSide * y;
-                S[i * (kTile + 1) + j] = __fmul_rn(p[x][y] * (dP[x][y] - rowDot[i]), r.scale);
+                S[i * scoreLd<kTile>() + j] = __fmul_rn(p[x][y] * (dP[x][y] - rowDot[i]), r.scale);
             }
         __syncthreads();
-        for (int j = 0; j < kTile; ++j)
-#pragma unroll
-            for (int x = 0; x < kR; ++x) {
-                const float dS = S[(ty + kSide * x) * (kTile + 1) + j];
-#pragma unroll
-                for (int c = 0; c < kCols; ++c) {
-                    const int d = tx + kSide * c;
-                    if (d < r.hs)
-                        dq[x][c] = fmaf(dS, Ks[j * r.ld + d], dq[x][c]);
-                }
-            }
+        accumulateProducts<kR, kCols, kTile, false>(dq, S, Ks, r);
     }
-#pragma unroll
-    for (int x = 0; x < kR; ++x)
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-            const int i = ty + kSide * x, d = tx + kSide * c;
-            if (q0 + i < r.T && d < r.hs)
-                store(dqkv, r.at(bh, q0 + i, 3 * r.C) + std::size_t(d), dq[x][c]);
-        }
+    storeTile(dqkv, dq, queries(r), r, bh, q0);
 }
 
+// Shared: K, V, Q, dO tiles, two score tiles, three row arrays.
 template <int kTile, int kCols, typename In, typename P>
 __global__ void attentionKeyPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs,
                                        RowStats stats, Rows r) {
     constexpr int kR = kTile / kSide;
-    extern __shared__ float shared[];
+    extern __shared__ __align__(128) unsigned char shared[];
+    Carver carve{shared};
     const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
-    float *Ks = shared, *Vs = Ks + tile, *Qs = Vs + tile, *dOs = Qs + tile, *Ps = dOs + tile;
-    float *dSs = Ps + scoreFloats<kTile>(), *rowMax = dSs + scoreFloats<kTile>();
-    float *rowInv = rowMax + kTile, *rowDot = rowInv + kTile;
+    In *Ks = carve.take<In>(tile), *Vs = carve.take<In>(tile);
+    In *Qs = carve.take<In>(tile), *dOs = carve.take<In>(tile);
+    float* Ps = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
+    float* dSs = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
+    float *rowMax = carve.take<float>(kTile), *rowInv = carve.take<float>(kTile),
+          *rowDot = carve.take<float>(kTile);
     const int tiles = (r.T + kTile - 1) / kTile;
     const std::size_t bh = blockIdx.x / unsigned(tiles);
     // The first key tiles meet every query tile: they go first.
@@ -397,48 +456,29 @@ __global__ void attentionKeyPassKernel(In* dqkv, const In* dout, const In* qkv, 
         }
         __syncthreads();
         float p[kR][kR], dP[kR][kR];
-        probabilityTile<kR, kTile>(p, probs, Qs, Ks, rowMax, rowInv, r, bh, qt, kt);
-        rowProducts<kR>(dP, dOs, Vs, r);
+        probabilityTile<kR, kTile>(p, probs, Qs, Ks, Ps, rowMax, rowInv, r, bh, qt, kt);
+        rowProducts<kR, kTile>(dP, dOs, Vs, Ps, r);
 #pragma unroll
         for (int x = 0; x < kR; ++x)
 #pragma unroll
             for (int y = 0; y < kR; ++y) {
                 const int i = ty + kSide * x, j = tx + kSide * y;
-                Ps[i * (kTile + 1) + j] = p[x][y];
-                dSs[i * (kTile + 1) + j] = __fmul_rn(p[x][y] * (dP[x][y] - rowDot[i]), r.scale);
+                Ps[i * scoreLd<kTile>() + j] = p[x][y];
+                dSs[i * scoreLd<kTile>() + j] =
+                    __fmul_rn(p[x][y] * (dP[x][y] - rowDot[i]), r.scale);
             }
         __syncthreads();
-        // This thread's keys are now rows ty + 16x: dk += dS^T Q, dv += P^T dO, queries ascending.
-        for (int i = 0; i < kTile; ++i)
-#pragma unroll
-            for (int x = 0; x < kR; ++x) {
-                const int j = ty + kSide * x;
-                const float pij = Ps[i * (kTile + 1) + j], dSij = dSs[i * (kTile + 1) + j];
-#pragma unroll
-                for (int c = 0; c < kCols; ++c) {
-                    const int d = tx + kSide * c;
-                    if (d < r.hs) {
-                        dk[x][c] = fmaf(dSij, Qs[i * r.ld + d], dk[x][c]);
-                        dv[x][c] = fmaf(pij, dOs[i * r.ld + d], dv[x][c]);
-                    }
-                }
-            }
+        // This thread's keys are the rows ty + 16x of dk and dv, queries ascending.
+        accumulateProducts<kR, kCols, kTile, true>(dk, dSs, Qs, r);
+        accumulateProducts<kR, kCols, kTile, true>(dv, Ps, dOs, r);
     }
-#pragma unroll
-    for (int x = 0; x < kR; ++x)
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-            const int j = ty + kSide * x, d = tx + kSide * c;
-            if (k0 + j < r.T && d < r.hs) {
-                store(dqkv, r.at(bh, k0 + j, 3 * r.C) + std::size_t(r.C + d), dk[x][c]);
-                store(dqkv, r.at(bh, k0 + j, 3 * r.C) + std::size_t(2 * r.C + d), dv[x][c]);
-            }
-        }
+    storeTile(dqkv, dk, keys(r), r, bh, k0);
+    storeTile(dqkv, dv, values(r), r, bh, k0);
 }
 
 constexpr int kMostChannels = 256;
 
-Rows rowsOf(int T, int C, int NH) {
+Rows rowsOf(int T, int C, int NH, bool tensorCores) {
     if (NH <= 0 || C % NH != 0)
         throw std::logic_error("attention: " + std::to_string(C) + " channels do not split into " +
                                std::to_string(NH) + " heads");
@@ -447,7 +487,11 @@ Rows rowsOf(int T, int C, int NH) {
         throw std::runtime_error("attention: heads of " + std::to_string(hs) +
                                  " channels; the CUDA kernels take at most " +
                                  std::to_string(kMostChannels) + " per head");
-    return {T, C, NH, hs, hs % 2 == 0 ? hs + 1 : hs, 1.0f / std::sqrt(float(hs))};
+    // bf16 tiles: channels padded to the tensor cores' 16, rows 8 more (16 bytes, as their
+    // loads want, and off the banks' period); fp32 tiles: rows of an odd stride.
+    const int hsPad = tensorCores ? (hs + 15) / 16 * 16 : hs;
+    const int ld = tensorCores ? hsPad + 8 : (hs % 2 == 0 ? hs + 1 : hs);
+    return {T, C, NH, hs, hsPad, ld, 1.0f / std::sqrt(float(hs))};
 }
 
 // Lets `kernel` use `bytes` of dynamic shared memory, or says why it cannot.
@@ -502,7 +546,7 @@ void attentionForward(kernels::Ptr out, kernels::Ptr probs, kernels::ConstPtr qk
     if (B <= 0 || T <= 0 || C <= 0)
         return;
     sameType(out.type, qkv.type, "out and qkv");
-    const Rows r = rowsOf(T, C, NH);
+    const Rows r = rowsOf(T, C, NH, qkv.type == kernels::DType::BF16);
     withElements(qkv, [&](const auto* x) {
         using In = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
         withProbs<In>(kernels::ConstPtr(probs), [&](const auto* typedProbs) {
@@ -510,7 +554,7 @@ void attentionForward(kernels::Ptr out, kernels::Ptr probs, kernels::ConstPtr qk
             withTiles(r.hs, [&](auto tile, auto cols) {
                 constexpr int kTile = decltype(tile)::value, kCols = decltype(cols)::value;
                 const auto kernel = attentionForwardKernel<kTile, kCols, In, P>;
-                const std::size_t bytes = forwardFloats<kTile>(r.ld) * sizeof(float);
+                const std::size_t bytes = sharedBytes<kTile, In>(r, 3, 1, 2);
                 allowSharedMemory(kernel, bytes, r.hs);
                 kernel<<<blocksOf(B, NH, T, kTile), kThreads, bytes, streamOf(stream)>>>(
                     static_cast<In*>(out.data), const_cast<P*>(typedProbs), x, r);
@@ -527,7 +571,7 @@ void attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dout, kernels::Const
         return;
     sameType(dqkv.type, qkv.type, "dqkv and qkv");
     sameType(dout.type, qkv.type, "dout and qkv");
-    const Rows r = rowsOf(T, C, NH);
+    const Rows r = rowsOf(T, C, NH, qkv.type == kernels::DType::BF16);
     const std::size_t rowCount = std::size_t(B) * std::size_t(NH) * std::size_t(T);
     const RowStats stats{workspace, workspace + rowCount, workspace + 2 * rowCount};
     withElements(qkv, [&](const auto* x) {
@@ -540,8 +584,8 @@ void attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dout, kernels::Const
                 constexpr int kTile = decltype(tile)::value, kCols = decltype(cols)::value;
                 const auto queryPass = attentionQueryPassKernel<kTile, kCols, In, P>;
                 const auto keyPass = attentionKeyPassKernel<kTile, kCols, In, P>;
-                const std::size_t queryBytes = queryPassFloats<kTile>(r.ld) * sizeof(float);
-                const std::size_t keyBytes = keyPassFloats<kTile>(r.ld) * sizeof(float);
+                const std::size_t queryBytes = sharedBytes<kTile, In>(r, 4, 1, 3);
+                const std::size_t keyBytes = sharedBytes<kTile, In>(r, 4, 2, 3);
                 allowSharedMemory(queryPass, queryBytes, r.hs);
                 allowSharedMemory(keyPass, keyBytes, r.hs);
                 const unsigned blocks = blocksOf(B, NH, T, kTile);

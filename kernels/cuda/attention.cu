@@ -21,6 +21,7 @@
 #include "device_elements.cuh"
 
 #include <cmath>
+#include <cstdint>
 #include <mma.h>
 #include <string>
 #include <type_traits>
@@ -34,6 +35,9 @@ using namespace detail;
 constexpr int kSide = 16; // threads per side of the 16 x 16 block
 static_assert(kSide * kSide == kThreads, "the tiles assume a block of 256 threads");
 constexpr int kWarps = kThreads / 32;
+// Registers capped for two blocks per multiprocessor: at one (the query pass took 138 registers a
+// thread for GPT-2's heads) a block's barriers leave the multiprocessor idle.
+constexpr int kBlocksPerSm = 2;
 
 // A score tile's row stride in floats: a multiple of 4, as the tensor cores' stores want.
 template <int kTile> __host__ __device__ constexpr int scoreLd() {
@@ -46,6 +50,7 @@ struct Rows {
     int hsPad;   // channels a tile row holds: hs, rounded up to 16 for the tensor cores (zeros)
     int ld;      // a tile row's stride in shared memory (elements)
     float scale; // 1 / sqrt(hs)
+    bool wide;   // bf16 rows read 16 bytes at a time (every row's channels start on 16 bytes)
     // Element offset of head h of position t of batch b in a [B,T,width] tensor.
     __device__ std::size_t at(std::size_t bh, int t, int width) const {
         const std::size_t b = bh / std::size_t(NH), h = bh % std::size_t(NH);
@@ -76,6 +81,19 @@ __device__ Part outputs(const Rows& r) {
 // dst[i][d] = rows t0 + i of `part`; rows past the sequence and channels past hs read as zeros.
 template <int kTile, typename In>
 __device__ void loadTile(In* dst, const In* src, Part part, const Rows& r, std::size_t bh, int t0) {
+    if constexpr (std::is_same_v<In, bf16>)
+        if (r.wide) { // 8 channels a load: a tile row's stride and padding are multiples of 8
+            const int pieces = r.hsPad / 8;
+            for (int e = threadIdx.x; e < kTile * pieces; e += kThreads) {
+                const int i = e / pieces, d = e % pieces * 8, t = t0 + i;
+                uint4 v = make_uint4(0, 0, 0, 0);
+                if (t < r.T && d < r.hs)
+                    v = *reinterpret_cast<const uint4*>(src + r.at(bh, t, part.width) +
+                                                        std::size_t(part.offset + d));
+                *reinterpret_cast<uint4*>(dst + i * r.ld + d) = v;
+            }
+            return;
+        }
     for (int e = threadIdx.x; e < kTile * r.hsPad; e += kThreads) {
         const int i = e / r.hsPad, d = e % r.hsPad, t = t0 + i;
         dst[i * r.ld + d] = t < r.T && d < r.hs
@@ -286,7 +304,8 @@ __device__ int heavyFirst(int blockTile, int tiles) {
 
 // Shared: Q, K, V tiles, a score tile, two row arrays.
 template <int kTile, int kCols, typename In, typename P>
-__global__ void attentionForwardKernel(In* out, P* probs, const In* qkv, Rows r) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    attentionForwardKernel(In* out, P* probs, const In* qkv, Rows r) {
     constexpr int kR = kTile / kSide;
     extern __shared__ __align__(128) unsigned char shared[];
     Carver carve{shared};
@@ -339,8 +358,9 @@ struct RowStats {
 
 // Shared: Q, dO, K, V tiles, a score tile, three row arrays.
 template <int kTile, int kCols, typename In, typename P>
-__global__ void attentionQueryPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs,
-                                         RowStats stats, Rows r) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    attentionQueryPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs,
+                             RowStats stats, Rows r) {
     constexpr int kR = kTile / kSide;
     extern __shared__ __align__(128) unsigned char shared[];
     Carver carve{shared};
@@ -421,8 +441,9 @@ __global__ void attentionQueryPassKernel(In* dqkv, const In* dout, const In* qkv
 
 // Shared: K, V, Q, dO tiles, two score tiles, three row arrays.
 template <int kTile, int kCols, typename In, typename P>
-__global__ void attentionKeyPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs,
-                                       RowStats stats, Rows r) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    attentionKeyPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs, RowStats stats,
+                           Rows r) {
     constexpr int kR = kTile / kSide;
     extern __shared__ __align__(128) unsigned char shared[];
     Carver carve{shared};
@@ -491,7 +512,16 @@ Rows rowsOf(int T, int C, int NH, bool tensorCores) {
     // loads want, and off the banks' period); fp32 tiles: rows of an odd stride.
     const int hsPad = tensorCores ? (hs + 15) / 16 * 16 : hs;
     const int ld = tensorCores ? hsPad + 8 : (hs % 2 == 0 ? hs + 1 : hs);
-    return {T, C, NH, hs, hsPad, ld, 1.0f / std::sqrt(float(hs))};
+    return {T, C, NH, hs, hsPad, ld, 1.0f / std::sqrt(float(hs)), false};
+}
+
+bool startsOn16(const void* p) {
+    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+// Whether every row of qkv and of the [B,T,C] tensors starts its heads' channels on 16 bytes.
+bool wideRows(const Rows& r, kernels::ConstPtr qkv, kernels::ConstPtr rows) {
+    return qkv.type == kernels::DType::BF16 && r.hs % 8 == 0 && r.C % 8 == 0 &&
+           startsOn16(qkv.data) && startsOn16(rows.data);
 }
 
 // Lets `kernel` use `bytes` of dynamic shared memory, or says why it cannot.
@@ -546,7 +576,8 @@ void attentionForward(kernels::Ptr out, kernels::Ptr probs, kernels::ConstPtr qk
     if (B <= 0 || T <= 0 || C <= 0)
         return;
     sameType(out.type, qkv.type, "out and qkv");
-    const Rows r = rowsOf(T, C, NH, qkv.type == kernels::DType::BF16);
+    Rows r = rowsOf(T, C, NH, qkv.type == kernels::DType::BF16);
+    r.wide = wideRows(r, qkv, kernels::ConstPtr(out));
     withElements(qkv, [&](const auto* x) {
         using In = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
         withProbs<In>(kernels::ConstPtr(probs), [&](const auto* typedProbs) {
@@ -571,7 +602,8 @@ void attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dout, kernels::Const
         return;
     sameType(dqkv.type, qkv.type, "dqkv and qkv");
     sameType(dout.type, qkv.type, "dout and qkv");
-    const Rows r = rowsOf(T, C, NH, qkv.type == kernels::DType::BF16);
+    Rows r = rowsOf(T, C, NH, qkv.type == kernels::DType::BF16);
+    r.wide = wideRows(r, qkv, dout) && startsOn16(dqkv.data);
     const std::size_t rowCount = std::size_t(B) * std::size_t(NH) * std::size_t(T);
     const RowStats stats{workspace, workspace + rowCount, workspace + 2 * rowCount};
     withElements(qkv, [&](const auto* x) {

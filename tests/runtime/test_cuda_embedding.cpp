@@ -5,6 +5,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/embedding.h"
 
+#include <climits>
 #include <cstdint>
 #include <gtest/gtest.h>
 #include <random>
@@ -16,15 +17,16 @@ namespace {
 using kernels::DType;
 using namespace testing;
 
-constexpr int B = 3, T = 5, C = 33, V = 11;
+// A table over five of the token gradient's blocks of 64 rows, the last partly filled.
+constexpr int B = 3, T = 5, C = 33, V = 300;
 
 TEST(CudaEmbedding, WholeAndVocabularyShardsMatchTheCpu) {
     SKIP_WITHOUT_GPU();
     auto cpu = kernels::makeCpuOps(1);
     std::vector<std::int32_t> tokens(B * T);
     std::mt19937 gen(9);
-    for (std::int32_t& t : tokens) // repeats, so rows sharing a token are summed
-        t = std::int32_t(gen() % V);
+    for (std::int32_t& t : tokens) // repeats, so rows sharing a token are summed, in every block
+        t = std::int32_t((gen() % 5) * 67);
     cuda::DeviceArray deviceTokens(tokens.size() * sizeof(std::int32_t));
     deviceTokens.upload(tokens.data(), tokens.size() * sizeof(std::int32_t));
     const auto* onGpu = static_cast<const std::int32_t*>(deviceTokens.data());
@@ -46,14 +48,16 @@ TEST(CudaEmbedding, WholeAndVocabularyShardsMatchTheCpu) {
                 dwpe(act, randomValues(std::size_t(T) * C, 5));
             cpu->embeddingBackwardAccumulate(dwte.cpu(), dwpe.cpu(), dout.cpu(), tokens.data(), B,
                                              T, C);
-            cuda::embeddingBackwardAccumulate(dwte.gpu(), 0, V, dwpe.gpu(), dout.gpu(), onGpu, B, T,
-                                              C, nullptr);
+            // The whole table as CudaOps passes it: a count it does not know, INT_MAX.
+            cuda::embeddingBackwardAccumulate(dwte.gpu(), 0, INT_MAX, dwpe.gpu(), dout.gpu(), onGpu,
+                                              B, T, C, nullptr);
             expectClose(dwte, "token gradient, " + what);
             expectClose(dwpe, "position gradient, " + what);
 
-            // Rows 4-7 of the table on this rank: the other tokens give zero rows and no
-            // gradient; one rank of the group adds the positions.
-            constexpr int start = 4, count = 4;
+            // Rows 60-139 of the table on this rank (tokens 67 and 134, in two blocks): the
+            // other tokens give zero rows and no gradient; one rank of the group adds the
+            // positions.
+            constexpr int start = 60, count = 80;
             Tensor shard(table, randomValues(std::size_t(count) * C, 6));
             for (const bool positions : {true, false}) {
                 const kernels::ConstPtr cpuPositions =

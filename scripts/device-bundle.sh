@@ -6,9 +6,10 @@
 #
 #   scripts/device-bundle.sh [BUILD_DIR] [OUT_DIR]      (defaults: build/dev, .device-bundle)
 #
-# It leaves OUT_DIR and OUT_DIR.tar.xz (about 10 MB: the folder is about 70 MB, most of it
+# It leaves OUT_DIR and OUT_DIR.tar.xz (about 17 MB: the folder is about 70 MB, most of it
 # OpenBLAS, over the device tool's 64 MiB carry limit). On the GPU machine, from the repository
-# root: tar -xJf .device-bundle.tar.xz && .device-bundle/run.sh [regex of test programs]. It
+# root: tar -xJf .device-bundle.tar.xz && .device-bundle/run.sh [regex of test programs] (or
+# scripts/gpu-check.sh, which also trains, profiles and benchmarks). It
 # runs every single-process gpu test program and prints what each says; the engine in
 # OUT_DIR/bin finds its plugin in OUT_DIR/lib/shardscope (for bench/engine/gpu_vs_torch.py).
 # Layouts across ranks (test_cuda_layouts) need mpirun, which the bundle does not carry.

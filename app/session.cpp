@@ -7,6 +7,7 @@
 #include "save_file.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 namespace shardscope {
@@ -261,6 +262,8 @@ nlohmann::json sessionToJson(const Session& s) {
                         {"inter_latency_us", c.links.interLatency / 1e-6}};
     j["launch"] = launchJson(s.launch);
     j["page"] = s.page;
+    if (s.assumedMfu > 0)
+        j["assumed_mfu"] = s.assumedMfu;
     return j;
 }
 
@@ -292,6 +295,14 @@ Session sessionFromJson(const nlohmann::json& j) {
         s.launch = readLaunch(j["launch"]);
     if (j.contains("page"))
         s.page = readPart<std::string>(j, "page");
+    if (j.contains("assumed_mfu")) {
+        const double mfu = readPart<double>(j, "assumed_mfu");
+        if (!std::isfinite(mfu) || mfu < 0 || mfu > 1)
+            throw InputError("session: \"assumed_mfu\" must be a fraction from 0 to 1 (0: the "
+                             "modelled MFU), not " +
+                             std::to_string(mfu));
+        s.assumedMfu = mfu;
+    }
     return s;
 }
 

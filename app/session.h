@@ -93,8 +93,14 @@ struct Session {
     CollectivesLesson collectives;
     LaunchSettings launch;
     std::string page = "memory"; // the page shown when the session was saved
+    // The Explorer's "Assume MFU" what-if (Assumptions::assumedMfu): 0 for the modelled MFU.
+    double assumedMfu = 0;
 
-    PlanInputs planInputs() const { return {model, cluster, parallel, train, Assumptions{}}; }
+    PlanInputs planInputs() const {
+        Assumptions assume;
+        assume.assumedMfu = assumedMfu;
+        return {model, cluster, parallel, train, assume};
+    }
 };
 
 // Keep layout and cluster consistent after an edit. The Explorer treats the cluster as given and

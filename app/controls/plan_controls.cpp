@@ -5,6 +5,7 @@
 #include "plan/formulas.h"
 
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QSpinBox>
 
 namespace shardscope {
@@ -349,6 +350,14 @@ void addTrainingControls(SessionForm& form, bool withTokens) {
         "tokens", "Tokens to train", "D in 6ND: the tokens the run trains on, in billions", 0, 1e7,
         0, " B tokens", [](const Session& s) { return s.train.trainTokens / 1e9; },
         [](Session& s, double v) { s.train.trainTokens = v * 1e9; });
+    QDoubleSpinBox* mfu = form.addDouble(
+        "assume-mfu", "Assume MFU",
+        "What if the run reached this MFU? Step time, time, GPU-hours and cost to train then "
+        "come from model FLOPs / (GPUs x peak x MFU), as back-of-the-envelope estimates make "
+        "them; \"modelled\" keeps the step model's own",
+        0, 100, 1, " %", [](const Session& s) { return s.assumedMfu * 100; },
+        [](Session& s, double v) { s.assumedMfu = v / 100; });
+    mfu->setSpecialValueText("modelled");
 }
 
 } // namespace shardscope

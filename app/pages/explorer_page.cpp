@@ -350,12 +350,15 @@ void ExplorerPage::refresh() {
                ". Try ZeRO, recompute, more TP or PP, or the Search tab.";
         level = VerdictLevel::Bad;
     } else {
-        text = QString("%1 tokens/s, %2 per GPU, <b>MFU %3</b>; step %4, bubble %5. %6 of %7 "
-                       "per GPU.")
-                   .arg(qs(formatCount(e.tokensPerSecond)), qs(formatRate(e.tflopsPerGpu)),
-                        qs(formatPercent(e.mfu)), qs(formatSeconds(e.stepTime)),
-                        qs(formatPercent(e.bubbleFraction)), qs(formatBytes(e.memory.total())),
-                        qs(formatBytes(e.capacity)));
+        const QString mfu =
+            e.mfuAssumed ? QString("<b>MFU %1 assumed</b> (modelled: %2, step %3)")
+                               .arg(qs(formatPercent(e.mfu)), qs(formatPercent(e.modelledMfu)),
+                                    qs(formatSeconds(e.modelledStepTime)))
+                         : QString("<b>MFU %1</b>").arg(qs(formatPercent(e.mfu)));
+        text = QString("%1 tokens/s, %2 per GPU, %3; step %4, bubble %5. %6 of %7 per GPU.")
+                   .arg(qs(formatCount(e.tokensPerSecond)), qs(formatRate(e.tflopsPerGpu)), mfu,
+                        qs(formatSeconds(e.stepTime)), qs(formatPercent(e.bubbleFraction)),
+                        qs(formatBytes(e.memory.total())), qs(formatBytes(e.capacity)));
         if (e.timeToTrain > 0)
             text += QString("<br>%1 tokens in %2 of training (%3 wall time at %4 useful under "
                             "failures), %5 GPU-hours, cost %6.")
@@ -375,6 +378,7 @@ void ExplorerPage::refresh() {
 void ExplorerPage::startSearch() {
     SearchRequest request;
     request.inputs = doc_->inputs();
+    request.inputs.assume.assumedMfu = 0; // layouts rank by their modelled speed, not a what-if
     request.space.tpWithinNode = tpInNode_->isChecked();
     request.space.tryZeroBubble = zeroBubble_->isChecked();
     serial_ = worker_.start(request);

@@ -33,6 +33,11 @@ struct Assumptions {
     // Optimizer offload: gradients go down and weights come back over PCIe (Gen4 x16 per
     // direction, ~25 GB/s achieved) while the host runs Adam.
     double hostLinkBandwidth = 25e9;
+    // The what-if every back-of-the-envelope estimate makes (--mfu, the Explorer's "Assume MFU"):
+    // when above 0, the step time is the model FLOPs at this fraction of the dense peak,
+    // step = model_flops_per_step / (gpus x peak x MFU), and throughput, time, GPU-hours and
+    // cost follow from it; the modelled step and MFU are kept beside it. 0: the model's own.
+    double assumedMfu = 0;
 };
 
 } // namespace shardscope

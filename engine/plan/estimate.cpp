@@ -231,11 +231,22 @@ Estimate evaluate(const PlanInputs& in) {
                  e.optimizerTime;
 
     const double peak = cl.gpu.peak(p.precision.compute);
-    if (e.stepTime > 0) {
+    auto rates = [&] {
+        if (e.stepTime <= 0)
+            return;
         e.tokensPerSecond = e.tokensPerStep / e.stepTime;
         e.tflopsPerGpu = e.modelFlopsPerStep / e.stepTime / world;
+        e.hardwareFlopsPerGpu = e.hardwareFlopsPerStep / e.stepTime / world;
         e.mfu = peak > 0 ? e.tflopsPerGpu / peak : 0.0;
-        e.hfu = peak > 0 ? e.hardwareFlopsPerStep / e.stepTime / world / peak : 0.0;
+        e.hfu = peak > 0 ? e.hardwareFlopsPerGpu / peak : 0.0;
+    };
+    rates();
+    e.modelledStepTime = e.stepTime;
+    e.modelledMfu = e.mfu;
+    if (in.assume.assumedMfu > 0 && peak > 0 && e.modelFlopsPerStep > 0) {
+        e.mfuAssumed = true;
+        e.stepTime = e.modelFlopsPerStep / (world * peak * in.assume.assumedMfu);
+        rates();
     }
 
     // Time and cost to train, then the reliability view of the same run.
@@ -264,6 +275,8 @@ Estimate estimate(const PlanInputs& in) {
 }
 
 std::vector<StepPart> stepTimeParts(const Estimate& e) {
+    if (e.mfuAssumed) // the modelled parts add up to the modelled step, not to this one
+        return {{"At the assumed MFU", e.stepTime}};
     std::vector<StepPart> parts = {{"Compute", e.computeTime}};
     for (Axis a : {Axis::TP, Axis::CP, Axis::PP, Axis::DP})
         parts.push_back({"Exposed " + toString(a), e.axis(a).exposed});

@@ -89,9 +89,13 @@ struct Estimate {
     double stepTime = 0;
 
     double tokensPerSecond = 0;
-    double tflopsPerGpu = 0; // model FLOP/s per GPU
+    double tflopsPerGpu = 0;        // model FLOP/s per GPU
+    double hardwareFlopsPerGpu = 0; // FLOP/s per GPU including recompute
     double mfu = 0;
-    double hfu = 0;
+    double hfu = 0;              // hardware FLOPs utilization: recompute counted
+    bool mfuAssumed = false;     // Assumptions::assumedMfu set the step time
+    double modelledStepTime = 0; // the step model's own figures, kept when MFU is assumed
+    double modelledMfu = 0;
 
     double timeToTrain = 0; // seconds of training for TrainConfig::trainTokens, no failures
     double gpuHours = 0;

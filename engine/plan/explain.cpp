@@ -42,6 +42,9 @@ constexpr std::array kFigures = {
     FigureInfo{FigureId::TokensPerSecond, "throughput.tokens_per_s", "Throughput"},
     FigureInfo{FigureId::TflopsPerGpu, "throughput.tflops_per_gpu", "Model FLOP/s per GPU"},
     FigureInfo{FigureId::Mfu, "throughput.mfu", "MFU"},
+    FigureInfo{FigureId::HardwareFlopsPerGpu, "throughput.hardware_flops_per_gpu",
+               "Hardware FLOP/s per GPU"},
+    FigureInfo{FigureId::Hfu, "throughput.hfu", "HFU"},
     FigureInfo{FigureId::TimeToTrain, "train.time", "Time to train"},
     FigureInfo{FigureId::GpuHours, "train.gpu_hours", "GPU-hours"},
     FigureInfo{FigureId::Cost, "train.cost", "Cost to train"},
@@ -264,6 +267,26 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
     const ClusterSpec& cl = in.cluster;
     const int world = p.worldSize();
     const double peak = cl.gpu.peak(p.precision.compute);
+    // FLOP/s per GPU and the utilization of the peak, for model or hardware FLOPs.
+    auto perGpuRate = [&](Explanation& out, const std::string& kind, double flopsPerStep,
+                          double rate, const char* source) {
+        out.value = rate;
+        out.unit = "FLOP/s";
+        out.formula = kind + "_flops_per_step / step_time / gpus";
+        out.substituted = n(flopsPerStep) + " / " + s(e.stepTime) + " / " + std::to_string(world) +
+                          " = " + formatRate(rate);
+        out.source = source;
+    };
+    auto utilization = [&](Explanation& out, const std::string& kind, double flopsPerStep,
+                           double fraction) {
+        out.value = fraction;
+        out.unit = "fraction";
+        out.formula = kind + "_flops_per_step / (gpus x dense_peak x step_time)";
+        out.substituted = n(flopsPerStep) + " / (" + std::to_string(world) + " x " +
+                          formatRate(peak) + " x " + s(e.stepTime) +
+                          ") = " + formatPercent(fraction);
+        out.source = "Chowdhery et al. 2022 (PaLM), Appendix B";
+    };
 
     switch (id) {
     case FigureId::ParamsTotal:
@@ -390,6 +413,16 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
     case FigureId::StepTime:
         x.value = e.stepTime;
         x.unit = "s";
+        if (e.mfuAssumed) {
+            x.formula = "model_flops_per_step / (gpus x dense_peak x assumed_MFU)";
+            x.substituted = n(e.modelFlopsPerStep) + " / (" + std::to_string(world) + " x " +
+                            formatRate(peak) + " x " + formatPercent(in.assume.assumedMfu) +
+                            ") = " + s(e.stepTime) + " (the step model gives " +
+                            s(e.modelledStepTime) + ", MFU " + formatPercent(e.modelledMfu) + ")";
+            x.source = "Assumed MFU (--mfu); the definition of MFU, Chowdhery et al. 2022 (PaLM), "
+                       "Appendix B";
+            break;
+        }
         x.formula = "compute + exposed TP/CP + bubble + exposed PP + exposed DP + optimizer";
         x.substituted = s(e.computeTime) + " + " + s(e.axis(Axis::TP).exposed) + " + " +
                         s(e.axis(Axis::CP).exposed) + " + " + s(e.bubbleTime) + " + " +
@@ -406,21 +439,21 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.source = "Definition";
         break;
     case FigureId::TflopsPerGpu:
-        x.value = e.tflopsPerGpu;
-        x.unit = "FLOP/s";
-        x.formula = "model_flops_per_step / step_time / gpus";
-        x.substituted = n(e.modelFlopsPerStep) + " / " + s(e.stepTime) + " / " +
-                        std::to_string(world) + " = " + formatRate(e.tflopsPerGpu);
-        x.source = "Definition";
+        perGpuRate(x, "model", e.modelFlopsPerStep, e.tflopsPerGpu, "Definition");
         break;
     case FigureId::Mfu:
-        x.value = e.mfu;
-        x.unit = "fraction";
-        x.formula = "model_flops_per_step / (gpus x dense_peak x step_time)";
-        x.substituted = n(e.modelFlopsPerStep) + " / (" + std::to_string(world) + " x " +
-                        formatRate(peak) + " x " + s(e.stepTime) + ") = " + formatPercent(e.mfu) +
-                        " (HFU with recompute " + formatPercent(e.hfu) + ")";
-        x.source = "Chowdhery et al. 2022 (PaLM), Appendix B";
+        utilization(x, "model", e.modelFlopsPerStep, e.mfu);
+        x.substituted += e.mfuAssumed ? " (assumed with --mfu; the step model gives " +
+                                            formatPercent(e.modelledMfu) + ")"
+                                      : " (HFU with recompute " + formatPercent(e.hfu) + ")";
+        break;
+    case FigureId::HardwareFlopsPerGpu:
+        perGpuRate(x, "hardware", e.hardwareFlopsPerStep, e.hardwareFlopsPerGpu,
+                   "Chowdhery et al. 2022 (PaLM), Appendix B: hardware FLOPs count recomputation");
+        x.formula += " (recomputed forwards counted)";
+        break;
+    case FigureId::Hfu:
+        utilization(x, "hardware", e.hardwareFlopsPerStep, e.hfu);
         break;
     case FigureId::TimeToTrain:
         x.value = e.timeToTrain;

@@ -30,6 +30,8 @@ enum class FigureId {
     TokensPerSecond,
     TflopsPerGpu,
     Mfu,
+    HardwareFlopsPerGpu,
+    Hfu,
     TimeToTrain,
     GpuHours,
     Cost,

@@ -70,6 +70,27 @@ private slots:
         QVERIFY(f.value("Expected training-time fraction") < fraction);
     }
 
+    // Time to train scales as 1 / MFU (step = model FLOPs / (GPUs x peak x MFU)); the verdict
+    // says the MFU is assumed, the search still ranks by the modelled speed, and "modelled"
+    // brings the step model back.
+    void assumedMfuSetsTheTimeToTrain() {
+        Fixture f;
+        const double modelled = f.value("MFU"), time = f.value("Time to train");
+        setDouble(f.form(), "assume-mfu", 25);
+        QVERIFY(std::abs(f.value("MFU") - 0.25) < 1e-12);
+        const double expected = time * modelled / 0.25;
+        QVERIFY(std::abs(f.value("Time to train") - expected) < 1e-9 * expected);
+        QVERIFY(f.page.panel()->verdictText().contains("assumed"));
+        QVERIFY(f.value("HFU") >= f.value("MFU"));
+        double sum = 0;
+        for (const Segment& s : f.page.stepBreakdown()->segments())
+            sum += s.value;
+        QVERIFY(std::abs(sum - f.value("Step time")) < 1e-9 * sum);
+        setDouble(f.form(), "assume-mfu", 0);
+        QCOMPARE(f.value("MFU"), modelled);
+        QCOMPARE(f.value("Time to train"), time);
+    }
+
     void layoutControlsMoveBubbleAndStep() {
         Fixture f;
         const double bubble = f.value("Pipeline bubble");

@@ -178,6 +178,29 @@ TEST(Session, MalformedFilesNameTheProblem) {
     }
 }
 
+// The Explorer's "Assume MFU" what-if travels with the session and into the planner's inputs;
+// a session without it plans with the modelled MFU.
+TEST(Session, AssumedMfuRoundTripsAndIsChecked) {
+    Session s = defaultSession();
+    EXPECT_EQ(s.planInputs().assume.assumedMfu, 0);
+    EXPECT_FALSE(sessionToJson(s).contains("assumed_mfu"));
+    s.assumedMfu = 0.42;
+    const Session back = sessionFromJson(sessionToJson(s));
+    EXPECT_DOUBLE_EQ(back.assumedMfu, 0.42);
+    EXPECT_DOUBLE_EQ(back.planInputs().assume.assumedMfu, 0.42);
+    for (const nlohmann::json& bad :
+         {nlohmann::json(1.5), nlohmann::json(-0.1), nlohmann::json("forty")}) {
+        nlohmann::json j = sessionToJson(s);
+        j["assumed_mfu"] = bad;
+        try {
+            sessionFromJson(j);
+            ADD_FAILURE() << "accepted assumed_mfu " << bad.dump();
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("assumed_mfu"), std::string::npos) << e.what();
+        }
+    }
+}
+
 TEST(Session, FailedSaveKeepsThePreviousFile) {
     QTemporaryDir dir;
     const std::string path = QDir(dir.path()).filePath("keep.shardscope").toStdString();

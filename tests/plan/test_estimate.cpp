@@ -129,18 +129,67 @@ TEST(Estimate, ReliabilityFollowsYoungDaly) {
     EXPECT_LT(estimate(in).trainingFraction, e.trainingFraction);
 }
 
-TEST(Estimate, BareModelGivesModelStateOnly) {
+// A model given only as a parameter count, on nodes of 8 H100, every GPU a data-parallel rank.
+PlanInputs bareModel(double params, int nodes, int zero) {
     PlanInputs in;
-    in.model.name = "7B";
-    in.model.bareParams = 7e9;
+    in.model.name = "bare";
+    in.model.bareParams = params;
     in.model.seqLen = 4096;
-    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 1);
-    in.parallel = test::layout(8, 1, 1, 8, 3);
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, nodes);
+    in.parallel = test::layout(8 * nodes, 1, 1, 8 * nodes, zero);
+    return in;
+}
+
+TEST(Estimate, BareModelGivesModelStateOnly) {
+    PlanInputs in = bareModel(7e9, 1, 3);
     const Estimate e = estimate(in);
     EXPECT_TRUE(e.valid());
     EXPECT_NEAR(e.memory.parameters + e.memory.gradients + e.memory.optimizer, 7e9 * 18 / 8, 1);
     EXPECT_EQ(e.memory.activations, 0);
     EXPECT_DOUBLE_EQ(e.modelFlopsPerToken, 6 * 7e9);
+}
+
+// The lessons' back-of-the-envelope estimate: time = 6 N D / (GPUs x peak x MFU) (Kaplan et al.
+// 2020's 6N FLOPs per token, which is all a bare parameter count allows).
+TEST(Estimate, AnAssumedMfuGivesTheSixNdTime) {
+    PlanInputs in = bareModel(70e9, 8, 3);
+    in.cluster.gpuHourCost = 2.5;
+    in.train.trainTokens = 1e12;
+    const Estimate modelled = estimate(in);
+    in.assume.assumedMfu = 0.4;
+    const Estimate e = estimate(in);
+    ASSERT_TRUE(e.valid());
+    const double peak = in.cluster.gpu.peak(in.parallel.precision.compute);
+    const double seconds = 6 * 70e9 * 1e12 / (64 * peak * 0.4);
+    EXPECT_TRUE(e.mfuAssumed);
+    EXPECT_NEAR(e.timeToTrain, seconds, 1e-9 * seconds);
+    EXPECT_NEAR(e.gpuHours, seconds * 64 / 3600, 1e-9 * e.gpuHours);
+    EXPECT_NEAR(e.cost, 2.5 * seconds * 64 / 3600, 1e-9 * e.cost);
+    EXPECT_NEAR(e.mfu, 0.4, 1e-12);
+    EXPECT_NEAR(e.tflopsPerGpu, 0.4 * peak, 1e-9 * peak);
+    // The step model's own figures stay beside the assumed ones, and are the plain estimate's.
+    EXPECT_FALSE(modelled.mfuAssumed);
+    EXPECT_DOUBLE_EQ(e.modelledStepTime, modelled.stepTime);
+    EXPECT_DOUBLE_EQ(e.modelledMfu, modelled.mfu);
+    EXPECT_DOUBLE_EQ(e.memory.total(), modelled.memory.total());
+    // The step's parts still add up to the step.
+    double sum = 0;
+    for (const StepPart& part : stepTimeParts(e))
+        sum += part.seconds;
+    EXPECT_NEAR(sum, e.stepTime, 1e-9 * e.stepTime);
+}
+
+// Full recomputation runs the forward twice: 8N hardware FLOPs for 6N model FLOPs per token, so
+// HFU = 4/3 MFU (PaLM, Appendix B), whatever the step time.
+TEST(Estimate, FullRecomputeCountsInHardwareFlopsAndHfu) {
+    PlanInputs in = bareModel(7e9, 1, 1);
+    in.parallel.recompute = Recompute::Full;
+    for (double mfu : {0.0, 0.35}) {
+        in.assume.assumedMfu = mfu;
+        const Estimate e = estimate(in);
+        EXPECT_NEAR(e.hfu, e.mfu * 8 / 6, 1e-12) << mfu;
+        EXPECT_NEAR(e.hardwareFlopsPerGpu, e.tflopsPerGpu * 8 / 6, 1e-6 * e.tflopsPerGpu) << mfu;
+    }
 }
 
 TEST(Estimate, InvalidLayoutIsReportedNotCrashing) {

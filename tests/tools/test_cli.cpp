@@ -241,6 +241,35 @@ TEST(CliPlan, ExplainPrintsEveryFiguresFormula) {
     }
 }
 
+TEST(CliPlan, AssumedMfuSetsTheTimeAndSaysSo) {
+    // 6 N D / (GPUs x peak x MFU): 6 x 7e9 x 1e12 / (64 x 989.4e12 x 0.5) = 1.33e6 s (H100 SXM:
+    // the whitepaper's dense bf16 peak).
+    const CliResult r = run({"plan", "--params", "7e9", "--tp", "1", "--pp", "1", "--tokens",
+                             "1e12", "--mfu", "0.5", "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json s = parseOrFail(r.out).at("summary");
+    EXPECT_NEAR(s.at("time_to_train_s").get<double>(), 6 * 7e9 * 1e12 / (64 * 989.4e12 * 0.5), 1);
+    EXPECT_EQ(s.at("mfu_assumed"), true);
+    EXPECT_DOUBLE_EQ(s.at("mfu").get<double>(), 0.5);
+    for (const char* key : {"modelled_mfu", "modelled_step_time_s", "hfu",
+                            "hardware_tflops_per_gpu", "model_flops_per_token"})
+        EXPECT_GT(s.at(key).get<double>(), 0) << key;
+
+    const CliResult text = run({"plan", "--mfu", "0.4"});
+    ASSERT_EQ(text.code, 0) << text.err;
+    EXPECT_CONTAINS(text.out, "at the assumed MFU (modelled:");
+    EXPECT_CONTAINS(text.out, "40.0 % (assumed, --mfu)");
+    const CliResult why = run({"explain", "time.step", "--mfu", "0.4"});
+    ASSERT_EQ(why.code, 0) << why.err;
+    EXPECT_CONTAINS(why.out, "assumed_MFU");
+
+    for (const char* bad : {"0", "1.5", "-0.2", "nan"}) {
+        const CliResult refused = run({"plan", "--mfu", bad});
+        EXPECT_EQ(refused.code, 2) << bad;
+        EXPECT_CONTAINS(refused.err, "--mfu must be a fraction");
+    }
+}
+
 TEST(CliPlan, QuickFormWithABareParameterCount) {
     const CliResult r = run({"plan", "--params", "7e9", "--tp", "1", "--pp", "1"});
     ASSERT_EQ(r.code, 0) << r.err;

@@ -14,6 +14,8 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cmath>
+#include <optional>
 #include <sstream>
 
 namespace shardscope::cli {
@@ -29,6 +31,7 @@ struct Options {
     std::string figure;
     int topK = 10;
     bool tpWithinNode = false;
+    std::optional<double> mfu; // --mfu: the step time from an assumed MFU
 };
 
 PlanInputs buildInputs(const Options& o) {
@@ -37,6 +40,12 @@ PlanInputs buildInputs(const Options& o) {
     in.cluster = buildCluster(o.cluster);
     in.parallel = buildLayout(o.layout, in.cluster);
     in.train = buildTrain(o.layout);
+    if (o.mfu) {
+        if (!std::isfinite(*o.mfu) || *o.mfu <= 0 || *o.mfu > 1)
+            throw InputError("--mfu must be a fraction above 0 and at most 1, e.g. --mfu 0.4 for "
+                             "40%; leave it out for the modelled MFU");
+        in.assume.assumedMfu = *o.mfu;
+    }
     return in;
 }
 
@@ -229,6 +238,9 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     addLayoutFlags(*plan, o.layout);
     plan->add_flag("--json", o.json, "Machine-readable output (schema in docs/cli.md)");
     plan->add_flag("--explain", o.explainAll, "Show the formula and source of every figure");
+    const char* mfuHelp = "Assume this MFU (a fraction, e.g. 0.4) for the step time, time, "
+                          "GPU-hours and cost to train; default: the modelled MFU";
+    plan->add_option("--mfu", o.mfu, mfuHelp);
 
     auto* search = app.add_subcommand("search", "Rank every valid layout by predicted throughput");
     addModelFlags(*search, o.model);
@@ -241,6 +253,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     auto* explainCmd =
         app.add_subcommand("explain", "The formula, numbers and source of one figure");
     explainCmd->add_option("figure", o.figure, "Figure key, e.g. memory.activations")->required();
+    explainCmd->add_option("--mfu", o.mfu, mfuHelp);
     addModelFlags(*explainCmd, o.model);
     addClusterFlags(*explainCmd, o.cluster);
     addLayoutFlags(*explainCmd, o.layout);

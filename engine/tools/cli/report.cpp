@@ -67,7 +67,14 @@ nlohmann::json planJson(const PlanInputs& in, const Estimate& e) {
                     {"bubble_fraction", e.bubbleFraction},
                     {"tokens_per_second", e.tokensPerSecond},
                     {"tflops_per_gpu", e.tflopsPerGpu / 1e12},
+                    {"hardware_tflops_per_gpu", e.hardwareFlopsPerGpu / 1e12},
+                    {"model_flops_per_token", e.modelFlopsPerToken},
+                    {"hardware_flops_per_token", e.hardwareFlopsPerToken},
                     {"mfu", e.mfu},
+                    {"hfu", e.hfu},
+                    {"mfu_assumed", e.mfuAssumed},
+                    {"modelled_step_time_s", e.modelledStepTime},
+                    {"modelled_mfu", e.modelledMfu},
                     {"time_to_train_s", e.timeToTrain},
                     {"wall_time_to_train_s", e.wallTimeToTrain},
                     {"gpu_hours", e.gpuHours},
@@ -129,10 +136,17 @@ void printPlan(std::ostream& out, const PlanInputs& in, const Estimate& e, bool 
               formatSeconds(e.bubbleTime) + " (" + formatPercent(e.bubbleFraction) + ")"});
     time.add({"exposed communication", formatSeconds(e.exposedComm)});
     time.add({"optimizer step", formatSeconds(e.optimizerTime)});
-    time.add({"step time", formatSeconds(e.stepTime)});
+    if (e.mfuAssumed)
+        time.add({"step time", formatSeconds(e.stepTime) + " at the assumed MFU (modelled: " +
+                                   formatSeconds(e.modelledStepTime) + ", MFU " +
+                                   formatPercent(e.modelledMfu) + ")"});
+    else
+        time.add({"step time", formatSeconds(e.stepTime)});
     time.add({"throughput", formatNumber(e.tokensPerSecond) + " tokens/s"});
     time.add({"model FLOP/s per GPU", formatRate(e.tflopsPerGpu)});
-    time.add({"MFU", formatPercent(e.mfu)});
+    time.add({"MFU", formatPercent(e.mfu) + (e.mfuAssumed ? " (assumed, --mfu)" : "")});
+    time.add({"hardware FLOP/s per GPU", formatRate(e.hardwareFlopsPerGpu)});
+    time.add({"HFU (recompute counted)", formatPercent(e.hfu)});
     if (in.train.trainTokens > 0) {
         time.add({"time to train " + formatCount(in.train.trainTokens) + " tokens",
                   formatSeconds(e.timeToTrain)});

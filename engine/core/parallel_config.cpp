@@ -198,8 +198,11 @@ public:
 
     std::vector<Violation> run(const ClusterSpec* cluster) {
         const bool degreesOk = degrees();
-        if (cluster)
+        if (cluster) {
             worldSize(*cluster, degreesOk);
+            if (cluster->gpusPerNode >= 1 && cluster->nodes >= 1)
+                world_ = std::int64_t(cluster->gpusPerNode) * cluster->nodes;
+        }
         if (!degreesOk)
             return std::move(out_); // every remaining rule divides by a degree
         batch();
@@ -215,6 +218,26 @@ public:
 private:
     void add(std::string rule, std::string message, std::string hint) {
         out_.push_back({std::move(rule), std::move(message), std::move(hint)});
+    }
+
+    // Whether tp*pp*cp divides the cluster's GPUs (dp then takes the rest), or there is no
+    // cluster to fit: a hint that changes one degree must keep the layout on the cluster.
+    bool fitsWorld(std::int64_t tp, std::int64_t pp, std::int64_t cp) const {
+        return world_ <= 0 || world_ % product({tp, pp, cp}) == 0;
+    }
+    // The largest divisor of n, at most limit, that keeps the layout on the cluster when it
+    // replaces one degree (fits(d)); 1 always does.
+    template <typename Fits>
+    static std::int64_t largestFittingDivisor(std::int64_t n, std::int64_t limit, Fits fits) {
+        std::int64_t best = 1;
+        for (std::int64_t d : divisors(n))
+            if (d <= limit && fits(d))
+                best = d;
+        return best;
+    }
+    std::int64_t tpHint(std::int64_t n, std::int64_t limit) const {
+        return largestFittingDivisor(n, limit,
+                                     [&](std::int64_t tp) { return fitsWorld(tp, c_.pp, c_.cp); });
     }
 
     bool degrees() {
@@ -346,7 +369,7 @@ private:
             add("tp-heads",
                 "tp = " + to_string(tp) + " does not divide " + to_string(m_.heads) +
                     " attention heads",
-                "use tp = " + to_string(largestDivisorUpTo(m_.heads, tp)) + " (divisors of " +
+                "use tp = " + to_string(tpHint(m_.heads, tp)) + " (divisors of " +
                     to_string(m_.heads) + ": " + divisorList(m_.heads) + ")");
         // A tp that is a multiple of the KV heads is fine too: each KV head is replicated.
         const int kv = m_.kvHeads > 0 ? m_.kvHeads : m_.heads;
@@ -354,18 +377,17 @@ private:
             add("tp-kv-heads",
                 "tp = " + to_string(tp) + " neither divides nor is a multiple of " + to_string(kv) +
                     " KV heads",
-                "use tp = " + to_string(largestDivisorUpTo(kv, tp)) + " or a multiple of " +
-                    to_string(kv));
+                "use tp = " + to_string(tpHint(kv, tp)) + " or a multiple of " + to_string(kv));
         if (m_.ffnHidden > 0 && m_.ffnHidden % tp != 0)
             add("tp-ffn",
                 "tp = " + to_string(tp) + " does not divide the FFN width " +
                     to_string(m_.ffnHidden),
-                "use tp = " + to_string(largestDivisorUpTo(m_.ffnHidden, tp)));
+                "use tp = " + to_string(tpHint(m_.ffnHidden, tp)));
         if (m_.moe.enabled() && m_.expertFfn() != m_.ffnHidden && m_.expertFfn() % tp != 0)
             add("tp-expert-ffn",
                 "tp = " + to_string(tp) + " does not divide the expert FFN width " +
                     to_string(m_.expertFfn()),
-                "use tp = " + to_string(largestDivisorUpTo(m_.expertFfn(), tp)));
+                "use tp = " + to_string(tpHint(m_.expertFfn(), tp)));
 
         const std::int64_t stages = std::int64_t(c_.pp) * c_.vpp;
         if (m_.layers > 0 && stages > m_.layers)
@@ -373,8 +395,7 @@ private:
                 "pp*vpp = " + to_string(c_.pp) + "*" + to_string(c_.vpp) + " = " +
                     to_string(stages) + " model chunks but the model has only " +
                     to_string(m_.layers) + " layers",
-                "use pp*vpp <= " + to_string(m_.layers) +
-                    ", e.g. pp = " + to_string(std::max<std::int64_t>(1, m_.layers / c_.vpp)));
+                "use pp*vpp <= " + to_string(m_.layers) + ", e.g. pp = " + to_string(ppHint()));
 
         // Load-balanced causal attention splits the sequence into 2*cp chunks, two per rank.
         const std::int64_t chunks = 2 * std::int64_t(c_.cp);
@@ -384,8 +405,21 @@ private:
                     " chunks, which does not divide seq_len " + to_string(m_.seqLen),
                 m_.seqLen % 2 != 0
                     ? "seq_len is odd, so only cp = 1 works; use an even seq_len for cp > 1"
-                    : "use cp = " + to_string(largestDivisorUpTo(m_.seqLen / 2, c_.cp)) +
+                    : "use cp = " +
+                          to_string(largestFittingDivisor(
+                              m_.seqLen / 2, c_.cp,
+                              [&](std::int64_t cp) { return fitsWorld(c_.tp, c_.pp, cp); })) +
                           " (2*cp must divide seq_len)");
+    }
+
+    // The most pipeline ranks the layers allow at this vpp that keep the layout on the cluster
+    // (a divisor of GPUs / (tp cp), when there is a cluster).
+    std::int64_t ppHint() const {
+        const std::int64_t most = std::max<std::int64_t>(1, m_.layers / c_.vpp);
+        if (world_ <= 0)
+            return most;
+        const std::int64_t rest = product({c_.tp, c_.cp});
+        return world_ % rest == 0 ? largestDivisorUpTo(world_ / rest, most) : 1;
     }
 
     void flags() {
@@ -400,6 +434,7 @@ private:
 
     const ModelSpec& m_;
     const ParallelConfig& c_;
+    std::int64_t world_ = 0; // the cluster's GPUs; 0 when validating without a cluster
     std::vector<Violation> out_;
 };
 

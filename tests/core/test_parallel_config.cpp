@@ -290,6 +290,41 @@ TEST(Validate, PipelineStagesNeedLayers) {
     EXPECT_NE(v->message.find("16"), std::string::npos) << v->message;
 }
 
+// A hint that changes one degree keeps the layout on the cluster: tp*pp*cp must still divide
+// its GPUs, so that dp = GPUs / (tp pp cp) is whole.
+TEST(Validate, HintsKeepTheGpuCountWhole) {
+    // 80 layers cannot fill pp 128; pp = 80 (the most the layers allow) leaves 1024 GPUs /
+    // (tp 8 x 80) fractional, pp = 64 does not.
+    ModelSpec m = llama3_405b();
+    m.layers = 80;
+    ParallelConfig p = llama405bLayout();
+    p.pp = 128;
+    p.dp = 1;
+    auto v = expectRule(validate(m, clusterOf(1024), p), "pp-layers");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("pp = 64"), std::string::npos) << v->hint;
+    // Without a cluster there is no GPU count to keep: the layers alone bound pp.
+    v = expectRule(validate(m, p), "pp-layers");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("pp = 80"), std::string::npos) << v->hint;
+
+    // 40 heads at tp 16 on 128 GPUs (pp 1): tp 10 divides the heads but not 128; tp 8 does both.
+    m = llama3_405b();
+    m.heads = 40;
+    m.kvHeads = 40;
+    m.ffnHidden = 40 * 1024;
+    p = llama405bLayout();
+    p.tp = 16;
+    p.pp = 1;
+    p.dp = 8;
+    v = expectRule(validate(m, clusterOf(128), p), "tp-heads");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("use tp = 8 "), std::string::npos) << v->hint;
+    v = expectRule(validate(m, p), "tp-heads");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("use tp = 10 "), std::string::npos) << v->hint;
+}
+
 TEST(Validate, VirtualStagesNeedTheInterleavedSchedule) {
     ParallelConfig p = llama405bLayout();
     p.vpp = 2;

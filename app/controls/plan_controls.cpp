@@ -56,27 +56,6 @@ void afterLayoutEdit(Session& s, LayoutFollows follows) {
         fitClusterToLayout(s);
 }
 
-struct NamedPolicy {
-    QString key;
-    QString label;
-    PrecisionPolicy policy;
-};
-
-// The policies people use, including the lessons' 12 and 14 bytes-per-parameter conventions.
-const std::vector<NamedPolicy>& precisionPolicies() {
-    static const std::vector<NamedPolicy> all = {
-        {"fp32", "fp32", PrecisionPolicy::fp32()},
-        {"bf16", "bf16, fp32 grads, fp32 master", PrecisionPolicy::bf16Mixed(true)},
-        {"bf16-bf16grads", "bf16, bf16 grads, fp32 master", PrecisionPolicy::bf16Mixed(false)},
-        {"bf16-fp32grads-nomaster",
-         "bf16, fp32 grads, no master",
-         {Precision::Bf16, Precision::Fp32, false}},
-        {"bf16-nomaster", "bf16, bf16 grads, no master", {Precision::Bf16, Precision::Bf16, false}},
-        {"fp8", "fp8 compute, fp32 grads, fp32 master", PrecisionPolicy::fp8Mixed()},
-    };
-    return all;
-}
-
 } // namespace
 
 QComboBox* addModelControls(SessionForm& form) {
@@ -191,7 +170,7 @@ void addPrecisionControls(SessionForm& form) {
         [] {
             std::vector<std::pair<QString, QString>> items;
             // The bytes per parameter come from the planner (weights + grads + master + AdamW).
-            for (const NamedPolicy& p : precisionPolicies())
+            for (const NamedPrecisionPolicy& p : namedPrecisionPolicies())
                 items.push_back(
                     {QString("%1 (%2 B/param)")
                          .arg(p.label)
@@ -200,17 +179,17 @@ void addPrecisionControls(SessionForm& form) {
             return items;
         }(),
         [](const Session& s) {
-            for (const NamedPolicy& p : precisionPolicies()) {
+            for (const NamedPrecisionPolicy& p : namedPrecisionPolicies()) {
                 if (p.policy.compute == s.parallel.precision.compute &&
                     p.policy.grads == s.parallel.precision.grads &&
                     p.policy.fp32Master == s.parallel.precision.fp32Master)
-                    return p.key;
+                    return QString(p.key);
             }
             return QString();
         },
         [](Session& s, const QString& key) {
-            for (const NamedPolicy& p : precisionPolicies()) {
-                if (p.key == key)
+            for (const NamedPrecisionPolicy& p : namedPrecisionPolicies()) {
+                if (key == p.key)
                     s.parallel.precision = p.policy;
             }
         });

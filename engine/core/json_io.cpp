@@ -584,17 +584,16 @@ void from_json(const json& j, ClusterSpec& out) {
 
 namespace {
 
-// The spellings precisionPolicyFromString accepts, so a policy made from one writes back as one.
-constexpr const char* kPolicyNames[] = {"fp32", "bf16", "bf16-bf16grads", "fp8"};
-
 bool samePolicy(const PrecisionPolicy& a, const PrecisionPolicy& b) {
     return a.compute == b.compute && a.grads == b.grads && a.fp32Master == b.fp32Master;
 }
 
+// A named policy writes back as its name, so that a file says what precisionPolicyFromString
+// reads.
 json policyJson(const PrecisionPolicy& p) {
-    for (const char* name : kPolicyNames) {
-        if (samePolicy(p, precisionPolicyFromString(name)))
-            return name;
+    for (const NamedPrecisionPolicy& named : namedPrecisionPolicies()) {
+        if (samePolicy(p, named.policy))
+            return named.key;
     }
     // Any other combination is written out field by field.
     return json{{"compute", toString(p.compute)},

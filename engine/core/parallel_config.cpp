@@ -74,18 +74,33 @@ std::string PrecisionPolicy::name() const {
     return s + ")";
 }
 
+const std::vector<NamedPrecisionPolicy>& namedPrecisionPolicies() {
+    static const std::vector<NamedPrecisionPolicy> all = {
+        {"fp32", "fp32", PrecisionPolicy::fp32()},
+        {"bf16", "bf16, fp32 grads, fp32 master", PrecisionPolicy::bf16Mixed(true)},
+        {"bf16-bf16grads", "bf16, bf16 grads, fp32 master", PrecisionPolicy::bf16Mixed(false)},
+        {"bf16-fp32grads-nomaster",
+         "bf16, fp32 grads, no master",
+         {Precision::Bf16, Precision::Fp32, false}},
+        {"bf16-nomaster", "bf16, bf16 grads, no master", {Precision::Bf16, Precision::Bf16, false}},
+        {"fp8", "fp8 compute, fp32 grads, fp32 master", PrecisionPolicy::fp8Mixed()},
+    };
+    return all;
+}
+
+std::string precisionPolicyNames() {
+    std::string names;
+    for (const NamedPrecisionPolicy& p : namedPrecisionPolicies())
+        names += (names.empty() ? "" : ", ") + std::string(p.key);
+    return names;
+}
+
 PrecisionPolicy precisionPolicyFromString(const std::string& s) {
-    const std::string p = canonicalSpelling(s);
-    if (p == "fp32")
-        return PrecisionPolicy::fp32();
-    if (p == "bf16")
-        return PrecisionPolicy::bf16Mixed(true);
-    if (p == "bf16-bf16grads")
-        return PrecisionPolicy::bf16Mixed(false);
-    if (p == "fp8")
-        return PrecisionPolicy::fp8Mixed();
-    throw InputError("unknown precision '" + s +
-                     "'; expected one of fp32, bf16, bf16-bf16grads, fp8");
+    const std::string wanted = canonicalSpelling(s);
+    for (const NamedPrecisionPolicy& p : namedPrecisionPolicies())
+        if (wanted == p.key)
+            return p.policy;
+    throw InputError("unknown precision '" + s + "'; expected one of " + precisionPolicyNames());
 }
 
 std::string toString(PipelineSchedule s) {

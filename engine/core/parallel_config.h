@@ -33,8 +33,18 @@ struct PrecisionPolicy {
     double activationBytes() const; // bytes per stored activation element
     std::string name() const;       // "bf16 mixed (fp32 grads)", ...
 };
-PrecisionPolicy
-precisionPolicyFromString(const std::string& s); // "fp32", "bf16", "bf16-bf16grads", "fp8"
+// Every precision policy by the name the CLI, run configs and sessions give it, with what it
+// keeps, including the lessons' conventions: bf16-nomaster is 2 + 2 + 8 = 12 bytes a parameter
+// with Adam (bf16 weights and gradients, fp32 moments, no master copy).
+struct NamedPrecisionPolicy {
+    const char* key;   // "bf16-nomaster"
+    const char* label; // "bf16, bf16 grads, no master"
+    PrecisionPolicy policy;
+};
+const std::vector<NamedPrecisionPolicy>& namedPrecisionPolicies();
+std::string precisionPolicyNames(); // "fp32, bf16, ..." for help and errors
+// A policy by its key (spelled with - or _, any case); InputError lists the keys.
+PrecisionPolicy precisionPolicyFromString(const std::string& s);
 
 // The most GPUs a layout or cluster may span: far past any machine, and small enough that
 // every product of degrees and counts under it fits an int.

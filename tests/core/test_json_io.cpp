@@ -355,7 +355,8 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
         p.recompute = r;
         expectSame(roundTrip(p), p);
     }
-    for (const char* name : {"fp32", "bf16", "bf16-bf16grads", "fp8"}) {
+    for (const char* name : {"fp32", "bf16", "bf16-bf16grads", "bf16-fp32grads-nomaster",
+                             "bf16-nomaster", "fp8"}) {
         p.precision = precisionPolicyFromString(name);
         expectSame(roundTrip(p), p);
         EXPECT_EQ(json(p)["precision"], name);

@@ -109,11 +109,18 @@ TEST(PrecisionPolicy, NamesAndSpellings) {
     EXPECT_EQ(precisionPolicyFromString("BF16").grads, Precision::Fp32);
     EXPECT_EQ(precisionPolicyFromString("bf16-bf16grads").grads, Precision::Bf16);
     EXPECT_EQ(precisionPolicyFromString("fp8").compute, Precision::Fp8);
+    // The lessons' 12 bytes a parameter: bf16 weights and gradients, no fp32 master copy.
+    const PrecisionPolicy pure = precisionPolicyFromString("bf16_nomaster");
+    EXPECT_EQ(pure.grads, Precision::Bf16);
+    EXPECT_FALSE(pure.fp32Master);
+    EXPECT_EQ(pure.weightBytes() + pure.gradBytes() + pure.masterBytes(), 4);
+    EXPECT_FALSE(precisionPolicyFromString("bf16-fp32grads-nomaster").fp32Master);
     try {
         precisionPolicyFromString("int4");
         ADD_FAILURE() << "int4 accepted";
     } catch (const InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("bf16-bf16grads"), std::string::npos) << e.what();
+        for (const char* name : {"fp32", "bf16-bf16grads", "bf16-nomaster", "fp8"})
+            EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
 }
 

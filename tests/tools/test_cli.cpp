@@ -270,6 +270,25 @@ TEST(CliPlan, AssumedMfuSetsTheTimeAndSaysSo) {
     }
 }
 
+// The Ultra-Scale Playbook's 12 bytes a parameter (bf16 weights 2 + bf16 gradients 2 + fp32 Adam
+// moments 8, no master copy) and mixed precision's 16 (+ 4 for the fp32 master), unsharded.
+TEST(CliPlan, EveryPrecisionPolicyByName) {
+    for (const auto& [policy, bytes] :
+         std::vector<std::pair<std::string, double>>{{"bf16-nomaster", 12}, {"bf16", 18},
+                                                     {"bf16-bf16grads", 16}, {"fp32", 16}}) {
+        const CliResult r = run({"plan", "--params", "7e9", "--tp", "1", "--pp", "1", "--zero",
+                                 "0", "--precision", policy, "--json"});
+        ASSERT_EQ(r.code, 0) << policy << ": " << r.err;
+        const json m = parseOrFail(r.out).at("memory");
+        const double state = m.at("parameters").get<double>() + m.at("gradients").get<double>() +
+                             m.at("optimizer").get<double>();
+        EXPECT_NEAR(state, bytes * 7e9, 1) << policy;
+    }
+    const CliResult bad = run({"plan", "--precision", "int4"});
+    EXPECT_EQ(bad.code, 2);
+    EXPECT_CONTAINS(bad.err, "bf16-nomaster");
+}
+
 TEST(CliPlan, QuickFormWithABareParameterCount) {
     const CliResult r = run({"plan", "--params", "7e9", "--tp", "1", "--pp", "1"});
     ASSERT_EQ(r.code, 0) << r.err;

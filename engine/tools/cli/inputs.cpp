@@ -53,8 +53,9 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
     }
     app.add_option("--global-batch", f.globalBatch, "Sequences per optimizer step")
         ->capture_default_str();
-    app.add_option("--precision", f.precision, "fp32, bf16, bf16-bf16grads or fp8")
-        ->capture_default_str();
+    static const std::string precisionHelp =
+        "Precision policy: " + precisionPolicyNames() + " (see docs/cli.md)";
+    app.add_option("--precision", f.precision, precisionHelp)->capture_default_str();
     app.add_option("--optimizer", f.optimizer, "adamw or sgd")->capture_default_str();
     app.add_option("--offload", f.offload, "Offload optimizer state to CPU memory (true/false)")
         ->capture_default_str();

@@ -16,24 +16,24 @@ mkdir -p "$log"
 [ -d .device-bundle ] || tar -xJf .device-bundle.tar.xz || exit 2
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$log/gpu.txt"
 
+# The bundle's libraries and plugin for everything below (run.sh sets its own).
+here=$PWD/.device-bundle
+export LD_LIBRARY_PATH="$here/lib:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null):${LD_LIBRARY_PATH:-}"
+export SHARDSCOPE_CUDA_BACKEND="$here/lib/shardscope/libshardscope-cuda.so"
+
 TEST_TIMEOUT=${TEST_TIMEOUT:-120} .device-bundle/run.sh >"$log/tests.log" 2>&1
 tests_rc=$?
 grep -E "^===|FAILED|PASSED|SKIPPED" "$log/tests.log" | head -60
 if [ $tests_rc -ne 0 ] && command -v compute-sanitizer >/dev/null; then
   first=$(grep -m1 -oE "^=== test_cuda_[a-z_]+ failed" "$log/tests.log" | awk '{print $2}')
-  [ -n "$first" ] && (
-    here=$PWD/.device-bundle
-    export LD_LIBRARY_PATH="$here/lib:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null):${LD_LIBRARY_PATH:-}"
-    export SHARDSCOPE_CUDA_BACKEND="$here/lib/shardscope/libshardscope-cuda.so"
+  if [ -n "$first" ]; then
     timeout 90 compute-sanitizer --tool memcheck --print-limit 20 "$here/tests/$first" --gtest_brief=1 \
       >"$log/sanitizer.log" 2>&1
-    tail -40 "$log/sanitizer.log")
+    tail -40 "$log/sanitizer.log"
+  fi
 fi
 
 # The engine alone, so its own errors are seen even if the benchmark cannot start.
-here=$PWD/.device-bundle
-export LD_LIBRARY_PATH="$here/lib:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null):${LD_LIBRARY_PATH:-}"
-export SHARDSCOPE_CUDA_BACKEND="$here/lib/shardscope/libshardscope-cuda.so"
 rm -rf /tmp/gpu-train
 timeout "${TRAIN_TIMEOUT:-90}" "$here/bin/shardscope-engine" train --config bench/engine/gpt2_124m.json \
   --out /tmp/gpu-train --steps 8 >"$log/train.log" 2>&1

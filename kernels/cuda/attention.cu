@@ -276,6 +276,23 @@ __device__ void probabilityTile(float (&p)[kR][kR], const P* probs, const In* Qs
         }
 }
 
+// P and dS = P (dP - D) / sqrt(hs), dP = dO V^T, for query tile qt and key tile kt: one code
+// for both backward kernels, so their dS agree to the bit. Every thread calls it.
+template <int kR, int kTile, typename P, typename In>
+__device__ void gradientTile(float (&p)[kR][kR], float (&dS)[kR][kR], const P* probs, const In* Qs,
+                             const In* Ks, const In* dOs, const In* Vs, float* scratch,
+                             const float* rowMax, const float* rowInv, const float* rowDot,
+                             const Rows& r, std::size_t bh, int qt, int kt) {
+    const int ty = threadIdx.x / kSide;
+    probabilityTile<kR, kTile>(p, probs, Qs, Ks, scratch, rowMax, rowInv, r, bh, qt, kt);
+    rowProducts<kR, kTile>(dS, dOs, Vs, scratch, r); // dP, turned into dS in place
+#pragma unroll
+    for (int x = 0; x < kR; ++x)
+#pragma unroll
+        for (int y = 0; y < kR; ++y)
+            dS[x][y] = __fmul_rn(p[x][y] * (dS[x][y] - rowDot[ty + kSide * x]), r.scale);
+}
+
 // A kernel's dynamic shared memory, carved into pieces that each start on 128 bytes (the tensor
 // cores' loads and stores want 32); the host sizes it with the same sums.
 __host__ __device__ constexpr std::size_t carved(std::size_t bytes) {
@@ -423,16 +440,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         loadTile<kTile>(Ks, qkv, keys(r), r, bh, kt * kTile);
         loadTile<kTile>(Vs, qkv, values(r), r, bh, kt * kTile);
         __syncthreads();
-        float p[kR][kR], dP[kR][kR];
-        probabilityTile<kR, kTile>(p, probs, Qs, Ks, S, rowMax, rowInv, r, bh, qt, kt);
-        rowProducts<kR, kTile>(dP, dOs, Vs, S, r);
+        float p[kR][kR], dS[kR][kR];
+        gradientTile<kR, kTile>(p, dS, probs, Qs, Ks, dOs, Vs, S, rowMax, rowInv, rowDot, r, bh, qt,
+                                kt);
 #pragma unroll
         for (int x = 0; x < kR; ++x)
 #pragma unroll
-            for (int y = 0; y < kR; ++y) {
-                const int i = ty + kSide * x, j = tx + kSide * y;
-                S[i * scoreLd<kTile>() + j] = __fmul_rn(p[x][y] * (dP[x][y] - rowDot[i]), r.scale);
-            }
+            for (int y = 0; y < kR; ++y)
+                S[(ty + kSide * x) * scoreLd<kTile>() + tx + kSide * y] = dS[x][y];
         __syncthreads();
         accumulateProducts<kR, kCols, kTile, false>(dq, S, Ks, r);
     }
@@ -476,17 +491,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
             rowDot[i] = inside ? stats.dot[row] : 0.0f;
         }
         __syncthreads();
-        float p[kR][kR], dP[kR][kR];
-        probabilityTile<kR, kTile>(p, probs, Qs, Ks, Ps, rowMax, rowInv, r, bh, qt, kt);
-        rowProducts<kR, kTile>(dP, dOs, Vs, Ps, r);
+        float p[kR][kR], dS[kR][kR];
+        gradientTile<kR, kTile>(p, dS, probs, Qs, Ks, dOs, Vs, Ps, rowMax, rowInv, rowDot, r, bh,
+                                qt, kt);
 #pragma unroll
         for (int x = 0; x < kR; ++x)
 #pragma unroll
             for (int y = 0; y < kR; ++y) {
-                const int i = ty + kSide * x, j = tx + kSide * y;
-                Ps[i * scoreLd<kTile>() + j] = p[x][y];
-                dSs[i * scoreLd<kTile>() + j] =
-                    __fmul_rn(p[x][y] * (dP[x][y] - rowDot[i]), r.scale);
+                const int at = (ty + kSide * x) * scoreLd<kTile>() + tx + kSide * y;
+                Ps[at] = p[x][y];
+                dSs[at] = dS[x][y];
             }
         __syncthreads();
         // This thread's keys are the rows ty + 16x of dk and dv, queries ascending.

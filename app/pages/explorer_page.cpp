@@ -378,7 +378,6 @@ void ExplorerPage::refresh() {
 void ExplorerPage::startSearch() {
     SearchRequest request;
     request.inputs = doc_->inputs();
-    request.inputs.assume.assumedMfu = 0; // layouts rank by their modelled speed, not a what-if
     request.space.tpWithinNode = tpInNode_->isChecked();
     request.space.tryZeroBubble = zeroBubble_->isChecked();
     serial_ = worker_.start(request);

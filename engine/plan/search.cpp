@@ -64,6 +64,7 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
     std::priority_queue<Candidate, std::vector<Candidate>, decltype(worse)> best(worse);
 
     PlanInputs in{model, cluster, base, train, assume};
+    in.assume.assumedMfu = 0; // layouts rank by their modelled speed, not by a what-if MFU
     const std::vector<int> worldDivisors = divisorsOf(world);
     std::vector<int> microBatches;
     for (int mb = 1; mb <= space.maxMicroBatch; mb *= 2)

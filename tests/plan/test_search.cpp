@@ -34,6 +34,24 @@ TEST(Search, TopLayoutsAreValidFitAndRanked) {
     }
 }
 
+// An assumed MFU is a what-if for one layout: with it every layout would run at the same MFU, so
+// the search ranks by the modelled speed whatever the assumption says.
+TEST(Search, RanksByTheModelledSpeedWhateverMfuIsAssumed) {
+    const ModelSpec m = findModelPreset("llama3-8b");
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
+    ParallelConfig base;
+    base.globalBatch = 256;
+    Assumptions assume;
+    assume.assumedMfu = 0.3;
+    const SearchResult withMfu =
+        searchLayouts(m, c, base, TrainConfig{}, assume, SearchSpace{}, SearchOptions{});
+    const SearchResult plain = searchLlama8b();
+    ASSERT_EQ(withMfu.top.size(), plain.top.size());
+    for (std::size_t i = 0; i < plain.top.size(); ++i)
+        EXPECT_DOUBLE_EQ(withMfu.top[i].tokensPerSecond, plain.top[i].tokensPerSecond) << i;
+    EXPECT_GT(plain.top.front().tokensPerSecond, plain.top.back().tokensPerSecond);
+}
+
 // 65,536 GPUs: tp x pp x cp over their divisors once wrapped a 32-bit product to 0 and divided
 // by it (SIGFPE). Every GPU count that is a multiple of 65,536 did; ten million is the CLI's cap.
 TEST(Search, GpuCountsWhoseDivisorProductsPassTwoToThe32Search) {

@@ -8,7 +8,8 @@
 #
 # Logs go to LOG_DIR (default $OUT, else /tmp/gpu-check): tests.log, train.log, bench.log, and
 # sanitizer.log for the first failing test program, run again under compute-sanitizer; with
-# PROFILE=1 also profile.csv, every kernel's time (Nsight Compute); BENCH=0 skips the benchmark.
+# PROFILE=1 also profile.csv, every kernel's time (Nsight Compute); BENCH=0 skips the benchmark,
+# BENCH_TORCH=compile runs only torch.compile beside the engine (none: no PyTorch).
 set -u
 cd "$(dirname "$0")/.."
 log=${1:-${OUT:-/tmp/gpu-check}}
@@ -59,6 +60,7 @@ fi
 
 [ "${BENCH:-1}" = 0 ] && exit 0
 PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-200}" python3 bench/engine/gpu_vs_torch.py \
-  "$here/bin/shardscope-engine" --steps "${BENCH_STEPS:-15}" >"$log/bench.log" 2>&1
+  "$here/bin/shardscope-engine" --steps "${BENCH_STEPS:-15}" --torch "${BENCH_TORCH:-all}" \
+  >"$log/bench.log" 2>&1
 echo "=== bench exit $?"
 tail -15 "$log/bench.log"

@@ -101,6 +101,8 @@ def main():
     ap.add_argument("--config", default=os.path.join(here, "gpt2_124m.json"))
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--torch", choices=("all", "compile", "none"), default="all",
+                    help="which PyTorch runs beside the engine (compile: torch.compile only)")
     a = ap.parse_args()
     if a.steps <= WARMUP:
         sys.exit(f"--steps must be more than the {WARMUP} warm-up steps")
@@ -112,10 +114,12 @@ def main():
     ceiling = gemm_ceiling_tflops()
     rows = [("shardscope-engine", engine_run(a.engine, a.config, a.steps, a.peak_tflops))]
     flops_per_token = rows[0][1]["flops_per_token"]
+    print(f"shardscope-engine: {rows[0][1]['tokens_per_s']:,.0f} tokens/s", flush=True)
     for name, attention, compiled in (("PyTorch eager, attention written out", "math", False),
                                       ("PyTorch eager, SDPA", "sdpa", False),
                                       ("PyTorch torch.compile, SDPA", "sdpa", True)):
-        rows.append((name, torch_run(cfg, a.steps, attention, compiled)))
+        if a.torch == "all" or (a.torch == "compile" and compiled):
+            rows.append((name, torch_run(cfg, a.steps, attention, compiled)))
     print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}, "
           f"{cfg['model']['name']}, B {cfg['parallel']['micro_batch']}, "
           f"T {cfg['model']['seq_len']}, {a.steps} steps (median after {WARMUP})")

@@ -6,17 +6,20 @@
 //   query pass per query tile: the statistics again (or P read back), D = rowsum(P dP) with
 //              dP = dO V^T, then dS = P (dP - D) / sqrt(hs) and dq = dS K;
 //   key pass   per key tile: P and dS of every later query tile again, dk = dS^T Q, dv = P^T dO.
-// The score products (Q K^T, dO V^T) of bf16 activations run on the tensor cores (wmma, bf16
-// operands, fp32 sums), those of fp32 activations as one thread's fmaf chain over the channels;
-// the products with P and dS in fp32 fmaf chains. Every score and probability is the same code
+// Every product of bf16 activations runs on the tensor cores (wmma, bf16 operands, fp32 sums):
+// the score products (Q K^T, dO V^T) directly, those with P or dS (P V, dS K, dS^T Q, P^T dO) with
+// each weight as two bf16 halves, hi + lo, so P and dS keep 16 bits of their significand where
+// FlashAttention-2 rounds them to bf16's 8. fp32 activations run every product as one thread's
+// fmaf chain. Every score and probability is the same code
 // on the same tiles in all three kernels: the backward that recomputes P gets the bits of the one
 // that reads fp32 P back, and every sum runs in a fixed order (no atomics), so a run repeats its
 // bits. __fmul_rn keeps the compiler from fusing a scale into a neighbouring add, which would
 // change the bits between kernels.
 //
-// Threads: 256 as 16 x 16; thread (ty, tx) owns rows ty + 16a and columns tx + 16b of a score tile,
-// and rows ty + 16a, channels tx + 16c of an output tile. Tiles of 64 for heads of up to 128
-// channels, of 32 up to 256.
+// Threads: 256 as 16 x 16; thread (ty, tx) owns rows ty + 16a and columns tx + 16b of a score tile
+// (and, for fp32 activations, rows ty + 16a, channels tx + 16c of an output tile; for bf16 each
+// warp owns 16 x 16 blocks of it on the tensor cores). Tiles of 64 for heads of up to 128 channels,
+// of 32 up to 256.
 #include "attention.h"
 #include "device_elements.cuh"
 
@@ -43,6 +46,20 @@ constexpr int kBlocksPerSm = 2;
 template <int kTile> __host__ __device__ constexpr int scoreLd() {
     return kTile + 4;
 }
+
+// A kernel's dynamic shared memory, carved into pieces that each start on 128 bytes (the tensor
+// cores' loads and stores want 32); the host sizes it with the same sums.
+__host__ __device__ constexpr std::size_t carved(std::size_t bytes) {
+    return (bytes + 127) / 128 * 128;
+}
+struct Carver {
+    unsigned char* next;
+    template <typename T> __device__ T* take(std::size_t count) {
+        T* piece = reinterpret_cast<T*>(next);
+        next += carved(count * sizeof(T));
+        return piece;
+    }
+};
 
 // Where one (batch, head, position) row lives.
 struct Rows {
@@ -191,6 +208,124 @@ __device__ void accumulateProducts(float (&acc)[kR][kCols], const float* w, cons
         }
 }
 
+// The weights of a product with P or dS, a kTile x kTile tile in shared memory (row i, column j).
+// fp32 activations: the fp32 values. bf16: two bf16 tiles, hi = bf16(w) and lo = bf16(w - hi)
+// (w - hi is exact in fp32), which the tensor cores take as two products summed in fp32: w to a
+// relative 2^-17 instead of bf16's 2^-9, so the results stay within the tests' fp32 tolerance of
+// the CPU's.
+template <int kTile, typename In> struct Weights;
+template <int kTile> struct Weights<kTile, float> {
+    static constexpr int kLd = scoreLd<kTile>();
+    float* w;
+    static constexpr std::size_t bytes() {
+        return carved(std::size_t(kTile) * kLd * sizeof(float));
+    }
+    __device__ static Weights take(Carver& c) { return {c.take<float>(std::size_t(kTile) * kLd)}; }
+    __device__ void put(int i, int j, float v) const { w[i * kLd + j] = v; }
+};
+template <int kTile> struct Weights<kTile, bf16> {
+    static constexpr int kLd = kTile + 8; // 16 bytes more a row: the tensor cores' loads' rule
+    bf16 *hi, *lo;
+    static constexpr std::size_t bytes() {
+        return 2 * carved(std::size_t(kTile) * kLd * sizeof(bf16));
+    }
+    __device__ static Weights take(Carver& c) {
+        bf16* h = c.take<bf16>(std::size_t(kTile) * kLd);
+        return {h, c.take<bf16>(std::size_t(kTile) * kLd)};
+    }
+    __device__ void put(int i, int j, float v) const {
+        const bf16 h = __float2bfloat16_rn(v);
+        hi[i * kLd + j] = h;
+        lo[i * kLd + j] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
+};
+
+// An output tile (kTile rows of up to kCols x 16 channels) summed over products of weights (or
+// their transpose) with tiles of rows: out += W tile, or W^T tile. Every thread calls add and
+// store; the weights and the tile are in shared memory, written before a barrier.
+template <int kTile, int kCols, typename In> struct OutputTile;
+
+// fp32: thread (ty, tx) holds rows ty + 16x, channels tx + 16c in registers; fmaf chains.
+template <int kTile, int kCols> struct OutputTile<kTile, kCols, float> {
+    static constexpr int kR = kTile / kSide;
+    float acc[kR][kCols] = {};
+    template <bool kTransposed>
+    __device__ void add(const Weights<kTile, float>& w, const float* tile, const Rows& r) {
+        accumulateProducts<kR, kCols, kTile, kTransposed>(acc, w.w, tile, r);
+    }
+    __device__ void store(float* dst, Part part, const Rows& r, std::size_t bh, int t0, float*) {
+        storeTile(dst, acc, part, r, bh, t0);
+    }
+};
+
+// bf16: 16 x 16 blocks of fp32 sums on the tensor cores. Warp w holds the blocks f = w + 8m
+// (m < kFragments): row block f % kBlocks, the same for all of a warp's blocks, so one weight
+// fragment serves them all; column block f / kBlocks.
+template <int kTile, int kCols> struct OutputTile<kTile, kCols, bf16> {
+    static constexpr int kBlocks = kTile / 16, kFragments = kBlocks * kCols / kWarps;
+    static_assert(kWarps % kBlocks == 0 && kFragments * kWarps == kBlocks * kCols,
+                  "every warp holds whole blocks of one row block");
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[kFragments];
+
+    __device__ OutputTile() {
+#pragma unroll
+        for (int m = 0; m < kFragments; ++m)
+            nvcuda::wmma::fill_fragment(acc[m], 0.0f);
+    }
+    __device__ static int rowBlock() {
+        return int(threadIdx.x / 32) % kBlocks;
+    }
+    __device__ static int columnBlock(int m) {
+        return (int(threadIdx.x / 32) + kWarps * m) / kBlocks;
+    }
+
+    template <bool kTransposed>
+    __device__ void add(const Weights<kTile, bf16>& w, const bf16* tile, const Rows& r) {
+        namespace wmma = nvcuda::wmma;
+        using Layout = std::conditional_t<kTransposed, wmma::col_major, wmma::row_major>;
+        constexpr int ld = Weights<kTile, bf16>::kLd;
+        const int fi = rowBlock();
+        for (int k = 0; k < kTile; k += 16) {
+            // W's rows fi..fi+15, columns k..k+15; W^T's: column-major from W's rows k.., columns
+            // fi..
+            const int at = kTransposed ? k * ld + fi * 16 : fi * 16 * ld + k;
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, Layout> hi, lo;
+            wmma::load_matrix_sync(hi, w.hi + at, unsigned(ld));
+            wmma::load_matrix_sync(lo, w.lo + at, unsigned(ld));
+#pragma unroll
+            for (int m = 0; m < kFragments; ++m) {
+                const int fj = columnBlock(m);
+                if (fj * 16 >= r.hsPad) // past the head's channels: the same for the whole warp
+                    continue;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
+                wmma::load_matrix_sync(b, tile + k * r.ld + fj * 16, unsigned(r.ld));
+                wmma::mma_sync(acc[m], hi, b, acc[m]);
+                wmma::mma_sync(acc[m], lo, b, acc[m]);
+            }
+        }
+    }
+
+    // Rows t0.. of `part`, through `staging`: kTile x (hsPad + 4) floats of shared memory that
+    // nobody reads any more (the kernel's first tiles of rows).
+    __device__ void store(bf16* dst, Part part, const Rows& r, std::size_t bh, int t0,
+                          float* staging) {
+        const int ld = r.hsPad + 4, fi = rowBlock();
+        __syncthreads(); // every warp is done with what staging held
+#pragma unroll
+        for (int m = 0; m < kFragments; ++m)
+            if (columnBlock(m) * 16 < r.hsPad)
+                nvcuda::wmma::store_matrix_sync(staging + fi * 16 * ld + columnBlock(m) * 16,
+                                                acc[m], unsigned(ld), nvcuda::wmma::mem_row_major);
+        __syncthreads();
+        for (int e = threadIdx.x; e < kTile * r.hs; e += kThreads) {
+            const int i = e / r.hs, d = e % r.hs;
+            if (t0 + i < r.T)
+                detail::store(dst, r.at(bh, t0 + i, part.width) + std::size_t(part.offset + d),
+                              staging[i * ld + d]);
+        }
+    }
+};
+
 // Whether query q0 + i may look at key k0 + j: causal, and the query inside the sequence.
 __device__ bool visible(int q0, int i, int k0, int j, int T) {
     return q0 + i < T && k0 + j <= q0 + i;
@@ -293,24 +428,14 @@ __device__ void gradientTile(float (&p)[kR][kR], float (&dS)[kR][kR], const P* p
             dS[x][y] = __fmul_rn(p[x][y] * (dS[x][y] - rowDot[ty + kSide * x]), r.scale);
 }
 
-// A kernel's dynamic shared memory, carved into pieces that each start on 128 bytes (the tensor
-// cores' loads and stores want 32); the host sizes it with the same sums.
-__host__ __device__ constexpr std::size_t carved(std::size_t bytes) {
-    return (bytes + 127) / 128 * 128;
-}
-struct Carver {
-    unsigned char* next;
-    template <typename T> __device__ T* take(std::size_t count) {
-        T* piece = reinterpret_cast<T*>(next);
-        next += carved(count * sizeof(T));
-        return piece;
-    }
-};
-// Tiles of rows, score tiles and per-row arrays of one kernel, in bytes.
+// Tiles of rows, score tiles, weight tiles and per-row arrays of one kernel, in bytes. The tiles
+// of rows come first in every kernel: at least three of them also stage an output tile at the end
+// (kTile x (hsPad + 4) floats, no more than 3 x kTile x (hsPad + 8) bf16).
 template <int kTile, typename In>
-std::size_t sharedBytes(const Rows& r, int tiles, int scoreTiles, int rowArrays) {
+std::size_t sharedBytes(const Rows& r, int tiles, int scoreTiles, int weightTiles, int rowArrays) {
     return std::size_t(tiles) * carved(std::size_t(kTile) * std::size_t(r.ld) * sizeof(In)) +
            std::size_t(scoreTiles) * carved(std::size_t(kTile) * scoreLd<kTile>() * sizeof(float)) +
+           std::size_t(weightTiles) * Weights<kTile, In>::bytes() +
            std::size_t(rowArrays) * carved(std::size_t(kTile) * sizeof(float));
 }
 
@@ -319,7 +444,7 @@ __device__ int heavyFirst(int blockTile, int tiles) {
     return tiles - 1 - blockTile;
 }
 
-// Shared: Q, K, V tiles, a score tile, two row arrays.
+// Shared: Q, K, V tiles, a score tile, P's weights, two row arrays.
 template <int kTile, int kCols, typename In, typename P>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     attentionForwardKernel(In* out, P* probs, const In* qkv, Rows r) {
@@ -329,6 +454,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
     In *Qs = carve.take<In>(tile), *Ks = carve.take<In>(tile), *Vs = carve.take<In>(tile);
     float* S = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
+    const auto Pw = Weights<kTile, In>::take(carve);
     float *rowMax = carve.take<float>(kTile), *rowInv = carve.take<float>(kTile);
     const int tiles = (r.T + kTile - 1) / kTile;
     const std::size_t bh = blockIdx.x / unsigned(tiles);
@@ -338,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     loadTile<kTile>(Qs, qkv, queries(r), r, bh, q0);
     softmaxStatistics<kTile>(rowMax, rowInv, Qs, Ks, S, qkv, r, bh, qt);
 
-    float o[kR][kCols] = {};
+    OutputTile<kTile, kCols, In> o;
     for (int kt = 0; kt <= qt; ++kt) {
         __syncthreads();
         loadTile<kTile>(Ks, qkv, keys(r), r, bh, kt * kTile);
@@ -352,12 +478,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll
             for (int y = 0; y < kR; ++y) {
                 const int i = ty + kSide * x, j = tx + kSide * y;
-                S[i * scoreLd<kTile>() + j] = p[x][y];
+                Pw.put(i, j, p[x][y]);
                 if (probs && q0 + i < r.T && kt * kTile + j < r.T)
                     store(probs, r.prob(bh, q0 + i, kt * kTile + j), p[x][y]);
             }
         __syncthreads();
-        accumulateProducts<kR, kCols, kTile, false>(o, S, Vs, r);
+        o.template add<false>(Pw, Vs, r);
     }
     if (probs) // the keys after the diagonal tile: never looked at
         for (int e = threadIdx.x, rest = kTile * (tiles - 1 - qt); e < kTile * rest;
@@ -366,14 +492,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
             if (q0 + i < r.T && j < r.T)
                 store(probs, r.prob(bh, q0 + i, j), 0.0f);
         }
-    storeTile(out, o, outputs(r), r, bh, q0);
+    o.store(out, outputs(r), r, bh, q0, reinterpret_cast<float*>(shared));
 }
 
 struct RowStats {
     float *max, *inv, *dot; // per query row: softmax maximum, reciprocal sum, rowsum(P dP)
 };
 
-// Shared: Q, dO, K, V tiles, a score tile, three row arrays.
+// Shared: Q, dO, K, V tiles, a score tile, dS's weights, three row arrays.
 template <int kTile, int kCols, typename In, typename P>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     attentionQueryPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs,
@@ -385,6 +511,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     In *Qs = carve.take<In>(tile), *dOs = carve.take<In>(tile);
     In *Ks = carve.take<In>(tile), *Vs = carve.take<In>(tile);
     float* S = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
+    const auto dSw = Weights<kTile, In>::take(carve);
     float *rowMax = carve.take<float>(kTile), *rowInv = carve.take<float>(kTile),
           *rowDot = carve.take<float>(kTile);
     const int tiles = (r.T + kTile - 1) / kTile;
@@ -434,7 +561,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                 stats.dot[firstRow + std::size_t(i)] = dot[x];
         }
 
-    float dq[kR][kCols] = {};
+    OutputTile<kTile, kCols, In> dq;
     for (int kt = 0; kt <= qt; ++kt) {
         __syncthreads(); // rowDot written; the last tile's readers are done
         loadTile<kTile>(Ks, qkv, keys(r), r, bh, kt * kTile);
@@ -447,14 +574,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         for (int x = 0; x < kR; ++x)
 #pragma unroll
             for (int y = 0; y < kR; ++y)
-                S[(ty + kSide * x) * scoreLd<kTile>() + tx + kSide * y] = dS[x][y];
+                dSw.put(ty + kSide * x, tx + kSide * y, dS[x][y]);
         __syncthreads();
-        accumulateProducts<kR, kCols, kTile, false>(dq, S, Ks, r);
+        dq.template add<false>(dSw, Ks, r);
     }
-    storeTile(dqkv, dq, queries(r), r, bh, q0);
+    dq.store(dqkv, queries(r), r, bh, q0, reinterpret_cast<float*>(shared));
 }
 
-// Shared: K, V, Q, dO tiles, two score tiles, three row arrays.
+// Shared: K, V, Q, dO tiles, a score tile, P's and dS's weights, three row arrays.
 template <int kTile, int kCols, typename In, typename P>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     attentionKeyPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs, RowStats stats,
@@ -465,8 +592,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
     In *Ks = carve.take<In>(tile), *Vs = carve.take<In>(tile);
     In *Qs = carve.take<In>(tile), *dOs = carve.take<In>(tile);
-    float* Ps = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
-    float* dSs = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
+    float* S = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
+    const auto Pw = Weights<kTile, In>::take(carve);
+    const auto dSw = Weights<kTile, In>::take(carve);
     float *rowMax = carve.take<float>(kTile), *rowInv = carve.take<float>(kTile),
           *rowDot = carve.take<float>(kTile);
     const int tiles = (r.T + kTile - 1) / kTile;
@@ -477,7 +605,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
     loadTile<kTile>(Ks, qkv, keys(r), r, bh, k0);
     loadTile<kTile>(Vs, qkv, values(r), r, bh, k0);
-    float dk[kR][kCols] = {}, dv[kR][kCols] = {};
+    OutputTile<kTile, kCols, In> dk, dv;
     for (int qt = kt; qt < tiles; ++qt) {
         const int q0 = qt * kTile;
         __syncthreads();
@@ -492,23 +620,24 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         }
         __syncthreads();
         float p[kR][kR], dS[kR][kR];
-        gradientTile<kR, kTile>(p, dS, probs, Qs, Ks, dOs, Vs, Ps, rowMax, rowInv, rowDot, r, bh,
-                                qt, kt);
+        gradientTile<kR, kTile>(p, dS, probs, Qs, Ks, dOs, Vs, S, rowMax, rowInv, rowDot, r, bh, qt,
+                                kt);
 #pragma unroll
         for (int x = 0; x < kR; ++x)
 #pragma unroll
             for (int y = 0; y < kR; ++y) {
-                const int at = (ty + kSide * x) * scoreLd<kTile>() + tx + kSide * y;
-                Ps[at] = p[x][y];
-                dSs[at] = dS[x][y];
+                const int i = ty + kSide * x, j = tx + kSide * y;
+                Pw.put(i, j, p[x][y]);
+                dSw.put(i, j, dS[x][y]);
             }
         __syncthreads();
-        // This thread's keys are the rows ty + 16x of dk and dv, queries ascending.
-        accumulateProducts<kR, kCols, kTile, true>(dk, dSs, Qs, r);
-        accumulateProducts<kR, kCols, kTile, true>(dv, Ps, dOs, r);
+        // dk and dv have a row per key: the transposed weights, summed over the queries.
+        dk.template add<true>(dSw, Qs, r);
+        dv.template add<true>(Pw, dOs, r);
     }
-    storeTile(dqkv, dk, keys(r), r, bh, k0);
-    storeTile(dqkv, dv, values(r), r, bh, k0);
+    float* staging = reinterpret_cast<float*>(shared);
+    dk.store(dqkv, keys(r), r, bh, k0, staging);
+    dv.store(dqkv, values(r), r, bh, k0, staging);
 }
 
 constexpr int kMostChannels = 256;
@@ -599,7 +728,7 @@ void attentionForward(kernels::Ptr out, kernels::Ptr probs, kernels::ConstPtr qk
             withTiles(r.hs, [&](auto tile, auto cols) {
                 constexpr int kTile = decltype(tile)::value, kCols = decltype(cols)::value;
                 const auto kernel = attentionForwardKernel<kTile, kCols, In, P>;
-                const std::size_t bytes = sharedBytes<kTile, In>(r, 3, 1, 2);
+                const std::size_t bytes = sharedBytes<kTile, In>(r, 3, 1, 1, 2);
                 allowSharedMemory(kernel, bytes, r.hs);
                 kernel<<<blocksOf(B, NH, T, kTile), kThreads, bytes, streamOf(stream)>>>(
                     static_cast<In*>(out.data), const_cast<P*>(typedProbs), x, r);
@@ -630,8 +759,8 @@ void attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dout, kernels::Const
                 constexpr int kTile = decltype(tile)::value, kCols = decltype(cols)::value;
                 const auto queryPass = attentionQueryPassKernel<kTile, kCols, In, P>;
                 const auto keyPass = attentionKeyPassKernel<kTile, kCols, In, P>;
-                const std::size_t queryBytes = sharedBytes<kTile, In>(r, 4, 1, 3);
-                const std::size_t keyBytes = sharedBytes<kTile, In>(r, 4, 2, 3);
+                const std::size_t queryBytes = sharedBytes<kTile, In>(r, 4, 1, 1, 3);
+                const std::size_t keyBytes = sharedBytes<kTile, In>(r, 4, 1, 2, 3);
                 allowSharedMemory(queryPass, queryBytes, r.hs);
                 allowSharedMemory(keyPass, keyBytes, r.hs);
                 const unsigned blocks = blocksOf(B, NH, T, kTile);

@@ -45,26 +45,52 @@ bool rowsAligned(const void* p, int ld, std::size_t elementSize) {
     return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && std::size_t(ld) * elementSize % 16 == 0;
 }
 
-// dst[r][c] = src[r][c] for a rows x cols matrix, each with its own row stride and type.
+// dst[r][c] = src[r][c] for the rows x cols of src, and zero for the rest of dst's dstRows x
+// dstCols; each with its own row stride and type.
+// A block per row at a time, no division per element; each thread loads kInFlight elements before
+// it stores them, so enough reads are under way to keep the memory busy (one at a time ran at a
+// third of its bandwidth on an H200).
+constexpr int kInFlight = 8;
 template <typename Out, typename In>
-__global__ void copyRowsKernel(Out* dst, std::size_t dstLd, const In* src, std::size_t srcLd,
+__global__ void copyRowsKernel(Out* dst, std::size_t dstLd, std::size_t dstRows,
+                               std::size_t dstCols, const In* src, std::size_t srcLd,
                                std::size_t rows, std::size_t cols) {
-    SHARDSCOPE_GRID_STRIDE(i, rows * cols) {
-        const std::size_t r = i / cols, c = i % cols;
-        store(dst, r * dstLd + c, load(src, r * srcLd + c));
-    }
+    for (std::size_t r = blockIdx.x; r < dstRows; r += gridDim.x)
+        for (std::size_t c0 = threadIdx.x; c0 < dstCols; c0 += kInFlight * kThreads) {
+            float v[kInFlight];
+#pragma unroll
+            for (int u = 0; u < kInFlight; ++u) {
+                const std::size_t c = c0 + std::size_t(u) * kThreads;
+                v[u] = r < rows && c < cols ? load(src, r * srcLd + c) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < kInFlight; ++u) {
+                const std::size_t c = c0 + std::size_t(u) * kThreads;
+                if (c < dstCols)
+                    store(dst, r * dstLd + c, v[u]);
+            }
+        }
 }
-void copyRows(Ptr dst, int dstLd, ConstPtr src, int srcLd, int rows, int cols, cudaStream_t s) {
-    const std::size_t n = std::size_t(rows) * std::size_t(cols);
+void copyRows(Ptr dst, int dstLd, ConstPtr src, int srcLd, int rows, int cols, cudaStream_t s,
+              int dstRows = 0, int dstCols = 0) {
+    dstRows = std::max(dstRows, rows);
+    dstCols = std::max(dstCols, cols);
+    const std::size_t n = std::size_t(dstRows) * std::size_t(dstCols);
     if (n == 0)
         return;
     withElements(dst, [&](auto* d) {
         withElements(src, [&](const auto* x) {
-            copyRowsKernel<<<blocksFor(n), kThreads, 0, s>>>(
-                d, std::size_t(dstLd), x, std::size_t(srcLd), std::size_t(rows), std::size_t(cols));
+            copyRowsKernel<<<unsigned(std::min(dstRows, 65535)), kThreads, 0, s>>>(
+                d, std::size_t(dstLd), std::size_t(dstRows), std::size_t(dstCols), x,
+                std::size_t(srcLd), std::size_t(rows), std::size_t(cols));
         });
     });
     checkLaunch("copy rows");
+}
+
+// Elements of `size` bytes in a row of `count` rounded up to 16 bytes.
+int paddedTo16(int count, std::size_t size) {
+    return int((std::size_t(count) * size + 15) / 16 * 16 / size);
 }
 
 // dbias[o] += sum over n of dout[n, o], summed down the columns (column_sums.cuh).
@@ -106,7 +132,8 @@ struct Blas::Gemm {
     ConstPtr bias; // length N, or null
 };
 
-Blas::Blas() : workspaceBytes_(kWorkspaceBytes) {
+Blas::Blas(std::size_t outputBandBytes)
+    : workspaceBytes_(kWorkspaceBytes), outputBandBytes_(outputBandBytes) {
     cublasLtHandle_t h = nullptr;
     checkBlas(cublasLtCreate(&h), "create");
     handle_ = h;
@@ -158,11 +185,64 @@ void Blas::matmulBackwardWeightAccumulate(Ptr dweight, Ptr dbias, ConstPtr dout,
     checkLaunch("bias gradient");
 }
 
-// cuBLASLt is column-major: the row-major C[M,N] is the column-major C^T[N,M] = op(B)^T op(A)^T,
-// so B comes first and each stored matrix is read as its own transpose.
+// An output whose rows do not start on 16 bytes, or whose rows are not a whole number of 16 bytes
+// (GPT-2's fp32 logits, rows of 50257), would put cuBLASLt on its kernels for unaligned rows (13 ms
+// of the 16 x 1024-token head forward on an H200): such a product is computed with its rows padded
+// to 8 columns (the weights' extra rows and the bias's extra entries zeros) a band of rows at a
+// time into an aligned buffer, and its own columns copied out.
 void Blas::run(const Gemm& g, void* stream) {
     if (g.M <= 0 || g.N <= 0)
         return;
+    const std::size_t size = kernels::sizeOf(g.C.type);
+    if ((rowsAligned(g.C.data, g.ldc, size) && std::size_t(g.N) * size % 16 == 0) || g.K <= 0) {
+        runAligned(g, stream);
+        return;
+    }
+    const cudaStream_t s = streamOf(stream);
+    const int N = (g.N + 7) / 8 * 8; // a whole number of 16 bytes in either type
+    Gemm padded = g;
+    padded.N = N;
+    std::unique_ptr<StreamBuffer> paddedB, paddedBias;
+    if (N != g.N) {
+        const std::size_t bSize = kernels::sizeOf(g.B.type);
+        const int rows = g.transB ? g.N : g.K, cols = g.transB ? g.K : g.N;
+        const int paddedRows = g.transB ? N : g.K, paddedCols = g.transB ? g.K : N;
+        padded.ldb = paddedTo16(paddedCols, bSize);
+        paddedB = std::make_unique<StreamBuffer>(
+            std::size_t(paddedRows) * std::size_t(padded.ldb) * bSize, s);
+        padded.B = {paddedB->data(), g.B.type};
+        copyRows({paddedB->data(), g.B.type}, padded.ldb, g.B, g.ldb, rows, cols, s, paddedRows,
+                 paddedCols);
+        if (g.bias) {
+            paddedBias =
+                std::make_unique<StreamBuffer>(std::size_t(N) * kernels::sizeOf(g.bias.type), s);
+            padded.bias = {paddedBias->data(), g.bias.type};
+            copyRows({paddedBias->data(), g.bias.type}, N, g.bias, g.N, 1, g.N, s, 1, N);
+        }
+    }
+    const std::size_t rowBytes = std::size_t(N) * size;
+    const int band = int(std::min<std::size_t>(
+        std::size_t(g.M), std::max<std::size_t>(8, outputBandBytes_ / rowBytes / 8 * 8)));
+    StreamBuffer buffer(std::size_t(band) * rowBytes, s);
+    const int ld = N;
+    for (int m0 = 0; m0 < g.M; m0 += band) {
+        Gemm part = padded;
+        part.M = std::min(band, g.M - m0);
+        // Rows m0.. of op(A): rows of A, or columns of a transposed A.
+        part.A = g.A + (g.transA ? std::size_t(m0) : std::size_t(m0) * std::size_t(g.lda));
+        part.C = {buffer.data(), g.C.type};
+        part.ldc = ld;
+        const Ptr rows = g.C + std::size_t(m0) * std::size_t(g.ldc);
+        if (g.beta != 0.0f)
+            copyRows(part.C, ld, rows, g.ldc, part.M, g.N, s);
+        runAligned(part, stream);
+        copyRows(rows, g.ldc, part.C, ld, part.M, g.N, s);
+    }
+}
+
+// cuBLASLt is column-major: the row-major C[M,N] is the column-major C^T[N,M] = op(B)^T op(A)^T,
+// so B comes first and each stored matrix is read as its own transpose.
+void Blas::runAligned(const Gemm& g, void* stream) {
     const cudaStream_t s = streamOf(stream);
     const std::string shape = std::string(g.what) + " (" + std::to_string(g.M) + " x " +
                               std::to_string(g.N) + " x " + std::to_string(g.K) + ", " +
@@ -175,24 +255,36 @@ void Blas::run(const Gemm& g, void* stream) {
     // Operands in one type: bf16 when either is (the fp32 one rounded), fp32 when both are; and
     // rows that start on 16 bytes, as cuBLASLt's fast kernels want (GPT-2's logits gradient, rows
     // of 50257, otherwise ran on kernels for unaligned rows at a fifth of the speed on an H200).
-    // An operand that is neither goes through a stream-ordered copy that is both.
+    // An operand that is neither goes through a stream-ordered copy that is both. When one is
+    // copied and the inner dimension is not a whole number of 16 bytes (the vocabulary, in the
+    // head's input gradient), both copies pad it with zeros to one.
     const DType operands =
         g.A.type == DType::BF16 || g.B.type == DType::BF16 ? DType::BF16 : DType::F32;
+    const std::size_t size = kernels::sizeOf(operands);
+    auto ready = [&](ConstPtr p, int ld) {
+        return p.type == operands && rowsAligned(p.data, ld, size);
+    };
+    const int K = ready(g.A, g.lda) && ready(g.B, g.ldb) ? g.K : paddedTo16(g.K, size);
     std::unique_ptr<StreamBuffer> copyA, copyB, wideC, castBias;
-    auto prepared = [&](ConstPtr p, int rows, int cols, int ld, std::unique_ptr<StreamBuffer>& copy,
-                        int& copyLd) -> ConstPtr {
-        const std::size_t size = kernels::sizeOf(operands);
+    // A stored rows x cols operand, as rows x cols (rows x K or K x cols where one is the inner
+    // dimension) aligned rows of the operands' type.
+    auto prepared = [&](ConstPtr p, int rows, int cols, int ld, bool innerInRows,
+                        std::unique_ptr<StreamBuffer>& copy, int& copyLd) -> ConstPtr {
         copyLd = ld;
-        if (p.type == operands && rowsAligned(p.data, ld, size))
+        if (K == g.K && ready(p, ld))
             return p;
-        copyLd = int((std::size_t(cols) * size + 15) / 16 * 16 / size);
-        copy = std::make_unique<StreamBuffer>(std::size_t(rows) * std::size_t(copyLd) * size, s);
-        copyRows({copy->data(), operands}, copyLd, p, ld, rows, cols, s);
+        const int copyRowCount = innerInRows ? K : rows, copyCols = innerInRows ? cols : K;
+        copyLd = paddedTo16(copyCols, size);
+        copy = std::make_unique<StreamBuffer>(
+            std::size_t(copyRowCount) * std::size_t(copyLd) * size, s);
+        copyRows({copy->data(), operands}, copyLd, p, ld, rows, cols, s, copyRowCount, copyCols);
         return {copy->data(), operands};
     };
     int lda = g.lda, ldb = g.ldb;
-    const ConstPtr A = prepared(g.A, g.transA ? g.K : g.M, g.transA ? g.M : g.K, g.lda, copyA, lda);
-    const ConstPtr B = prepared(g.B, g.transB ? g.N : g.K, g.transB ? g.K : g.N, g.ldb, copyB, ldb);
+    const ConstPtr A =
+        prepared(g.A, g.transA ? g.K : g.M, g.transA ? g.M : g.K, g.lda, g.transA, copyA, lda);
+    const ConstPtr B =
+        prepared(g.B, g.transB ? g.N : g.K, g.transB ? g.K : g.N, g.ldb, !g.transB, copyB, ldb);
     // fp32 operands give an fp32 result only: a bf16 output goes through an fp32 copy.
     Ptr D = g.C;
     const std::size_t countC = std::size_t(g.M) * std::size_t(g.ldc);
@@ -243,9 +335,8 @@ void Blas::run(const Gemm& g, void* stream) {
                   shape);
         return owned(l, cublasLtMatrixLayoutDestroy);
     };
-    const auto first = g.transB ? layout(operands, g.K, g.N, ldb) : layout(operands, g.N, g.K, ldb);
-    const auto second =
-        g.transA ? layout(operands, g.M, g.K, lda) : layout(operands, g.K, g.M, lda);
+    const auto first = g.transB ? layout(operands, K, g.N, ldb) : layout(operands, g.N, K, ldb);
+    const auto second = g.transA ? layout(operands, g.M, K, lda) : layout(operands, K, g.M, lda);
     const auto out = layout(D.type, g.N, g.M, g.ldc);
 
     cublasLtMatmulPreference_t rawPreference = nullptr;

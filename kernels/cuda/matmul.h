@@ -16,7 +16,10 @@ namespace shardscope::cuda {
 
 class Blas {
 public:
-    Blas(); // a cuBLASLt handle and its workspace on the current device
+    // A cuBLASLt handle and its workspace on the current device. An output whose rows do not start
+    // on 16 bytes is computed in bands of rows into an aligned buffer of at most outputBandBytes
+    // (at least 8 rows) and copied into place.
+    explicit Blas(std::size_t outputBandBytes = std::size_t(256) << 20);
     ~Blas();
     Blas(const Blas&) = delete;
     Blas& operator=(const Blas&) = delete;
@@ -36,10 +39,12 @@ public:
 private:
     struct Gemm;
     void run(const Gemm& g, void* stream);
+    void runAligned(const Gemm& g, void* stream);
 
     void* handle_ = nullptr;    // cublasLtHandle_t
     void* workspace_ = nullptr; // device memory cuBLASLt may use
     std::size_t workspaceBytes_ = 0;
+    std::size_t outputBandBytes_ = 0;
 };
 
 } // namespace shardscope::cuda

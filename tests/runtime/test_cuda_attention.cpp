@@ -20,8 +20,11 @@ using namespace testing;
 struct Shape {
     int B, T, C, NH;
 };
-// One token; a head size that is no power of two; rows longer than a block of threads.
-const Shape kShapes[] = {{1, 1, 4, 1}, {2, 37, 48, 3}, {1, 300, 128, 2}, {1, 1031, 64, 1}};
+// One token; a head size that is no power of two; rows longer than a block of threads; every
+// tiling: heads of 64 channels or fewer, of 128 (Llama's), and of 200 (tiles of 32, channels
+// padded to 208 for the tensor cores).
+const Shape kShapes[] = {{1, 1, 4, 1},     {2, 37, 48, 3},   {1, 300, 128, 2},
+                         {1, 1031, 64, 1}, {1, 130, 256, 2}, {1, 70, 200, 1}};
 
 // The backends sum in other orders (the CPU in GEMMs) and the CPU's exp is an approximation.
 constexpr float kRelative = 1e-4f, kNearZero = 1e-5f;

@@ -51,77 +51,84 @@ kernels::Ptr shifted(Tensor& t, bool gpu) {
 TEST(CudaMatmul, ForwardAndBothGradientsMatchTheCpuInEveryTypeMix) {
     SKIP_WITHOUT_GPU();
     auto cpu = kernels::makeCpuOps(1);
-    cuda::Blas blas;
-    for (const Shape& s : kShapes)
-        for (DType in : kTypes)
-            for (DType w : kTypes)
-                for (DType out : kTypes)
-                    for (bool misaligned : {false, true}) {
-                        const std::string what =
-                            std::to_string(s.N) + " x " + std::to_string(s.C) + " x " +
-                            std::to_string(s.OC) + ", input " + kernels::toString(in) +
-                            ", weight " + kernels::toString(w) + ", output " +
-                            kernels::toString(out) + (misaligned ? ", misaligned" : "");
-                        const std::size_t shift = misaligned ? 1 : 0;
-                        const std::size_t NC = std::size_t(s.N) * std::size_t(s.C),
-                                          NO = std::size_t(s.N) * std::size_t(s.OC),
-                                          OC_C = std::size_t(s.OC) * std::size_t(s.C);
-                        Tensor inp(in, randomValues(NC + shift, 1, 1.0f));
-                        Tensor weight(w, randomValues(OC_C + shift, 2, 0.1f));
-                        Tensor bias(w, randomValues(std::size_t(s.OC) + shift, 3, 0.1f));
-                        auto at = [&](Tensor& t, bool gpu) {
-                            return misaligned ? shifted(t, gpu) : (gpu ? t.gpu() : t.cpu());
-                        };
-                        Tensor result(out, std::vector<float>(NO + shift));
-                        cpu->matmulForward(at(result, false), at(inp, false), at(weight, false),
-                                           at(bias, false), s.N, s.C, s.OC);
-                        blas.matmulForward(at(result, true), at(inp, true), at(weight, true),
-                                           at(bias, true), s.N, s.C, s.OC, nullptr);
-                        Tensor product(DType::F32, std::vector<float>(NO + shift));
-                        cpu->matmulForward(at(product, false), at(inp, false), at(weight, false),
-                                           nullptr, s.N, s.C, s.OC);
-                        std::vector<float> biasPerElement(NO + shift);
-                        const std::vector<float> biasValues = bias.cpuValues();
-                        for (std::size_t i = shift; i < NO + shift; ++i)
-                            biasPerElement[i] = biasValues[shift + (i - shift) % std::size_t(s.OC)];
-                        expectCloseToSum(result, product.cpuValues(), biasPerElement,
-                                         "forward, " + what);
+    // Outputs whose rows are not aligned go through bands of rows: whole (one band) and in bands
+    // of 8 rows, so every shape here also runs as several bands.
+    cuda::Blas wide, banded(1);
+    for (cuda::Blas* each : {&wide, &banded})
+        for (const Shape& s : kShapes)
+            for (DType in : kTypes)
+                for (DType w : kTypes)
+                    for (DType out : kTypes)
+                        for (bool misaligned : {false, true}) {
+                            const std::string what =
+                                std::to_string(s.N) + " x " + std::to_string(s.C) + " x " +
+                                std::to_string(s.OC) + ", input " + kernels::toString(in) +
+                                ", weight " + kernels::toString(w) + ", output " +
+                                kernels::toString(out) + (misaligned ? ", misaligned" : "") +
+                                (each == &banded ? ", bands of 8 rows" : "");
+                            cuda::Blas& blas = *each;
+                            const std::size_t shift = misaligned ? 1 : 0;
+                            const std::size_t NC = std::size_t(s.N) * std::size_t(s.C),
+                                              NO = std::size_t(s.N) * std::size_t(s.OC),
+                                              OC_C = std::size_t(s.OC) * std::size_t(s.C);
+                            Tensor inp(in, randomValues(NC + shift, 1, 1.0f));
+                            Tensor weight(w, randomValues(OC_C + shift, 2, 0.1f));
+                            Tensor bias(w, randomValues(std::size_t(s.OC) + shift, 3, 0.1f));
+                            auto at = [&](Tensor& t, bool gpu) {
+                                return misaligned ? shifted(t, gpu) : (gpu ? t.gpu() : t.cpu());
+                            };
+                            Tensor result(out, std::vector<float>(NO + shift));
+                            cpu->matmulForward(at(result, false), at(inp, false), at(weight, false),
+                                               at(bias, false), s.N, s.C, s.OC);
+                            blas.matmulForward(at(result, true), at(inp, true), at(weight, true),
+                                               at(bias, true), s.N, s.C, s.OC, nullptr);
+                            Tensor product(DType::F32, std::vector<float>(NO + shift));
+                            cpu->matmulForward(at(product, false), at(inp, false),
+                                               at(weight, false), nullptr, s.N, s.C, s.OC);
+                            std::vector<float> biasPerElement(NO + shift);
+                            const std::vector<float> biasValues = bias.cpuValues();
+                            for (std::size_t i = shift; i < NO + shift; ++i)
+                                biasPerElement[i] =
+                                    biasValues[shift + (i - shift) % std::size_t(s.OC)];
+                            expectCloseToSum(result, product.cpuValues(), biasPerElement,
+                                             "forward, " + what);
 
-                        Tensor dout(out, randomValues(NO + shift, 4, 1.0f));
-                        Tensor dinp(in, randomValues(NC + shift, 5, 1.0f));
-                        for (bool accumulate : {false, true}) {
-                            const std::vector<float> before =
-                                accumulate ? dinp.cpuValues() : std::vector<float>(NC + shift);
-                            Tensor inputProduct(DType::F32, std::vector<float>(NC + shift));
-                            cpu->matmulBackwardInput(at(inputProduct, false), at(dout, false),
-                                                     at(weight, false), s.N, s.C, s.OC, false);
-                            cpu->matmulBackwardInput(at(dinp, false), at(dout, false),
-                                                     at(weight, false), s.N, s.C, s.OC, accumulate);
-                            blas.matmulBackwardInput(at(dinp, true), at(dout, true),
-                                                     at(weight, true), s.N, s.C, s.OC, accumulate,
-                                                     nullptr);
-                            expectCloseToSum(dinp, inputProduct.cpuValues(), before,
-                                             std::string("input gradient") +
-                                                 (accumulate ? " accumulated, " : ", ") + what);
+                            Tensor dout(out, randomValues(NO + shift, 4, 1.0f));
+                            Tensor dinp(in, randomValues(NC + shift, 5, 1.0f));
+                            for (bool accumulate : {false, true}) {
+                                const std::vector<float> before =
+                                    accumulate ? dinp.cpuValues() : std::vector<float>(NC + shift);
+                                Tensor inputProduct(DType::F32, std::vector<float>(NC + shift));
+                                cpu->matmulBackwardInput(at(inputProduct, false), at(dout, false),
+                                                         at(weight, false), s.N, s.C, s.OC, false);
+                                cpu->matmulBackwardInput(at(dinp, false), at(dout, false),
+                                                         at(weight, false), s.N, s.C, s.OC,
+                                                         accumulate);
+                                blas.matmulBackwardInput(at(dinp, true), at(dout, true),
+                                                         at(weight, true), s.N, s.C, s.OC,
+                                                         accumulate, nullptr);
+                                expectCloseToSum(dinp, inputProduct.cpuValues(), before,
+                                                 std::string("input gradient") +
+                                                     (accumulate ? " accumulated, " : ", ") + what);
+                            }
+
+                            Tensor dweight(w, randomValues(OC_C + shift, 6, 1.0f));
+                            Tensor dbias(w, randomValues(std::size_t(s.OC) + shift, 7, 1.0f));
+                            const std::vector<float> weightBefore = dweight.cpuValues();
+                            Tensor weightProduct(DType::F32, std::vector<float>(OC_C + shift));
+                            cpu->matmulBackwardWeightAccumulate(at(weightProduct, false), nullptr,
+                                                                at(dout, false), at(inp, false),
+                                                                s.N, s.C, s.OC);
+                            cpu->matmulBackwardWeightAccumulate(at(dweight, false),
+                                                                at(dbias, false), at(dout, false),
+                                                                at(inp, false), s.N, s.C, s.OC);
+                            blas.matmulBackwardWeightAccumulate(at(dweight, true), at(dbias, true),
+                                                                at(dout, true), at(inp, true), s.N,
+                                                                s.C, s.OC, nullptr);
+                            expectCloseToSum(dweight, weightProduct.cpuValues(), weightBefore,
+                                             "weight gradient, " + what);
+                            expectClose(dbias, "bias gradient, " + what, kRelative, kNearZero);
                         }
-
-                        Tensor dweight(w, randomValues(OC_C + shift, 6, 1.0f));
-                        Tensor dbias(w, randomValues(std::size_t(s.OC) + shift, 7, 1.0f));
-                        const std::vector<float> weightBefore = dweight.cpuValues();
-                        Tensor weightProduct(DType::F32, std::vector<float>(OC_C + shift));
-                        cpu->matmulBackwardWeightAccumulate(at(weightProduct, false), nullptr,
-                                                            at(dout, false), at(inp, false), s.N,
-                                                            s.C, s.OC);
-                        cpu->matmulBackwardWeightAccumulate(at(dweight, false), at(dbias, false),
-                                                            at(dout, false), at(inp, false), s.N,
-                                                            s.C, s.OC);
-                        blas.matmulBackwardWeightAccumulate(at(dweight, true), at(dbias, true),
-                                                            at(dout, true), at(inp, true), s.N, s.C,
-                                                            s.OC, nullptr);
-                        expectCloseToSum(dweight, weightProduct.cpuValues(), weightBefore,
-                                         "weight gradient, " + what);
-                        expectClose(dbias, "bias gradient, " + what, kRelative, kNearZero);
-                    }
 }
 
 TEST(CudaMatmul, NamesItsLibrary) {

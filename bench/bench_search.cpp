@@ -23,18 +23,23 @@ PlanInputs llama405bInputs() {
     return in;
 }
 
+// Argument 1: the whole space; 0: without hybrid sharding (the space before it), side by side.
 void BM_FullSearchLlama405B(benchmark::State& state) {
     const PlanInputs in = llama405bInputs();
-    long long evaluated = 0;
+    SearchSpace space;
+    space.tryHybridShard = state.range(0) != 0;
+    long long evaluated = 0, considered = 0;
     for (auto _ : state) {
         const SearchResult r = searchLayouts(in.model, in.cluster, in.parallel, in.train, in.assume,
-                                             SearchSpace{}, SearchOptions{});
+                                             space, SearchOptions{});
         evaluated = r.evaluated;
+        considered = r.considered;
         benchmark::DoNotOptimize(r.top.data());
     }
     state.counters["layouts_evaluated"] = double(evaluated);
+    state.counters["layouts_considered"] = double(considered);
 }
-BENCHMARK(BM_FullSearchLlama405B)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FullSearchLlama405B)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
 
 void BM_EstimateLlama405B(benchmark::State& state) {
     const PlanInputs in = llama405bInputs();

@@ -215,6 +215,13 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
         {{"0 (DDP)", "0"}, {"1 (optimizer)", "1"}, {"2 (+ gradients)", "2"}, {"3 / FSDP", "3"}},
         [](const Session& s) { return QString::number(s.parallel.zero); },
         [](Session& s, const QString& k) { s.parallel.zero = k.toInt(); });
+    form.addInt(
+        "shard-group", "ZeRO shard group",
+        "Hybrid sharding (HSDP: FSDP's hybrid_shard, DeepSpeed's MiCS): ZeRO's states are split "
+        "over groups of this many of the dp x cp GPUs, each group a whole copy; gradients are "
+        "all-reduced across the groups. 0: one group of all of them (full sharding)",
+        0, 1 << 16, [](const Session& s) { return s.parallel.shardGroup; },
+        [](Session& s, int v) { s.parallel.shardGroup = v; });
     auto degree = [&](const char* name, const QString& label, const QString& tip,
                       int ParallelConfig::*field, LayoutFollows how, bool slider = false) {
         form.addInt(

@@ -624,6 +624,7 @@ void to_json(json& j, const ParallelConfig& p) {
              {"vpp", p.vpp},
              {"cp", p.cp},
              {"zero", p.zero},
+             {"shard_group", p.shardGroup},
              {"sequence_parallel", p.sequenceParallel},
              {"schedule", toString(p.schedule)},
              {"micro_batch", p.microBatch},
@@ -649,6 +650,7 @@ void from_json(const json& j, ParallelConfig& out) {
         problems.invalid("dp*tp*pp*cp = " + plain(double(std::int64_t(p.dp) * p.tp * p.pp * p.cp)) +
                          " GPUs is more than " + plain(double(kMaxWorld)));
     r.whole("zero", p.zero, 0, 3);
+    r.whole("shard_group", p.shardGroup, 0, kMaxDegree);
     r.boolean("sequence_parallel", p.sequenceParallel);
     r.choice("schedule", p.schedule, scheduleFromString);
     r.whole("micro_batch", p.microBatch, 1, kMaxBatch);

@@ -445,6 +445,31 @@ private:
             add("offload-zero",
                 "optimizer offload moves ZeRO-partitioned state, but zero is " + to_string(c_.zero),
                 "set zero = 1 (or higher), or turn offload_optimizer off");
+        shardGroup();
+    }
+
+    // Hybrid sharding: groups of shard_group of the dp x cp ranks, each a whole copy.
+    void shardGroup() {
+        if (c_.shardGroup == 0)
+            return;
+        const std::int64_t ranks = product({c_.dp, c_.cp});
+        if (c_.shardGroup < 0) {
+            add("shard-group", "shard group is " + to_string(c_.shardGroup),
+                "use shard_group = 0 to shard over all dp*cp ranks, or a divisor of dp*cp");
+            return;
+        }
+        if (c_.zero < 1)
+            add("shard-group-zero",
+                "a shard group of " + to_string(c_.shardGroup) +
+                    " splits ZeRO's states, but zero is 0 (nothing is sharded)",
+                "set zero = 1, 2 or 3 (3 with a shard group is FSDP's hybrid shard), or "
+                "shard_group = 0");
+        if (ranks % c_.shardGroup != 0)
+            add("shard-group",
+                "a shard group of " + to_string(c_.shardGroup) +
+                    " does not divide dp*cp = " + to_string(ranks) + " ranks into whole copies",
+                "use shard_group = " + to_string(largestDivisorUpTo(ranks, c_.shardGroup)) +
+                    " (a divisor of dp*cp), or 0 to shard over all of them");
     }
 
     const ModelSpec& m_;
@@ -477,8 +502,11 @@ std::string layoutSummary(const ParallelConfig& p) {
     s << "dp" << p.dp << " tp" << p.tp << " pp" << p.pp;
     if (p.vpp > 1)
         s << "x" << p.vpp;
-    s << " cp" << p.cp << " zero" << p.zero << (p.sequenceParallel ? " sp" : "") << " mb"
-      << p.microBatch << " " << toString(p.schedule) << " recompute-" << toString(p.recompute);
+    s << " cp" << p.cp << " zero" << p.zero;
+    if (p.hybridShard())
+        s << " shard" << p.zeroShards();
+    s << (p.sequenceParallel ? " sp" : "") << " mb" << p.microBatch << " " << toString(p.schedule)
+      << " recompute-" << toString(p.recompute);
     return s.str();
 }
 

@@ -4,6 +4,7 @@
 #include "cluster_spec.h"
 #include "model_spec.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,6 +58,10 @@ struct ParallelConfig {
     int vpp = 1; // virtual stages (model chunks) per pipeline rank; > 1 only when interleaved
     int cp = 1;
     int zero = 0; // ZeRO stage 0-3 across the data-parallel group (3 == FSDP full shard)
+    // ZeRO's states sharded over groups of this many of the dp x cp ranks and replicated across
+    // the groups (hybrid sharding: FSDP's HYBRID_SHARD / HSDP, DeepSpeed's MiCS); 0 = one group of
+    // all of them. Gradients are reduce-scattered in the group, then all-reduced across groups.
+    int shardGroup = 0;
     bool sequenceParallel = false;
     PipelineSchedule schedule = PipelineSchedule::OneFOneB;
     int microBatch = 1;  // sequences per microbatch per data-parallel rank
@@ -71,6 +76,10 @@ struct ParallelConfig {
 
     // At most kMaxWorldSize once validate() has passed (before, the product may not fit an int).
     int worldSize() const { return dp * tp * pp * cp; }
+    // The ranks one copy of ZeRO's sharded states spans, and how many copies there are.
+    int zeroShards() const { return shardGroup > 0 ? shardGroup : dp * cp; }
+    int zeroReplicas() const { return zeroShards() > 0 ? std::max(1, dp * cp / zeroShards()) : 1; }
+    bool hybridShard() const { return zero >= 1 && zeroReplicas() > 1; }
     // Microbatches each pipeline processes per step (gradient accumulation steps).
     int microbatches() const { return (microBatch * dp) > 0 ? globalBatch / (microBatch * dp) : 0; }
 };
@@ -87,7 +96,8 @@ std::vector<Violation> validate(const ModelSpec& model, const ClusterSpec& clust
 // The same rules without a cluster (world size is then dp*tp*pp*cp by definition).
 std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& config);
 
-// One line: "dp2 tp8 pp4 cp1 zero1 sp mb1 1f1b recompute-selective" ("pp4x2" when interleaved).
+// One line: "dp2 tp8 pp4 cp1 zero1 sp mb1 1f1b recompute-selective" ("pp4x2" when interleaved,
+// "zero3 shard8" when ZeRO's states are sharded over groups of 8 of the dp x cp ranks).
 std::string layoutSummary(const ParallelConfig& p);
 
 std::string toString(PipelineSchedule s);

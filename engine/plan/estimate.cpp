@@ -101,9 +101,48 @@ AxisComm ppComm(const PlanInputs& in, double computeTime) {
     return c;
 }
 
+// Shard groups of s consecutive dp x cp ranks (inside a node when tp x s fits one), r copies of
+// them at stride tp x s. In the group as full sharding does; across the copies, each rank
+// all-reduces its 1/s of the gradients once per step with the ranks holding the same shard
+// (PyTorch's HYBRID_SHARD; DeepSpeed's MiCS).
+AxisComm hybridComm(const PlanInputs& in, double grads, double weights, double m,
+                    double microbatchTime, double computeTime) {
+    const ParallelConfig& p = in.parallel;
+    const int s = p.zeroShards(), r = p.zeroReplicas();
+    const GroupPlacement group = placeGroup(in.cluster, in.assume, s, p.tp);
+    const GroupPlacement copies = placeGroup(in.cluster, in.assume, r, p.tp * s);
+    AxisComm c;
+    c.groupSize = s * r;
+    c.crossesNodes = group.crossesNodes || copies.crossesNodes;
+    c.bandwidth = std::min(group.bandwidth, copies.bandwidth);
+    c.latency = std::max(group.latency, copies.latency);
+    const double gather = ringAllGatherSeconds(weights, s, group.bandwidth, group.latency);
+    const double scatter = ringAllGatherSeconds(grads, s, group.bandwidth, group.latency);
+    const double across = ringAllReduceSeconds(grads / s, r, copies.bandwidth, copies.latency);
+    const double gatherBytes = ringAllGatherBytesPerRank(weights, s);
+    const double scatterBytes = ringAllGatherBytesPerRank(grads, s);
+    const double acrossBytes = ringAllReduceBytesPerRank(grads / s, r);
+    if (p.zero <= 2) {
+        c.collectives = 3;
+        c.bytes = scatterBytes + acrossBytes + gatherBytes;
+        c.seconds = scatter + across + gather;
+        c.window = microbatchTime; // last backward + next step's first forward
+    } else {
+        c.collectives = int(3 * m) + 1;
+        c.bytes = m * (2.0 * gatherBytes + scatterBytes) + acrossBytes;
+        c.seconds = m * (2.0 * gather + scatter) + across;
+        c.window = computeTime; // prefetching hides each gather behind the previous layer
+    }
+    c.exposed = std::max(0.0, c.seconds - in.assume.dpOverlap * c.window);
+    return c;
+}
+
 // Data parallelism over dp x cp ranks. ZeRO-0: all-reduce gradients once per step. ZeRO-1/2:
 // reduce-scatter gradients, all-gather updated parameters. ZeRO-3: every microbatch gathers
-// parameters for forward and again for backward, and reduce-scatters its gradients.
+// parameters for forward and again for backward, and reduce-scatters its gradients. Hybrid
+// sharding (hybridComm, above) does the same inside each shard group and all-reduces the
+// shards' gradients across the groups.
+
 AxisComm dpComm(const PlanInputs& in, double params, double microbatchTime, double computeTime) {
     const ParallelConfig& p = in.parallel;
     AxisComm c;
@@ -115,6 +154,8 @@ AxisComm dpComm(const PlanInputs& in, double params, double microbatchTime, doub
     const double grads = params * p.precision.gradBytes();
     const double weights = params * p.precision.weightBytes();
     const double m = std::max(1, p.microbatches());
+    if (p.hybridShard())
+        return hybridComm(in, grads, weights, m, microbatchTime, computeTime);
     if (p.zero == 0) {
         c.collectives = 1;
         c.bytes = ringAllReduceBytesPerRank(grads, n);
@@ -144,9 +185,9 @@ double optimizerSeconds(const PlanInputs& in, double params) {
     const ParallelConfig& p = in.parallel;
     const PrecisionPolicy& prec = p.precision;
     if (p.offloadOptimizer)
-        return params / std::max(1, p.dp * p.cp) * (prec.gradBytes() + prec.weightBytes()) /
+        return params / std::max(1, p.zeroShards()) * (prec.gradBytes() + prec.weightBytes()) /
                in.assume.hostLinkBandwidth;
-    const double shard = params / (p.zero >= 1 ? std::max(1, p.dp * p.cp) : 1);
+    const double shard = params / (p.zero >= 1 ? std::max(1, p.zeroShards()) : 1);
     const double bytes = 2.0 * shard *
                          (prec.weightBytes() + prec.gradBytes() + prec.masterBytes() +
                           optimizerStateBytes(p.optimizer));

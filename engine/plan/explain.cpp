@@ -91,6 +91,9 @@ constexpr const char* kKorthikanti =
     "Table 2 (generalised to GQA, gated MLPs and no-dropout models)";
 constexpr const char* kZero = "Rajbhandari et al. 2020, ZeRO: Memory Optimizations Toward Training "
                               "Trillion Parameter Models, Section 5";
+constexpr const char* kHybrid =
+    "PyTorch FSDP ShardingStrategy.HYBRID_SHARD (Zhao et al. 2023, PyTorch FSDP, Section 3.2.1); "
+    "Zhang et al. 2022, MiCS";
 constexpr const char* kAlphaBeta = "Ring collectives, alpha-beta model (Thakur et al. 2005; NCCL "
                                    "bus bandwidth), link figures from the GPU and cluster presets";
 
@@ -104,14 +107,15 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
     const ParallelConfig& p = in.parallel;
     const MemoryBreakdown& m = e.memory;
     const PrecisionPolicy& prec = p.precision;
-    const int shards = p.dp * p.cp;
+    const int shards = p.zeroShards(); // dp*cp, or the hybrid shard group
     const std::string stage = "pipeline stage " + std::to_string(e.worstStage) + ", " +
                               n(m.paramsOnRank) + " parameters on this rank";
     x.unit = "B";
     switch (x.id) {
     case FigureId::MemParameters:
         x.value = m.parameters;
-        x.formula = "params_on_rank x weight_bytes [/ dp*cp under ZeRO-3]";
+        x.formula =
+            "params_on_rank x weight_bytes [/ shard group (dp*cp unless hybrid) under ZeRO-3]";
         x.substituted = n(m.paramsOnRank) + " x " + n(prec.weightBytes()) + " B" +
                         zeroDivisor(p.zero, 3, shards) + " = " + b(m.parameters) + " (" + stage +
                         ")";
@@ -119,7 +123,8 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         break;
     case FigureId::MemGradients:
         x.value = m.gradients;
-        x.formula = "params_on_rank x grad_bytes [/ dp*cp under ZeRO-2/3]";
+        x.formula =
+            "params_on_rank x grad_bytes [/ shard group (dp*cp unless hybrid) under ZeRO-2/3]";
         x.substituted = n(m.paramsOnRank) + " x " + n(prec.gradBytes()) + " B" +
                         zeroDivisor(p.zero, 2, shards) + " = " + b(m.gradients) +
                         (p.offloadOptimizer && p.zero >= 2 ? " (offloaded to the host)" : "");
@@ -127,8 +132,9 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         break;
     case FigureId::MemOptimizer:
         x.value = m.optimizer;
-        x.formula =
-            "params_on_rank x (master_bytes + optimizer_state_bytes) [/ dp*cp under ZeRO>=1]";
+        x.formula = "params_on_rank x (master_bytes + optimizer_state_bytes) [/ shard group (dp*cp "
+                    "unless hybrid) under "
+                    "ZeRO>=1]";
         x.substituted =
             n(m.paramsOnRank) + " x (" + n(prec.masterBytes()) + " + " +
             n(optimizerStateBytes(p.optimizer)) + ") B" + zeroDivisor(p.zero, 1, shards) + " = " +
@@ -200,6 +206,19 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
     }
     switch (axis) {
     case Axis::DP:
+        if (p.hybridShard()) {
+            const std::string groups = std::to_string(p.zeroReplicas()) + " groups of " +
+                                       std::to_string(p.zeroShards()) + " ranks";
+            x.formula =
+                "hybrid sharding, " + groups + ": " +
+                (p.zero <= 2 ? std::string("in the group, reduce-scatter(grads) + "
+                                           "all-gather(weights), once per step")
+                             : std::string("in the group, per microbatch 2 "
+                                           "all-gathers(weights) + reduce-scatter(grads)")) +
+                "; across the groups, all-reduce(grads / group) once per step";
+            x.source += "; " + std::string(kZero) + "; " + kHybrid;
+            break;
+        }
         x.formula = p.zero == 0 ? "all-reduce(grads): 2(n-1)/n x params x grad_bytes, once per step"
                     : p.zero <= 2
                         ? "reduce-scatter(grads) + all-gather(weights): (n-1)/n x params x "
@@ -307,11 +326,11 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.source = m.source.empty() ? "Counted from the model's shapes" : m.source;
         break;
     case FigureId::ParamsPerGpu:
-        x.value = e.memory.paramsOnRank / (p.zero >= 3 ? std::max(1, p.dp * p.cp) : 1);
+        x.value = e.memory.paramsOnRank / (p.zero >= 3 ? std::max(1, p.zeroShards()) : 1);
         x.unit = "params";
         x.formula =
             "(layers_on_stage x layer/tp + embeddings/tp on the first stage + lm_head/tp on "
-            "the last) [/ dp*cp under ZeRO-3]";
+            "the last) [/ shard group (dp*cp unless hybrid) under ZeRO-3]";
         if (m.isBare()) {
             x.substituted = n(e.params.total) + " / (" + std::to_string(p.tp) + " x " +
                             std::to_string(p.pp) + ")";
@@ -336,8 +355,8 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                                  std::to_string(e.worstStage) + ")";
             }
         }
-        if (p.zero >= 3 && p.dp * p.cp > 1)
-            x.substituted = "(" + x.substituted + ")" + zeroDivisor(p.zero, 3, p.dp * p.cp);
+        if (p.zero >= 3 && p.zeroShards() > 1)
+            x.substituted = "(" + x.substituted + ")" + zeroDivisor(p.zero, 3, p.zeroShards());
         x.substituted += " = " + n(x.value);
         x.source = "Megatron-LM theoretical_memory_usage.py (most loaded shard)";
         break;

@@ -48,7 +48,7 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     const Assumptions& a = in.assume;
     const PrecisionPolicy& prec = p.precision;
     const ParamCount c = countParameters(m);
-    const double shards = std::max(1, p.dp * p.cp);
+    const double shards = std::max(1, p.zeroShards()); // dp*cp, or the hybrid shard group
     const double t = std::max(1, p.tp);
     const bool first = stage == 0, last = stage == p.pp - 1;
 
@@ -95,7 +95,9 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
         const double largest = std::max(layerParamsPerTpRank(m, c, p.tp), c.embeddings / t);
         mem.zero3Gather = largest * 2.0 * prec.weightBytes();
     }
-    if (shards > 1 && p.zero < 3)
+    // Buckets of gradients in flight to an all-reduce or reduce-scatter (under ZeRO-3 the
+    // gathered module's gradient stands for them, unless copies are all-reduced across groups).
+    if (p.dp * p.cp > 1 && (p.zero < 3 || p.zeroReplicas() > 1))
         mem.gradBuckets = 2.0 * a.gradBucketBytes;
     if (last && !m.isBare())
         mem.logits = 4.0 * T * double(m.vocab) / t; // fp32 logits for the cross-entropy

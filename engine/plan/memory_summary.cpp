@@ -62,6 +62,8 @@ std::vector<SweepPoint> memoryOverDataParallel(const PlanInputs& in, int zeroSta
         PlanInputs at = in;
         at.parallel.dp = std::max(1, dp);
         at.parallel.zero = zeroStage;
+        if (at.parallel.shardGroup > 0 && at.parallel.dp * at.parallel.cp % at.parallel.shardGroup)
+            at.parallel.shardGroup = 0; // no whole copies at this dp: shard over all of it
         // Keep the microbatch count: the global batch grows with dp as in weak scaling.
         at.parallel.globalBatch =
             std::max(1, in.parallel.microbatches()) * at.parallel.microBatch * at.parallel.dp;
@@ -81,7 +83,7 @@ ZeroHoldings zeroHoldings(const PlanInputs& in, int zeroStage) {
     const MemoryBreakdown unsharded = memoryForStage(whole, stage);
     ZeroHoldings h;
     h.zeroStage = zeroStage;
-    h.groupSize = std::max(1, in.parallel.dp) * std::max(1, in.parallel.cp);
+    h.groupSize = std::max(1, in.parallel.zeroShards());
     const double n = h.groupSize;
     // What offload moved to the host is not on the GPU, own shard or not.
     const auto holding = [n](double onGpu, double unshardedBytes) {

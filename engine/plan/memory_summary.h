@@ -47,7 +47,7 @@ struct ModelStateHolding {
 };
 struct ZeroHoldings {
     int zeroStage = 0;
-    int groupSize = 1; // dp x cp: the GPUs ZeRO shards over
+    int groupSize = 1; // the GPUs ZeRO shards over: dp x cp, or the hybrid shard group
     ModelStateHolding weights, gradients, optimizer;
 };
 ZeroHoldings zeroHoldings(const PlanInputs& in, int zeroStage);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <queue>
+#include <utility>
 
 namespace shardscope {
 
@@ -70,6 +71,7 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
     for (int mb = 1; mb <= space.maxMicroBatch; mb *= 2)
         microBatches.push_back(mb);
 
+    std::vector<std::pair<int, int>> shardings; // (ZeRO stage, shard group) for one tp, cp
     std::size_t tpDone = 0;
     for (int tp : worldDivisors) {
         for (int pp : worldDivisors) {
@@ -85,10 +87,22 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                 if (world % modelParallel != 0)
                     continue;
                 const int dp = int(world / modelParallel);
+                // Each ZeRO stage over all dp x cp ranks, and over those of one node (the ranks
+                // of a node are consecutive: gpusPerNode / tp of them share a tp index).
+                const std::int64_t perNode = cluster.gpusPerNode / tp;
+                const bool nodeGroups = space.tryHybridShard && cluster.gpusPerNode % tp == 0 &&
+                                        perNode > 1 && perNode < std::int64_t(dp) * cp &&
+                                        std::int64_t(dp) * cp % perNode == 0;
+                shardings.clear();
+                for (int zero : space.zeroStages) {
+                    shardings.push_back({zero, 0});
+                    if (zero >= 1 && nodeGroups)
+                        shardings.push_back({zero, int(perNode)});
+                }
                 for (int vpp = 1;
                      vpp <= (pp > 1 && space.tryInterleaved ? space.maxVirtualStages : 1); ++vpp) {
                     for (int mb : microBatches) {
-                        for (int zero : space.zeroStages) {
+                        for (const auto& [zero, shardGroup] : shardings) {
                             for (int sp = 0; sp <= (tp > 1 && space.trySequenceParallel ? 1 : 0);
                                  ++sp) {
                                 for (Recompute rc : space.recompute) {
@@ -106,6 +120,7 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                                     p.vpp = vpp;
                                     p.microBatch = mb;
                                     p.zero = zero;
+                                    p.shardGroup = shardGroup;
                                     p.sequenceParallel = sp != 0;
                                     p.recompute = rc;
                                     p.schedule = pp == 1   ? PipelineSchedule::OneFOneB

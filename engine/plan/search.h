@@ -19,6 +19,9 @@ struct SearchSpace {
     bool tryContextParallel = true;
     bool tryInterleaved = true;
     bool tryZeroBubble = false;
+    // ZeRO stages 1-3 also with their states sharded inside a node and replicated across nodes
+    // (hybrid sharding, shard group = the dp x cp ranks of one node), where dp x cp spans more.
+    bool tryHybridShard = true;
     int maxVirtualStages = 4;
     int maxMicroBatch = 16;
     bool tpWithinNode = false; // when set, TP groups larger than a node are rejected

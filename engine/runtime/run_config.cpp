@@ -260,6 +260,10 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     if (p.cp != 1)
         out.push_back("the engine has no context parallelism yet: cp must be 1 (got " +
                       layoutSummary(p) + "); use dp, tp and pp for several ranks");
+    if (p.hybridShard())
+        out.push_back("the engine shards ZeRO's states over the whole data-parallel group: "
+                      "shard_group must be 0 or dp (got " +
+                      layoutSummary(p) + "); hybrid sharding is modelled by the planner only");
     if (p.sequenceParallel && p.tp > 1 && (p.microBatch * c.model.seqLen) % p.tp)
         out.push_back("sequence parallelism splits each microbatch's micro_batch x seq_len = " +
                       std::to_string(p.microBatch * c.model.seqLen) + " token rows over tp " +

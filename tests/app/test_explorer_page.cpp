@@ -118,6 +118,23 @@ private slots:
         QVERIFY(!f.page.showView("nonsense"));
     }
 
+    // Hybrid sharding from the Explorer: groups of 1 of the 2 data-parallel GPUs keep whole
+    // weights on each (twice full sharding's); a group that does not divide dp is refused.
+    void shardGroupShardsOverGroupsOrIsRefusedWithItsFix() {
+        Fixture f;
+        QCOMPARE(f.doc.session().parallel.dp, 2);
+        choose(f.form(), "zero", "3");
+        const double sharded = f.value("Weights");
+        setInt(f.form(), "shard-group", 1);
+        QCOMPARE(f.doc.session().parallel.shardGroup, 1);
+        QVERIFY(f.page.panel()->verdictLevel() != VerdictLevel::Bad);
+        QVERIFY(std::abs(f.value("Weights") - 2 * sharded) < 1e-9 * sharded);
+        setInt(f.form(), "shard-group", 3);
+        QVERIFY(f.page.panel()->verdictLevel() == VerdictLevel::Bad);
+        QVERIFY2(f.page.panel()->verdictText().contains("shard_group = 2"),
+                 qPrintable(f.page.panel()->verdictText()));
+    }
+
     void invalidLayoutListsTheRulesWithFixes() {
         Fixture f;
         setInt(f.form(), "tp", 3);

@@ -355,8 +355,8 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
         p.recompute = r;
         expectSame(roundTrip(p), p);
     }
-    for (const char* name : {"fp32", "bf16", "bf16-bf16grads", "bf16-fp32grads-nomaster",
-                             "bf16-nomaster", "fp8"}) {
+    for (const char* name :
+         {"fp32", "bf16", "bf16-bf16grads", "bf16-fp32grads-nomaster", "bf16-nomaster", "fp8"}) {
         p.precision = precisionPolicyFromString(name);
         expectSame(roundTrip(p), p);
         EXPECT_EQ(json(p)["precision"], name);
@@ -381,9 +381,10 @@ TEST(ParallelConfigJson, ReadsStringsAndRejectsBadValues) {
     const std::string message =
         inputErrorOf([] { json::parse(R"({"schedule": "pipedream"})").get<ParallelConfig>(); });
     EXPECT_NE(message.find("interleaved"), std::string::npos) << message; // lists spellings
-    for (const char* bad : {R"({"dp": 0})", R"({"zero": 4})", R"({"tp": "8"})",
-                            R"({"precision": "int4"})", R"({"micro_batch": -1})",
-                            R"({"dp": 1000000, "tp": 1000})", R"({"offload_optimizer": "yes"})"})
+    for (const char* bad :
+         {R"({"dp": 0})", R"({"zero": 4})", R"({"tp": "8"})", R"({"precision": "int4"})",
+          R"({"micro_batch": -1})", R"({"dp": 1000000, "tp": 1000})",
+          R"({"offload_optimizer": "yes"})", R"({"shard_group": -8})", R"({"shard_group": 2.5})"})
         EXPECT_THROW(json::parse(bad).get<ParallelConfig>(), InputError) << bad;
 }
 

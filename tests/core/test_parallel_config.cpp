@@ -408,6 +408,35 @@ TEST(Validate, OptimizerOffloadNeedsZero) {
     EXPECT_TRUE(validate(llama3_405b(), p).empty());
 }
 
+// Hybrid sharding: whole copies of the states in groups of shard_group of the dp x cp ranks.
+TEST(Validate, AShardGroupDividesTheDataParallelRanksAndNeedsZero) {
+    ParallelConfig p = llama405bLayout(); // dp 128
+    p.zero = 3;
+    p.shardGroup = 8;
+    EXPECT_TRUE(validate(llama3_405b(), p).empty()) << describe(validate(llama3_405b(), p));
+    EXPECT_TRUE(p.hybridShard());
+    EXPECT_EQ(p.zeroShards(), 8);
+    EXPECT_EQ(p.zeroReplicas(), 16);
+    EXPECT_EQ(layoutSummary(p), "dp128 tp8 pp16 cp1 zero3 shard8 mb1 1f1b recompute-none");
+
+    p.shardGroup = 48; // 128 ranks are not whole copies of 48: the hint is the divisor below
+    const auto v = expectRule(validate(llama3_405b(), p), "shard-group");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("shard_group = 32"), std::string::npos) << v->hint;
+    p.shardGroup = -1;
+    expectRule(validate(llama3_405b(), p), "shard-group");
+
+    p.shardGroup = 8;
+    p.zero = 0; // nothing to shard
+    expectRule(validate(llama3_405b(), p), "shard-group-zero");
+
+    p.zero = 1;
+    p.shardGroup = 128; // one group of all of them: ZeRO as usual
+    EXPECT_TRUE(validate(llama3_405b(), p).empty());
+    EXPECT_FALSE(p.hybridShard());
+    EXPECT_EQ(layoutSummary(p), "dp128 tp8 pp16 cp1 zero1 mb1 1f1b recompute-none");
+}
+
 TEST(Validate, ZeroWithPipelineIsAllowed) {
     ParallelConfig p = llama405bLayout();
     p.zero = 3;

@@ -96,6 +96,51 @@ TEST(Estimate, Zero3CommunicatesMoreThanZero1) {
     EXPECT_LT(z3.memory.parameters, estimate(llama70b()).memory.parameters);
 }
 
+// Hybrid sharding on a cluster whose links are round numbers: the data-parallel traffic is
+// full sharding's inside each group of s ranks (a node here), plus an all-reduce of a 1/s shard of
+// the gradients across the r = dp/s groups (Zhao et al. 2023, PyTorch FSDP, Section 3.2.1),
+// written out here with the ring's alpha-beta times.
+TEST(Estimate, HybridShardingGathersInTheGroupAndAllReducesAcrossGroups) {
+    ParallelConfig p = test::layout(32, 1, 1, 64, 3);
+    p.shardGroup = 8;
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 4, p);
+    in.cluster.intraBandwidth = 400e9;
+    in.cluster.interBandwidth = 40e9;
+    in.cluster.intraLatency = in.cluster.interLatency = 0;
+    in.assume.commEfficiency = 1.0;
+    const Estimate e = estimate(in);
+    ASSERT_TRUE(e.valid());
+    const AxisComm& dp = e.axis(Axis::DP);
+    const double params = e.memory.paramsOnRank, m = p.microbatches();
+    const double weights = 2 * params, grads = 4 * params; // bf16 weights, fp32 gradients
+    const double inGroup = m * (2 * weights + grads) * 7.0 / 8 / 400e9;
+    const double acrossGroups = 2.0 * 3 / 4 * (grads / 8) / 40e9;
+    EXPECT_NEAR(dp.seconds, inGroup + acrossGroups, 1e-9 * dp.seconds);
+    EXPECT_EQ(dp.collectives, 3 * m + 1);
+    EXPECT_TRUE(dp.crossesNodes);
+
+    // Sharded over 8, the states take what full sharding over 8 GPUs takes.
+    PlanInputs eight = in;
+    eight.parallel.dp = 8;
+    eight.parallel.shardGroup = 0;
+    eight.parallel.globalBatch = 16;
+    eight.cluster.nodes = 1;
+    const MemoryBreakdown full8 = estimate(eight).memory;
+    EXPECT_DOUBLE_EQ(e.memory.parameters, full8.parameters);
+    EXPECT_DOUBLE_EQ(e.memory.gradients, full8.gradients);
+    EXPECT_DOUBLE_EQ(e.memory.optimizer, full8.optimizer);
+
+    // Against full sharding over all 32 (every gather crossing nodes): less traffic on the slow
+    // links, four times the state memory.
+    in.parallel.shardGroup = 0;
+    const Estimate fsdp = estimate(in);
+    EXPECT_LT(dp.seconds, fsdp.axis(Axis::DP).seconds);
+    EXPECT_DOUBLE_EQ(e.memory.parameters, 4 * fsdp.memory.parameters);
+    // A group of all the ranks is full sharding, to the bit.
+    in.parallel.shardGroup = 32;
+    EXPECT_EQ(estimate(in).stepTime, fsdp.stepTime);
+}
+
 TEST(Estimate, ModelFlopsFollowSixNForLargeModels) {
     // Without the attention and LM-head terms the count is exactly 6N on the matmul parameters.
     const ModelSpec m = findModelPreset("llama3-70b");

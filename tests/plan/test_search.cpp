@@ -7,12 +7,12 @@
 namespace shardscope {
 namespace {
 
-SearchResult searchLlama8b(SearchOptions options = {}) {
+SearchResult searchLlama8b(SearchOptions options = {}, SearchSpace space = {}, int nodes = 3) {
     const ModelSpec m = findModelPreset("llama3-8b");
-    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, nodes);
     ParallelConfig base;
     base.globalBatch = 256;
-    return searchLayouts(m, c, base, TrainConfig{}, Assumptions{}, SearchSpace{}, options);
+    return searchLayouts(m, c, base, TrainConfig{}, Assumptions{}, space, options);
 }
 
 TEST(Search, TopLayoutsAreValidFitAndRanked) {
@@ -106,6 +106,31 @@ TEST(Search, EveryEvaluatedLayoutPassesValidate) {
     const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
     for (const Candidate& cand : r.all)
         ASSERT_TRUE(validate(m, c, cand.config).empty());
+}
+
+// 32 GPUs in 4 nodes of 8: ZeRO's states are also tried sharded over a node's dp x cp ranks and
+// replicated across the nodes; never for ZeRO-0, nor where dp x cp fits in one node.
+TEST(Search, TriesHybridShardingOverEachNode) {
+    const ModelSpec m = findModelPreset("llama3-8b");
+    const ClusterSpec cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 4);
+    SearchOptions o;
+    o.keepAll = true;
+    const SearchResult r = searchLlama8b(o, SearchSpace{}, 4);
+    long long hybrid = 0;
+    for (const Candidate& c : r.all) {
+        const ParallelConfig& p = c.config;
+        if (p.shardGroup == 0)
+            continue;
+        ++hybrid;
+        EXPECT_GE(p.zero, 1) << layoutSummary(p);
+        EXPECT_EQ(p.shardGroup * p.tp, 8) << layoutSummary(p); // a node's dp x cp ranks
+        EXPECT_GT(p.zeroReplicas(), 1) << layoutSummary(p);
+        EXPECT_TRUE(validate(m, cluster, p).empty()) << layoutSummary(p);
+    }
+    EXPECT_GT(hybrid, 0);
+    SearchSpace without;
+    without.tryHybridShard = false;
+    EXPECT_EQ(searchLlama8b(o, without, 4).evaluated + hybrid, r.evaluated);
 }
 
 TEST(Search, CancelStopsEarly) {

@@ -54,6 +54,8 @@ TEST(RunConfig, UnknownFieldsAreNamed) {
 TEST(RunConfig, EngineProblemsSayWhatToChange) {
     RunConfig c = defaultRunConfig();
     c.parallel.cp = 2;
+    c.parallel.zero = 1;
+    c.parallel.shardGroup = 1; // two copies of ZeRO's states over the dp x cp = 2 ranks
     c.parallel.optimizer = Optimizer::SgdMomentum;
     c.train.minLearningRate = 1.0;
     const auto problems = engineProblems(c);
@@ -61,6 +63,8 @@ TEST(RunConfig, EngineProblemsSayWhatToChange) {
     for (const auto& p : problems)
         all += p + "\n";
     EXPECT_NE(all.find("context parallelism"), std::string::npos) << all;
+    EXPECT_NE(all.find("hybrid sharding is modelled by the planner only"), std::string::npos)
+        << all;
     EXPECT_NE(all.find("AdamW"), std::string::npos) << all;
     EXPECT_NE(all.find("min_learning_rate"), std::string::npos) << all;
 }

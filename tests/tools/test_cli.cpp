@@ -273,11 +273,10 @@ TEST(CliPlan, AssumedMfuSetsTheTimeAndSaysSo) {
 // The Ultra-Scale Playbook's 12 bytes a parameter (bf16 weights 2 + bf16 gradients 2 + fp32 Adam
 // moments 8, no master copy) and mixed precision's 16 (+ 4 for the fp32 master), unsharded.
 TEST(CliPlan, EveryPrecisionPolicyByName) {
-    for (const auto& [policy, bytes] :
-         std::vector<std::pair<std::string, double>>{{"bf16-nomaster", 12}, {"bf16", 18},
-                                                     {"bf16-bf16grads", 16}, {"fp32", 16}}) {
-        const CliResult r = run({"plan", "--params", "7e9", "--tp", "1", "--pp", "1", "--zero",
-                                 "0", "--precision", policy, "--json"});
+    for (const auto& [policy, bytes] : std::vector<std::pair<std::string, double>>{
+             {"bf16-nomaster", 12}, {"bf16", 18}, {"bf16-bf16grads", 16}, {"fp32", 16}}) {
+        const CliResult r = run({"plan", "--params", "7e9", "--tp", "1", "--pp", "1", "--zero", "0",
+                                 "--precision", policy, "--json"});
         ASSERT_EQ(r.code, 0) << policy << ": " << r.err;
         const json m = parseOrFail(r.out).at("memory");
         const double state = m.at("parameters").get<double>() + m.at("gradients").get<double>() +
@@ -366,6 +365,31 @@ TEST(CliPlan, LayoutFlagsReachTheLayout) {
     EXPECT_DOUBLE_EQ(j.at("train").at("train_tokens").get<double>(), 0);
     EXPECT_DOUBLE_EQ(j.at("summary").at("time_to_train_s").get<double>(), 0);
     EXPECT_GT(j.at("memory").at("cpu_offloaded").get<double>(), 0);
+}
+
+// Hybrid sharding: ZeRO-3 over groups of 8 of the 16 data-parallel ranks holds twice the
+// weights of full sharding, and says so in the layout and the explanation.
+TEST(CliPlan, ShardGroupShardsOverGroupsOfTheDataParallelRanks) {
+    const std::vector<std::string> common = {"plan", "--tp",   "1", "--pp",
+                                             "4",    "--zero", "3", "--json"};
+    auto with = [&](const std::string& group) {
+        std::vector<std::string> args = common;
+        args.insert(args.end(), {"--shard-group", group});
+        const CliResult r = shardscope::testing::runCliWith(args);
+        EXPECT_EQ(r.code, 0) << r.err;
+        return parseOrFail(r.out);
+    };
+    const json hybrid = with("8"), full = with("0");
+    EXPECT_EQ(hybrid.at("parallel").at("shard_group"), 8);
+    EXPECT_EQ(hybrid.at("parallel").at("dp"), 16);
+    EXPECT_NEAR(hybrid.at("memory").at("parameters").get<double>(),
+                2 * full.at("memory").at("parameters").get<double>(),
+                1e-9 * full.at("memory").at("parameters").get<double>());
+    const CliResult explained =
+        run({"explain", "comm.dp", "--tp", "1", "--pp", "4", "--zero", "3", "--shard-group", "8"});
+    ASSERT_EQ(explained.code, 0) << explained.err;
+    EXPECT_NE(explained.out.find("2 groups of 8 ranks"), std::string::npos) << explained.out;
+    EXPECT_NE(explained.out.find("HYBRID_SHARD"), std::string::npos) << explained.out;
 }
 
 TEST(CliPlan, ClusterFlagsReachTheCluster) {
@@ -605,6 +629,8 @@ TEST(CliBadInput, LayoutViolationsNameTheRuleAndTheFix) {
          {"not valid", "[tp-heads]", "does not divide 64 attention heads", "fix: use tp = 2"}});
     expectRejected({{"plan", "--dp", "3"}, {"[world-size]", "64 GPUs", "fix: set dp = 2"}});
     expectRejected({{"plan", "--zero", "7"}, {"[zero-stage]", "ZeRO stage is 7"}});
+    expectRejected({{"plan", "--shard-group", "3"},
+                    {"[shard-group]", "does not divide dp*cp = 2", "fix: use shard_group = 2"}});
     expectRejected({{"plan", "--global-batch", "0"}, {"[batch-size]", "global batch 0"}});
     expectRejected({{"explain", "time.step", "--tp", "3"}, {"[tp-heads]"}});
 }

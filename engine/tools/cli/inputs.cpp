@@ -43,6 +43,10 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
         app.add_option("--cp", f.cp, "Context-parallel degree")->capture_default_str();
         app.add_option("--zero", f.zero, "ZeRO stage 0-3 (3 = FSDP full shard)")
             ->capture_default_str();
+        app.add_option("--shard-group", f.shardGroup,
+                       "Hybrid sharding (HSDP, FSDP's hybrid_shard; MiCS): ZeRO shards over groups "
+                       "of this many dp*cp ranks and all-reduces across them (0 = all dp*cp)")
+            ->capture_default_str();
         app.add_option("--sp", f.sp, "Sequence parallelism (true/false)")->capture_default_str();
         app.add_option("--schedule", f.schedule, "naive, gpipe, 1f1b, interleaved, zero-bubble")
             ->capture_default_str();
@@ -145,6 +149,7 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.vpp = f.vpp;
     p.cp = f.cp;
     p.zero = f.zero;
+    p.shardGroup = f.shardGroup;
     p.sequenceParallel = f.sp && f.tp > 1;
     p.schedule = scheduleFromString(f.schedule);
     if (f.vpp > 1 && f.schedule == "1f1b")

@@ -264,6 +264,7 @@ nlohmann::json sessionToJson(const Session& s) {
     j["page"] = s.page;
     if (s.assumedMfu > 0)
         j["assumed_mfu"] = s.assumedMfu;
+    j["flops_convention"] = toString(s.flopsConvention);
     return j;
 }
 
@@ -302,6 +303,14 @@ Session sessionFromJson(const nlohmann::json& j) {
                              "modelled MFU), not " +
                              std::to_string(mfu));
         s.assumedMfu = mfu;
+    }
+    if (j.contains("flops_convention")) {
+        try {
+            s.flopsConvention =
+                flopsConventionFromString(readPart<std::string>(j, "flops_convention"));
+        } catch (const InputError& e) {
+            throw InputError(std::string("session: ") + e.what());
+        }
     }
     return s;
 }

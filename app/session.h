@@ -95,10 +95,13 @@ struct Session {
     std::string page = "memory"; // the page shown when the session was saved
     // The Explorer's "Assume MFU" what-if (Assumptions::assumedMfu): 0 for the modelled MFU.
     double assumedMfu = 0;
+    // How MFU counts model FLOPs (Assumptions::flopsConvention), the Explorer's "FLOP count".
+    FlopsConvention flopsConvention = FlopsConvention::Causal;
 
     PlanInputs planInputs() const {
         Assumptions assume;
         assume.assumedMfu = assumedMfu;
+        assume.flopsConvention = flopsConvention;
         return {model, cluster, parallel, train, assume};
     }
 };

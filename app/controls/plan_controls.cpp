@@ -344,6 +344,20 @@ void addTrainingControls(SessionForm& form, bool withTokens) {
         0, 100, 1, " %", [](const Session& s) { return s.assumedMfu * 100; },
         [](Session& s, double v) { s.assumedMfu = v / 100; });
     mfu->setSpecialValueText("modelled");
+    form.addChoice(
+        "flops-convention", "FLOP count",
+        "How MFU and model FLOP/s count a token's FLOPs (papers differ): the planner's 6 x matmul "
+        "parameters + the causal half of attention; PaLM's 6N + 12 L H Q T (the whole square; "
+        "Chowdhery et al. 2022); Megatron's 96 B s l h^2 (1 + s/6h + V/16lh) with recompute "
+        "(Narayanan et al. 2021); or 6N. The step time does not change.",
+        {{"6N + causal attention", "causal"},
+         {"PaLM: 6N + full attention", "palm"},
+         {"Megatron-LM paper", "megatron"},
+         {"6N", "6n"}},
+        [](const Session& s) { return q(toString(s.flopsConvention)); },
+        [](Session& s, const QString& k) {
+            s.flopsConvention = flopsConventionFromString(k.toStdString());
+        });
 }
 
 } // namespace shardscope

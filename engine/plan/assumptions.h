@@ -2,6 +2,8 @@
 // docs/validation.md shows how these defaults compare with published training runs.
 #pragma once
 
+#include "flops_convention.h"
+
 namespace shardscope {
 
 struct Assumptions {
@@ -38,6 +40,9 @@ struct Assumptions {
     // step = model_flops_per_step / (gpus x peak x MFU), and throughput, time, GPU-hours and
     // cost follow from it; the modelled step and MFU are kept beside it. 0: the model's own.
     double assumedMfu = 0;
+    // How MFU and model FLOP/s count a token's FLOPs (--flops-convention); the compute time
+    // counts what runs whatever the convention.
+    FlopsConvention flopsConvention = FlopsConvention::Causal;
 };
 
 } // namespace shardscope

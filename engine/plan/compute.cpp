@@ -29,6 +29,23 @@ TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumpt
     return f;
 }
 
+double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c) {
+    if (m.isBare())
+        return 6.0 * *m.bareParams;
+    const double h = m.hidden, l = m.layers, s = m.seqLen, V = double(m.vocab);
+    switch (c) {
+    case FlopsConvention::Causal:
+        return 6.0 * matmulParamsPerToken(m) + 6.0 * l * double(m.qDim()) * s;
+    case FlopsConvention::Palm:
+        return 6.0 * matmulParamsPerToken(m) + 12.0 * l * double(m.qDim()) * s;
+    case FlopsConvention::Megatron:
+        return 96.0 * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+    case FlopsConvention::SixN:
+        return 6.0 * countParameters(m).total;
+    }
+    return 0.0;
+}
+
 StageCompute stageCompute(const PlanInputs& in, int stage) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;

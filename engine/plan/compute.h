@@ -18,6 +18,10 @@ struct TokenFlops {
 // causal triangle is computed (Assumptions::causalAttention).
 TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumptions& a);
 
+// Model FLOPs per token in a paper's convention (flops_convention.h); a bare parameter count
+// has only 6N.
+double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c);
+
 struct StageCompute {
     double flops = 0; // one microbatch forward + backward (+ recompute) on one rank
     double gemmSeconds = 0;

@@ -231,9 +231,13 @@ Estimate evaluate(const PlanInputs& in) {
     // FLOPs.
     const TokenFlops f = tokenFlops(m, p, in.assume);
     e.tokensPerStep = double(p.globalBatch) * m.seqLen;
-    e.modelFlopsPerToken = f.model;
+    // Model FLOPs in the chosen convention (the planner's own count by default, which is
+    // f.model when the causal half is what runs); hardware FLOPs are what runs.
+    e.modelFlopsPerToken = in.assume.flopsConvention == FlopsConvention::Causal
+                               ? f.model
+                               : conventionFlopsPerToken(m, in.assume.flopsConvention);
     e.hardwareFlopsPerToken = f.hardware;
-    e.modelFlopsPerStep = f.model * e.tokensPerStep;
+    e.modelFlopsPerStep = e.modelFlopsPerToken * e.tokensPerStep;
     e.hardwareFlopsPerStep = f.hardware * e.tokensPerStep;
 
     // Compute: the slowest stage sets the pace of the pipeline.

@@ -103,6 +103,39 @@ std::string zeroDivisor(int stage, int needed, int shards) {
                : "";
 }
 
+// Model FLOPs per token in a paper's convention (--flops-convention), beside the planner's own.
+void explainConvention(Explanation& x, const PlanInputs& in, const TokenFlops& f) {
+    const ModelSpec& m = in.model;
+    const std::string L = std::to_string(m.layers), s = std::to_string(m.seqLen);
+    const std::string tail =
+        " (convention " + toString(in.assume.flopsConvention) +
+        "; the planner's own count, 6 x matmul params + causal attention: " + n(f.model) +
+        "; what runs, with recompute: " + n(f.hardware) + ")";
+    switch (in.assume.flopsConvention) {
+    case FlopsConvention::Palm:
+        x.formula = "6 x matmul_params + 12 x L x q x s (the whole attention square)";
+        x.substituted = "6 x " + n(matmulParamsPerToken(m)) + " + 12 x " + L + " x " +
+                        std::to_string(m.qDim()) + " x " + s + " = " + n(x.value) + tail;
+        x.source = "Chowdhery et al. 2022 (PaLM), Appendix B";
+        break;
+    case FlopsConvention::Megatron:
+        x.formula = "96 x l x h^2 x (1 + s/6h + V/16lh) (full recompute included)";
+        x.substituted = "96 x " + L + " x " + std::to_string(m.hidden) + "^2 x (1 + " + s +
+                        "/(6 x " + std::to_string(m.hidden) + ") + " + std::to_string(m.vocab) +
+                        "/(16 x " + L + " x " + std::to_string(m.hidden) + ")) = " + n(x.value) +
+                        tail;
+        x.source = "Narayanan et al. 2021 (Megatron-LM at scale), Appendix: FLOP calculation";
+        break;
+    case FlopsConvention::SixN:
+        x.formula = "6 x N (every parameter; no attention term)";
+        x.substituted = "6 x " + n(countParameters(m).total) + " = " + n(x.value) + tail;
+        x.source = "Kaplan et al. 2020, Section 2.1";
+        break;
+    case FlopsConvention::Causal:
+        break;
+    }
+}
+
 void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
     const ParallelConfig& p = in.parallel;
     const MemoryBreakdown& m = e.memory;
@@ -373,6 +406,10 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         const TokenFlops f = tokenFlops(m, p, in.assume);
         x.value = e.modelFlopsPerToken;
         x.unit = "FLOP";
+        if (in.assume.flopsConvention != FlopsConvention::Causal && !m.isBare()) {
+            explainConvention(x, in, f);
+            break;
+        }
         x.formula =
             "3 x [L x (2 x matmul_params_per_layer + attention) + 2 V h]; attention = 4 s q" +
             std::string(in.assume.causalAttention ? " / 2 (causal half counted)"
@@ -462,6 +499,8 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         break;
     case FigureId::Mfu:
         utilization(x, "model", e.modelFlopsPerStep, e.mfu);
+        x.substituted += "; model FLOPs counted in the " + toString(in.assume.flopsConvention) +
+                         " convention (--flops-convention)";
         x.substituted += e.mfuAssumed ? " (assumed with --mfu; the step model gives " +
                                             formatPercent(e.modelledMfu) + ")"
                                       : " (HFU with recompute " + formatPercent(e.hfu) + ")";

@@ -1,5 +1,6 @@
 #include "published_runs.h"
 
+#include "compute.h"
 #include "core/error.h"
 #include "core/presets.h"
 
@@ -93,14 +94,11 @@ private:
 };
 
 FlopsConvention conventionFromString(const std::string& s, int line) {
-    if (s == "megatron")
-        return FlopsConvention::Megatron;
-    if (s == "palm")
-        return FlopsConvention::Palm;
-    if (s == "6n")
-        return FlopsConvention::SixN;
-    throw InputError("published runs, line " + std::to_string(line) + ": flops_convention '" + s +
-                     "' is not one of megatron, palm, 6n");
+    try {
+        return flopsConventionFromString(s);
+    } catch (const InputError& e) {
+        throw InputError("published runs, line " + std::to_string(line) + ": " + e.what());
+    }
 }
 
 PublishedRun parseRow(const Row& r, int line) {
@@ -191,19 +189,6 @@ std::vector<PublishedRun> loadPublishedRuns(const std::string& path) {
     return parsePublishedRuns(text.str());
 }
 
-double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c) {
-    const double h = m.hidden, l = m.layers, s = m.seqLen, V = double(m.vocab);
-    switch (c) {
-    case FlopsConvention::Megatron:
-        return 96.0 * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
-    case FlopsConvention::Palm:
-        return 6.0 * matmulParamsPerToken(m) + 12.0 * l * double(m.qDim()) * s;
-    case FlopsConvention::SixN:
-        return 6.0 * countParameters(m).total;
-    }
-    return 0.0;
-}
-
 RunComparison compareRun(const PublishedRun& run, const Assumptions& assume) {
     PlanInputs in;
     in.model = run.model;
@@ -238,18 +223,6 @@ double medianAbsoluteError(const std::vector<RunComparison>& comparisons) {
     std::sort(errors.begin(), errors.end());
     const std::size_t n = errors.size();
     return n % 2 ? errors[n / 2] : 0.5 * (errors[n / 2 - 1] + errors[n / 2]);
-}
-
-std::string toString(FlopsConvention c) {
-    switch (c) {
-    case FlopsConvention::Megatron:
-        return "megatron";
-    case FlopsConvention::Palm:
-        return "palm";
-    case FlopsConvention::SixN:
-        return "6n";
-    }
-    return "?";
 }
 
 } // namespace shardscope

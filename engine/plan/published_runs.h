@@ -3,18 +3,12 @@
 #pragma once
 
 #include "estimate.h"
+#include "flops_convention.h"
 
 #include <string>
 #include <vector>
 
 namespace shardscope {
-
-enum class FlopsConvention {
-    Megatron, // Narayanan et al. 2021: 96 B s l h^2 (1 + s/6h + V/16lh) per step, recompute
-              // included
-    Palm,     // Chowdhery et al. 2022: 6N + 12 L H Q T per token (model FLOPs)
-    SixN,     // 6N per token
-};
 
 struct PublishedRun {
     std::string name;
@@ -32,7 +26,6 @@ std::vector<PublishedRun> loadPublishedRuns(const std::string& path);
 std::vector<PublishedRun> parsePublishedRuns(const std::string& csvText);
 
 // Training FLOPs per token as the run's authors counted them.
-double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c);
 
 struct RunComparison {
     std::string metric; // "TFLOP/s per GPU" or "MFU"
@@ -44,7 +37,5 @@ struct RunComparison {
 
 RunComparison compareRun(const PublishedRun& run, const Assumptions& assume = {});
 double medianAbsoluteError(const std::vector<RunComparison>& comparisons);
-
-std::string toString(FlopsConvention c);
 
 } // namespace shardscope

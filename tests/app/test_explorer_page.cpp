@@ -91,6 +91,18 @@ private slots:
         QCOMPARE(f.value("Time to train"), time);
     }
 
+    // Counting FLOPs as PaLM does (the whole attention square) raises MFU, not the step time.
+    void flopCountMovesMfuNotTheStep() {
+        Fixture f;
+        const double mfu = f.value("MFU"), step = f.value("Step time");
+        choose(f.form(), "flops-convention", "palm");
+        QVERIFY(f.doc.session().flopsConvention == FlopsConvention::Palm);
+        QVERIFY(f.value("MFU") > mfu);
+        QCOMPARE(f.value("Step time"), step);
+        choose(f.form(), "flops-convention", "causal");
+        QCOMPARE(f.value("MFU"), mfu);
+    }
+
     void layoutControlsMoveBubbleAndStep() {
         Fixture f;
         const double bubble = f.value("Pipeline bubble");

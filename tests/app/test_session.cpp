@@ -201,6 +201,26 @@ TEST(Session, AssumedMfuRoundTripsAndIsChecked) {
     }
 }
 
+// The FLOP count MFU uses travels with the session; one written before it reads as the
+// planner's own; a name that is none of them is refused with the names.
+TEST(Session, FlopsConventionRoundTripsAndIsChecked) {
+    Session s = defaultSession();
+    s.flopsConvention = FlopsConvention::Megatron;
+    nlohmann::json j = sessionToJson(s);
+    EXPECT_EQ(j["flops_convention"], "megatron");
+    EXPECT_EQ(sessionFromJson(j).planInputs().assume.flopsConvention, FlopsConvention::Megatron);
+    j.erase("flops_convention");
+    EXPECT_EQ(sessionFromJson(j).flopsConvention, FlopsConvention::Causal);
+    j["flops_convention"] = "kaplan";
+    try {
+        sessionFromJson(j);
+        ADD_FAILURE() << "accepted flops_convention kaplan";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("causal, palm, megatron, 6n"), std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(Session, FailedSaveKeepsThePreviousFile) {
     QTemporaryDir dir;
     const std::string path = QDir(dir.path()).filePath("keep.shardscope").toStdString();

@@ -1,4 +1,5 @@
 // Step time, communication and throughput: the relations a user relies on.
+#include "core/error.h"
 #include "plan/compute.h"
 #include "plan/formulas.h"
 #include "plan_test_support.h"
@@ -139,6 +140,41 @@ TEST(Estimate, HybridShardingGathersInTheGroupAndAllReducesAcrossGroups) {
     // A group of all the ranks is full sharding, to the bit.
     in.parallel.shardGroup = 32;
     EXPECT_EQ(estimate(in).stepTime, fsdp.stepTime);
+}
+
+// The conventions papers count MFU in, against each other for a GPT-3-style layer (ffn = 4h, as
+// many KV heads as heads): PaLM's 6N + 12 L h s counts the whole attention square, the planner's
+// half of it; Megatron's 96 B s l h^2 (1 + s/6h + V/16lh) is PaLM's with every layer's forward
+// run again (full recompute: 24 l h^2 + 4 l h s more), and the head's not.
+TEST(Estimate, FlopConventionsRelateAsThePapersCountThem) {
+    const ModelSpec m = test::gptStyle(96, 12288, 96, 2048, 51200);
+    const double l = 96, h = 12288, s = 2048, V = 51200;
+    const double palm = conventionFlopsPerToken(m, FlopsConvention::Palm);
+    const double causal = conventionFlopsPerToken(m, FlopsConvention::Causal);
+    const double megatron = conventionFlopsPerToken(m, FlopsConvention::Megatron);
+    // Biases and norms are the only parameters outside 12 l h^2 + V h.
+    EXPECT_NEAR(palm, 72 * l * h * h + 6 * V * h + 12 * l * h * s, 1e-4 * palm);
+    EXPECT_NEAR(palm - causal, 6 * l * h * s, 1e-9 * palm);
+    EXPECT_NEAR(megatron, palm + 24 * l * h * h + 4 * l * h * s, 1e-4 * megatron);
+    EXPECT_DOUBLE_EQ(conventionFlopsPerToken(m, FlopsConvention::SixN),
+                     6 * countParameters(m).total);
+
+    // The convention moves MFU and model FLOP/s, never the step time or HFU.
+    PlanInputs in = llama70b();
+    const Estimate planner = estimate(in);
+    EXPECT_NEAR(planner.modelFlopsPerToken,
+                conventionFlopsPerToken(in.model, FlopsConvention::Causal),
+                1e-9 * planner.modelFlopsPerToken);
+    in.assume.flopsConvention = FlopsConvention::Palm;
+    const Estimate withPalm = estimate(in);
+    EXPECT_EQ(withPalm.stepTime, planner.stepTime);
+    EXPECT_EQ(withPalm.hfu, planner.hfu);
+    const double ratio = conventionFlopsPerToken(in.model, FlopsConvention::Palm) /
+                         conventionFlopsPerToken(in.model, FlopsConvention::Causal);
+    EXPECT_GT(ratio, 1.0);
+    EXPECT_NEAR(withPalm.mfu, planner.mfu * ratio, 1e-9 * withPalm.mfu);
+    EXPECT_EQ(flopsConventionFromString("PaLM"), FlopsConvention::Palm);
+    EXPECT_THROW(flopsConventionFromString("kaplan"), InputError);
 }
 
 TEST(Estimate, ModelFlopsFollowSixNForLargeModels) {

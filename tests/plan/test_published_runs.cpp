@@ -1,6 +1,7 @@
 // The planner against published training runs: the default assumptions must keep the median
 // absolute error under 15 % (docs/validation.md shows every row).
 #include "core/error.h"
+#include "plan/compute.h"
 #include "plan/published_runs.h"
 
 #include <gtest/gtest.h>

@@ -270,6 +270,32 @@ TEST(CliPlan, AssumedMfuSetsTheTimeAndSaysSo) {
     }
 }
 
+// The FLOP count MFU uses, by convention: PaLM's counts the whole attention square, so for
+// Llama 3 70B at 8K tokens its MFU is the planner's times (6N + 12 L q s) / (6N + 6 L q s); the
+// step is the same; the JSON says which convention; a wrong name lists the right ones.
+TEST(CliPlan, FlopsConventionMovesMfuOnly) {
+    const CliResult causal = run({"plan", "--json"});
+    const CliResult palm = run({"plan", "--flops-convention", "palm", "--json"});
+    ASSERT_EQ(palm.code, 0) << palm.err;
+    const json a = parseOrFail(causal.out).at("summary"), b = parseOrFail(palm.out).at("summary");
+    EXPECT_EQ(a.at("flops_convention"), "causal");
+    EXPECT_EQ(b.at("flops_convention"), "palm");
+    EXPECT_EQ(a.at("step_time_s"), b.at("step_time_s"));
+    const shardscope::ModelSpec m = shardscope::findModelPreset("llama3-70b");
+    const double attention = 6.0 * m.layers * double(m.qDim()) * m.seqLen;
+    const double ratio = (6 * shardscope::matmulParamsPerToken(m) + 2 * attention) /
+                         (6 * shardscope::matmulParamsPerToken(m) + attention);
+    EXPECT_NEAR(b.at("mfu").get<double>(), a.at("mfu").get<double>() * ratio,
+                1e-9 * b.at("mfu").get<double>());
+    const CliResult why = run({"explain", "flops.per_token", "--flops-convention", "megatron"});
+    ASSERT_EQ(why.code, 0) << why.err;
+    EXPECT_CONTAINS(why.out, "96 x l x h^2");
+    EXPECT_CONTAINS(why.out, "Narayanan et al. 2021");
+    const CliResult refused = run({"plan", "--flops-convention", "kaplan"});
+    EXPECT_EQ(refused.code, 2);
+    EXPECT_CONTAINS(refused.err, "causal, palm, megatron, 6n");
+}
+
 // The Ultra-Scale Playbook's 12 bytes a parameter (bf16 weights 2 + bf16 gradients 2 + fp32 Adam
 // moments 8, no master copy) and mixed precision's 16 (+ 4 for the fp32 master), unsharded.
 TEST(CliPlan, EveryPrecisionPolicyByName) {

@@ -32,6 +32,7 @@ struct Options {
     int topK = 10;
     bool tpWithinNode = false;
     std::optional<double> mfu; // --mfu: the step time from an assumed MFU
+    std::string flopsConvention = "causal";
 };
 
 PlanInputs buildInputs(const Options& o) {
@@ -46,6 +47,7 @@ PlanInputs buildInputs(const Options& o) {
                              "40%; leave it out for the modelled MFU");
         in.assume.assumedMfu = *o.mfu;
     }
+    in.assume.flopsConvention = flopsConventionFromString(o.flopsConvention);
     return in;
 }
 
@@ -241,6 +243,12 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     const char* mfuHelp = "Assume this MFU (a fraction, e.g. 0.4) for the step time, time, "
                           "GPU-hours and cost to train; default: the modelled MFU";
     plan->add_option("--mfu", o.mfu, mfuHelp);
+    static const std::string conventionHelp =
+        "How MFU and model FLOP/s count a token's FLOPs: " + flopsConventionNames() +
+        " (causal: 6 x matmul params + the causal half of attention; palm: the whole square; "
+        "megatron: Narayanan et al. 2021 with recompute; 6n: 6 x all params)";
+    plan->add_option("--flops-convention", o.flopsConvention, conventionHelp)
+        ->capture_default_str();
 
     auto* search = app.add_subcommand("search", "Rank every valid layout by predicted throughput");
     addModelFlags(*search, o.model);
@@ -249,11 +257,15 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     search->add_option("--top", o.topK, "How many layouts to show")->capture_default_str();
     search->add_flag("--tp-within-node", o.tpWithinNode, "Reject TP groups larger than a node");
     search->add_flag("--json", o.json, "Machine-readable output");
+    search->add_option("--flops-convention", o.flopsConvention, conventionHelp)
+        ->capture_default_str();
 
     auto* explainCmd =
         app.add_subcommand("explain", "The formula, numbers and source of one figure");
     explainCmd->add_option("figure", o.figure, "Figure key, e.g. memory.activations")->required();
     explainCmd->add_option("--mfu", o.mfu, mfuHelp);
+    explainCmd->add_option("--flops-convention", o.flopsConvention, conventionHelp)
+        ->capture_default_str();
     addModelFlags(*explainCmd, o.model);
     addClusterFlags(*explainCmd, o.cluster);
     addLayoutFlags(*explainCmd, o.layout);

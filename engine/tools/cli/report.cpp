@@ -71,6 +71,7 @@ nlohmann::json planJson(const PlanInputs& in, const Estimate& e) {
                     {"model_flops_per_token", e.modelFlopsPerToken},
                     {"hardware_flops_per_token", e.hardwareFlopsPerToken},
                     {"mfu", e.mfu},
+                    {"flops_convention", toString(in.assume.flopsConvention)},
                     {"hfu", e.hfu},
                     {"mfu_assumed", e.mfuAssumed},
                     {"modelled_step_time_s", e.modelledStepTime},
@@ -144,7 +145,10 @@ void printPlan(std::ostream& out, const PlanInputs& in, const Estimate& e, bool 
         time.add({"step time", formatSeconds(e.stepTime)});
     time.add({"throughput", formatNumber(e.tokensPerSecond) + " tokens/s"});
     time.add({"model FLOP/s per GPU", formatRate(e.tflopsPerGpu)});
-    time.add({"MFU", formatPercent(e.mfu) + (e.mfuAssumed ? " (assumed, --mfu)" : "")});
+    time.add({"MFU", formatPercent(e.mfu) + (e.mfuAssumed ? " (assumed, --mfu)" : "") +
+                         (in.assume.flopsConvention != FlopsConvention::Causal
+                              ? " (" + toString(in.assume.flopsConvention) + " FLOP count)"
+                              : "")});
     time.add({"hardware FLOP/s per GPU", formatRate(e.hardwareFlopsPerGpu)});
     time.add({"HFU (recompute counted)", formatPercent(e.hfu)});
     if (in.train.trainTokens > 0) {

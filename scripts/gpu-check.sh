@@ -9,7 +9,7 @@
 # Logs go to LOG_DIR (default $OUT, else /tmp/gpu-check): tests.log, train.log, bench.log, and
 # sanitizer.log for the first failing test program, run again under compute-sanitizer; with
 # PROFILE=1 also profile.csv, every kernel's time (Nsight Compute); BENCH=0 skips the benchmark,
-# BENCH_TORCH=compile runs only torch.compile beside the engine (none: no PyTorch).
+# BENCH_TORCH=compile runs only torch.compile beside the engine (none: the engine alone).
 set -u
 cd "$(dirname "$0")/.."
 log=${1:-${OUT:-/tmp/gpu-check}}

@@ -33,12 +33,16 @@ QColor fitColor(const QPalette& palette) {
 }
 
 QString describe(const ParallelConfig& c) {
-    return LayoutScatter::tr("dp %1 · tp %2 · pp %3 · cp %4, ZeRO-%5, microbatch %6")
+    const QString zero =
+        c.hybridShard()
+            ? LayoutScatter::tr("ZeRO-%1 over groups of %2").arg(c.zero).arg(c.zeroShards())
+            : LayoutScatter::tr("ZeRO-%1").arg(c.zero);
+    return LayoutScatter::tr("dp %1 · tp %2 · pp %3 · cp %4, %5, microbatch %6")
         .arg(c.dp)
         .arg(c.tp)
         .arg(c.pp)
         .arg(c.cp)
-        .arg(c.zero)
+        .arg(zero)
         .arg(c.microBatch);
 }
 

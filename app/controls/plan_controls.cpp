@@ -349,7 +349,9 @@ void addTrainingControls(SessionForm& form, bool withTokens) {
         "How MFU and model FLOP/s count a token's FLOPs (papers differ): the planner's 6 x matmul "
         "parameters + the causal half of attention; PaLM's 6N + 12 L H Q T (the whole square; "
         "Chowdhery et al. 2022); Megatron's 96 B s l h^2 (1 + s/6h + V/16lh) with recompute "
-        "(Narayanan et al. 2021); or 6N. The step time does not change.",
+        "(Narayanan et al. 2021); or 6N. The modelled step time does not change; an assumed MFU is "
+        "read "
+        "in this count.",
         {{"6N + causal attention", "causal"},
          {"PaLM: 6N + full attention", "palm"},
          {"Megatron-LM paper", "megatron"},

@@ -83,9 +83,15 @@ void showHoldings(AnimatedBarChart& chart, const PlanInputs& in) {
         all.insert(all.end(), two.begin(), two.end());
     }
     chart.setData(gpus, all, "per GPU");
-    chart.setHeading(QString("ZeRO-%1 over the %2 GPUs of a data-parallel group (dp x cp)")
-                         .arg(h.zeroStage)
-                         .arg(h.groupSize));
+    chart.setHeading(
+        in.parallel.hybridShard()
+            ? QString("ZeRO-%1 over the %2 GPUs of a shard group (hybrid sharding: %3 copies)")
+                  .arg(h.zeroStage)
+                  .arg(h.groupSize)
+                  .arg(in.parallel.zeroReplicas())
+            : QString("ZeRO-%1 over the %2 GPUs of a data-parallel group (dp x cp)")
+                  .arg(h.zeroStage)
+                  .arg(h.groupSize));
 }
 
 } // namespace

@@ -122,18 +122,25 @@ AxisComm hybridComm(const PlanInputs& in, double grads, double weights, double m
     const double gatherBytes = ringAllGatherBytesPerRank(weights, s);
     const double scatterBytes = ringAllGatherBytesPerRank(grads, s);
     const double acrossBytes = ringAllReduceBytesPerRank(grads / s, r);
+    const int inGroup = s > 1 ? 1 : 0, acrossGroups = r > 1 ? 1 : 0; // collectives that move data
+    const double overlap = in.assume.dpOverlap;
     if (p.zero <= 2) {
-        c.collectives = 3;
+        c.collectives = 2 * inGroup + acrossGroups;
         c.bytes = scatterBytes + acrossBytes + gatherBytes;
         c.seconds = scatter + across + gather;
         c.window = microbatchTime; // last backward + next step's first forward
+        c.exposed = std::max(0.0, c.seconds - overlap * c.window);
     } else {
-        c.collectives = int(3 * m) + 1;
+        c.collectives = int(3 * m) * inGroup + acrossGroups;
         c.bytes = m * (2.0 * gatherBytes + scatterBytes) + acrossBytes;
         c.seconds = m * (2.0 * gather + scatter) + across;
-        c.window = computeTime; // prefetching hides each gather behind the previous layer
+        // Prefetching hides each gather behind the previous layer, over all the compute; the
+        // all-reduce across groups waits for the last backward, and only that can hide it (as
+        // ZeRO-0's all-reduce: with a group of one rank this is ZeRO-0).
+        c.window = computeTime;
+        c.exposed = std::max(0.0, m * (2.0 * gather + scatter) - overlap * computeTime) +
+                    std::max(0.0, across - overlap * microbatchTime * 2.0 / 3.0);
     }
-    c.exposed = std::max(0.0, c.seconds - in.assume.dpOverlap * c.window);
     return c;
 }
 

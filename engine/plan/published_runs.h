@@ -25,8 +25,6 @@ struct PublishedRun {
 std::vector<PublishedRun> loadPublishedRuns(const std::string& path);
 std::vector<PublishedRun> parsePublishedRuns(const std::string& csvText);
 
-// Training FLOPs per token as the run's authors counted them.
-
 struct RunComparison {
     std::string metric; // "TFLOP/s per GPU" or "MFU"
     double reported = 0;

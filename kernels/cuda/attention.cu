@@ -217,21 +217,26 @@ template <int kTile, typename In> struct Weights;
 template <int kTile> struct Weights<kTile, float> {
     static constexpr int kLd = scoreLd<kTile>();
     float* w;
-    static constexpr std::size_t bytes() {
+    __host__ __device__ static constexpr std::size_t bytes() {
         return carved(std::size_t(kTile) * kLd * sizeof(float));
     }
     __device__ static Weights take(Carver& c) { return {c.take<float>(std::size_t(kTile) * kLd)}; }
+    __device__ static Weights at(unsigned char* p) { return {reinterpret_cast<float*>(p)}; }
     __device__ void put(int i, int j, float v) const { w[i * kLd + j] = v; }
 };
 template <int kTile> struct Weights<kTile, bf16> {
-    static constexpr int kLd = kTile + 8; // 16 bytes more a row: the tensor cores' loads' rule
+    static constexpr int kLd = kTile + 8; // 16 bytes more a row: off the banks' period
     bf16 *hi, *lo;
-    static constexpr std::size_t bytes() {
+    __host__ __device__ static constexpr std::size_t bytes() {
         return 2 * carved(std::size_t(kTile) * kLd * sizeof(bf16));
     }
     __device__ static Weights take(Carver& c) {
         bf16* h = c.take<bf16>(std::size_t(kTile) * kLd);
         return {h, c.take<bf16>(std::size_t(kTile) * kLd)};
+    }
+    __device__ static Weights at(unsigned char* p) {
+        return {reinterpret_cast<bf16*>(p),
+                reinterpret_cast<bf16*>(p + carved(std::size_t(kTile) * kLd * sizeof(bf16)))};
     }
     __device__ void put(int i, int j, float v) const {
         const bf16 h = __float2bfloat16_rn(v);
@@ -428,13 +433,31 @@ __device__ void gradientTile(float (&p)[kR][kR], float (&dS)[kR][kR], const P* p
             dS[x][y] = __fmul_rn(p[x][y] * (dS[x][y] - rowDot[ty + kSide * x]), r.scale);
 }
 
-// Tiles of rows, score tiles, weight tiles and per-row arrays of one kernel, in bytes. The tiles
-// of rows come first in every kernel: at least three of them also stage an output tile at the end
-// (kTile x (hsPad + 4) floats, no more than 3 x kTile x (hsPad + 8) bf16).
+// A score tile and a weight tile in one piece of shared memory (shared by the host's sums): the
+// scores are rowProducts' scratch, read out before its last barrier and so before any weight is
+// put, and the weights are read before the next tile's first barrier. (Apart, the key pass for
+// heads of 128 channels took 124 KiB and one block a multiprocessor.)
+template <int kTile, typename In> __host__ __device__ constexpr std::size_t scratchBytes() {
+    const std::size_t scores = carved(std::size_t(kTile) * scoreLd<kTile>() * sizeof(float));
+    return scores > Weights<kTile, In>::bytes() ? scores : Weights<kTile, In>::bytes();
+}
+struct Scratch {
+    float* scores;
+    unsigned char* weights;
+};
+template <int kTile, typename In> __device__ Scratch takeScratch(Carver& c) {
+    unsigned char* piece = c.take<unsigned char>(scratchBytes<kTile, In>());
+    return {reinterpret_cast<float*>(piece), piece};
+}
+
+// Tiles of rows, scratch pieces (a score tile with a weight tile), further weight tiles and
+// per-row arrays of one kernel, in bytes. The tiles of rows come first in every kernel: at least
+// three of them also stage an output tile at the end (kTile x (hsPad + 4) floats, no more than
+// 3 x kTile x (hsPad + 8) bf16).
 template <int kTile, typename In>
-std::size_t sharedBytes(const Rows& r, int tiles, int scoreTiles, int weightTiles, int rowArrays) {
+std::size_t sharedBytes(const Rows& r, int tiles, int scratches, int weightTiles, int rowArrays) {
     return std::size_t(tiles) * carved(std::size_t(kTile) * std::size_t(r.ld) * sizeof(In)) +
-           std::size_t(scoreTiles) * carved(std::size_t(kTile) * scoreLd<kTile>() * sizeof(float)) +
+           std::size_t(scratches) * scratchBytes<kTile, In>() +
            std::size_t(weightTiles) * Weights<kTile, In>::bytes() +
            std::size_t(rowArrays) * carved(std::size_t(kTile) * sizeof(float));
 }
@@ -444,7 +467,7 @@ __device__ int heavyFirst(int blockTile, int tiles) {
     return tiles - 1 - blockTile;
 }
 
-// Shared: Q, K, V tiles, a score tile, P's weights, two row arrays.
+// Shared: Q, K, V tiles, a score tile with P's weights, two row arrays.
 template <int kTile, int kCols, typename In, typename P>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     attentionForwardKernel(In* out, P* probs, const In* qkv, Rows r) {
@@ -453,8 +476,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     Carver carve{shared};
     const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
     In *Qs = carve.take<In>(tile), *Ks = carve.take<In>(tile), *Vs = carve.take<In>(tile);
-    float* S = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
-    const auto Pw = Weights<kTile, In>::take(carve);
+    const Scratch scratch = takeScratch<kTile, In>(carve);
+    float* S = scratch.scores;
+    const auto Pw = Weights<kTile, In>::at(scratch.weights);
     float *rowMax = carve.take<float>(kTile), *rowInv = carve.take<float>(kTile);
     const int tiles = (r.T + kTile - 1) / kTile;
     const std::size_t bh = blockIdx.x / unsigned(tiles);
@@ -499,7 +523,7 @@ struct RowStats {
     float *max, *inv, *dot; // per query row: softmax maximum, reciprocal sum, rowsum(P dP)
 };
 
-// Shared: Q, dO, K, V tiles, a score tile, dS's weights, three row arrays.
+// Shared: Q, dO, K, V tiles, a score tile with dS's weights, three row arrays.
 template <int kTile, int kCols, typename In, typename P>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     attentionQueryPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs,
@@ -510,8 +534,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
     In *Qs = carve.take<In>(tile), *dOs = carve.take<In>(tile);
     In *Ks = carve.take<In>(tile), *Vs = carve.take<In>(tile);
-    float* S = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
-    const auto dSw = Weights<kTile, In>::take(carve);
+    const Scratch scratch = takeScratch<kTile, In>(carve);
+    float* S = scratch.scores;
+    const auto dSw = Weights<kTile, In>::at(scratch.weights);
     float *rowMax = carve.take<float>(kTile), *rowInv = carve.take<float>(kTile),
           *rowDot = carve.take<float>(kTile);
     const int tiles = (r.T + kTile - 1) / kTile;
@@ -581,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     dq.store(dqkv, queries(r), r, bh, q0, reinterpret_cast<float*>(shared));
 }
 
-// Shared: K, V, Q, dO tiles, a score tile, P's and dS's weights, three row arrays.
+// Shared: K, V, Q, dO tiles, a score tile with P's weights, dS's weights, three row arrays.
 template <int kTile, int kCols, typename In, typename P>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     attentionKeyPassKernel(In* dqkv, const In* dout, const In* qkv, const P* probs, RowStats stats,
@@ -592,8 +617,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const std::size_t tile = std::size_t(kTile) * std::size_t(r.ld);
     In *Ks = carve.take<In>(tile), *Vs = carve.take<In>(tile);
     In *Qs = carve.take<In>(tile), *dOs = carve.take<In>(tile);
-    float* S = carve.take<float>(std::size_t(kTile) * scoreLd<kTile>());
-    const auto Pw = Weights<kTile, In>::take(carve);
+    const Scratch scratch = takeScratch<kTile, In>(carve);
+    float* S = scratch.scores;
+    const auto Pw = Weights<kTile, In>::at(scratch.weights);
     const auto dSw = Weights<kTile, In>::take(carve);
     float *rowMax = carve.take<float>(kTile), *rowInv = carve.take<float>(kTile),
           *rowDot = carve.take<float>(kTile);
@@ -728,7 +754,7 @@ void attentionForward(kernels::Ptr out, kernels::Ptr probs, kernels::ConstPtr qk
             withTiles(r.hs, [&](auto tile, auto cols) {
                 constexpr int kTile = decltype(tile)::value, kCols = decltype(cols)::value;
                 const auto kernel = attentionForwardKernel<kTile, kCols, In, P>;
-                const std::size_t bytes = sharedBytes<kTile, In>(r, 3, 1, 1, 2);
+                const std::size_t bytes = sharedBytes<kTile, In>(r, 3, 1, 0, 2);
                 allowSharedMemory(kernel, bytes, r.hs);
                 kernel<<<blocksOf(B, NH, T, kTile), kThreads, bytes, streamOf(stream)>>>(
                     static_cast<In*>(out.data), const_cast<P*>(typedProbs), x, r);
@@ -759,7 +785,7 @@ void attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dout, kernels::Const
                 constexpr int kTile = decltype(tile)::value, kCols = decltype(cols)::value;
                 const auto queryPass = attentionQueryPassKernel<kTile, kCols, In, P>;
                 const auto keyPass = attentionKeyPassKernel<kTile, kCols, In, P>;
-                const std::size_t queryBytes = sharedBytes<kTile, In>(r, 4, 1, 1, 3);
+                const std::size_t queryBytes = sharedBytes<kTile, In>(r, 4, 1, 0, 3);
                 const std::size_t keyBytes = sharedBytes<kTile, In>(r, 4, 1, 2, 3);
                 allowSharedMemory(queryPass, queryBytes, r.hs);
                 allowSharedMemory(keyPass, keyBytes, r.hs);

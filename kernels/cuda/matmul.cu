@@ -233,8 +233,8 @@ void Blas::run(const Gemm& g, void* stream) {
         part.C = {buffer.data(), g.C.type};
         part.ldc = ld;
         const Ptr rows = g.C + std::size_t(m0) * std::size_t(g.ldc);
-        if (g.beta != 0.0f)
-            copyRows(part.C, ld, rows, g.ldc, part.M, g.N, s);
+        if (g.beta != 0.0f) // the padding columns as zeros: cuBLASLt reads them too
+            copyRows(part.C, ld, rows, g.ldc, part.M, g.N, s, part.M, N);
         runAligned(part, stream);
         copyRows(rows, g.ldc, part.C, ld, part.M, g.N, s);
     }

@@ -342,6 +342,7 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
     p.vpp = 2;
     p.cp = 2;
     p.zero = 1;
+    p.shardGroup = 8;
     p.sequenceParallel = true;
     p.microBatch = 2;
     p.globalBatch = 1024;

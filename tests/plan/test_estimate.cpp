@@ -142,6 +142,28 @@ TEST(Estimate, HybridShardingGathersInTheGroupAndAllReducesAcrossGroups) {
     EXPECT_EQ(estimate(in).stepTime, fsdp.stepTime);
 }
 
+// Groups of one rank shard nothing: every rank holds whole states and all-reduces its gradients
+// once per step, which is ZeRO-0 (DDP), the exposed time included (that all-reduce hides only
+// behind the last backward, not behind the whole step as ZeRO-3's gathers do).
+TEST(Estimate, HybridShardingOverGroupsOfOneIsDdp) {
+    ParallelConfig p = test::layout(32, 1, 1, 256, 3);
+    p.shardGroup = 1;
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 4, p);
+    in.cluster.interBandwidth = 2e9; // slow enough that the all-reduce shows
+    const Estimate groupsOfOne = estimate(in);
+    in.parallel.zero = 0;
+    in.parallel.shardGroup = 0;
+    const Estimate ddp = estimate(in);
+    const AxisComm &a = groupsOfOne.axis(Axis::DP), &b = ddp.axis(Axis::DP);
+    EXPECT_NEAR(a.seconds, b.seconds, 1e-12 * b.seconds);
+    EXPECT_NEAR(a.bytes, b.bytes, 1e-9 * b.bytes);
+    EXPECT_GT(b.exposed, 0);
+    EXPECT_NEAR(a.exposed, b.exposed, 1e-12 * b.seconds);
+    EXPECT_EQ(a.collectives, 1);
+    EXPECT_DOUBLE_EQ(groupsOfOne.memory.parameters, ddp.memory.parameters);
+    EXPECT_DOUBLE_EQ(groupsOfOne.memory.optimizer, ddp.memory.optimizer);
+}
+
 // The conventions papers count MFU in, against each other for a GPT-3-style layer (ffn = 4h, as
 // many KV heads as heads): PaLM's 6N + 12 L h s counts the whole attention square, the planner's
 // half of it; Megatron's 96 B s l h^2 (1 + s/6h + V/16lh) is PaLM's with every layer's forward

@@ -52,7 +52,7 @@ TEST(CudaMatmul, ForwardAndBothGradientsMatchTheCpuInEveryTypeMix) {
     SKIP_WITHOUT_GPU();
     auto cpu = kernels::makeCpuOps(1);
     // Outputs whose rows are not aligned go through bands of rows: whole (one band) and in bands
-    // of 8 rows, so every shape here also runs as several bands.
+    // of 8 rows, so every shape of more than 8 rows also runs as several bands.
     cuda::Blas wide, banded(1);
     for (cuda::Blas* each : {&wide, &banded})
         for (const Shape& s : kShapes)

@@ -287,6 +287,14 @@ TEST(CliPlan, FlopsConventionMovesMfuOnly) {
                          (6 * shardscope::matmulParamsPerToken(m) + attention);
     EXPECT_NEAR(b.at("mfu").get<double>(), a.at("mfu").get<double>() * ratio,
                 1e-9 * b.at("mfu").get<double>());
+    // An assumed MFU is read in the chosen count: the same 40% of PaLM's FLOPs takes longer.
+    const json assumed = parseOrFail(run({"plan", "--mfu", "0.4", "--json"}).out).at("summary");
+    const json assumedPalm =
+        parseOrFail(run({"plan", "--mfu", "0.4", "--flops-convention", "palm", "--json"}).out)
+            .at("summary");
+    EXPECT_NEAR(assumedPalm.at("step_time_s").get<double>(),
+                assumed.at("step_time_s").get<double>() * ratio,
+                1e-9 * assumedPalm.at("step_time_s").get<double>());
     const CliResult why = run({"explain", "flops.per_token", "--flops-convention", "megatron"});
     ASSERT_EQ(why.code, 0) << why.err;
     EXPECT_CONTAINS(why.out, "96 x l x h^2");

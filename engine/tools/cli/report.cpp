@@ -182,6 +182,7 @@ nlohmann::json searchJson(const PlanInputs& in, const SearchResult& r) {
     j["schema"] = kSearchSchema;
     j["model"] = in.model;
     j["cluster"] = in.cluster;
+    j["flops_convention"] = toString(in.assume.flopsConvention); // how each layout's MFU counts
     j["considered"] = r.considered;
     j["evaluated"] = r.evaluated;
     j["fitting"] = r.fitting;

@@ -101,21 +101,29 @@ AxisComm ppComm(const PlanInputs& in, double computeTime) {
     return c;
 }
 
-// Shard groups of s consecutive dp x cp ranks (inside a node when tp x s fits one), r copies of
-// them at stride tp x s. In the group as full sharding does; across the copies, each rank
-// all-reduces its 1/s of the gradients once per step with the ranks holding the same shard
-// (PyTorch's HYBRID_SHARD; DeepSpeed's MiCS).
-AxisComm hybridComm(const PlanInputs& in, double grads, double weights, double m,
-                    double microbatchTime, double computeTime) {
+// Data parallelism over dp x cp ranks. ZeRO-0: all-reduce gradients once per step. ZeRO-1/2
+// (shardedComm): reduce-scatter gradients, all-gather updated parameters. ZeRO-3: every
+// microbatch gathers parameters for forward and again for backward, and reduce-scatters its
+// gradients.
+//
+// ZeRO shards over groups of s consecutive dp x cp ranks (inside a node when tp x s fits one),
+// r = dp x cp / s copies of them at stride tp x s: s = dp x cp (r = 1) unless hybrid. In each group
+// as above; across the copies (hybrid sharding: PyTorch's HYBRID_SHARD, DeepSpeed's MiCS), each
+// rank all-reduces its 1/s of the gradients once per step with the ranks holding the same shard.
+AxisComm shardedComm(const PlanInputs& in, double grads, double weights, double m,
+                     double microbatchTime, double computeTime) {
     const ParallelConfig& p = in.parallel;
     const int s = p.zeroShards(), r = p.zeroReplicas();
     const GroupPlacement group = placeGroup(in.cluster, in.assume, s, p.tp);
     const GroupPlacement copies = placeGroup(in.cluster, in.assume, r, p.tp * s);
     AxisComm c;
-    c.groupSize = s * r;
-    c.crossesNodes = group.crossesNodes || copies.crossesNodes;
-    c.bandwidth = std::min(group.bandwidth, copies.bandwidth);
-    c.latency = std::max(group.latency, copies.latency);
+    setPlacement(c, group);
+    if (r > 1) { // the slower of the two groups
+        c.groupSize = s * r;
+        c.crossesNodes = group.crossesNodes || copies.crossesNodes;
+        c.bandwidth = std::min(group.bandwidth, copies.bandwidth);
+        c.latency = std::max(group.latency, copies.latency);
+    }
     const double gather = ringAllGatherSeconds(weights, s, group.bandwidth, group.latency);
     const double scatter = ringAllGatherSeconds(grads, s, group.bandwidth, group.latency);
     const double across = ringAllReduceSeconds(grads / s, r, copies.bandwidth, copies.latency);
@@ -144,12 +152,6 @@ AxisComm hybridComm(const PlanInputs& in, double grads, double weights, double m
     return c;
 }
 
-// Data parallelism over dp x cp ranks. ZeRO-0: all-reduce gradients once per step. ZeRO-1/2:
-// reduce-scatter gradients, all-gather updated parameters. ZeRO-3: every microbatch gathers
-// parameters for forward and again for backward, and reduce-scatters its gradients. Hybrid
-// sharding (hybridComm, above) does the same inside each shard group and all-reduces the
-// shards' gradients across the groups.
-
 AxisComm dpComm(const PlanInputs& in, double params, double microbatchTime, double computeTime) {
     const ParallelConfig& p = in.parallel;
     AxisComm c;
@@ -160,28 +162,13 @@ AxisComm dpComm(const PlanInputs& in, double params, double microbatchTime, doub
         return c;
     const double grads = params * p.precision.gradBytes();
     const double weights = params * p.precision.weightBytes();
-    const double m = std::max(1, p.microbatches());
-    if (p.hybridShard())
-        return hybridComm(in, grads, weights, m, microbatchTime, computeTime);
-    if (p.zero == 0) {
-        c.collectives = 1;
-        c.bytes = ringAllReduceBytesPerRank(grads, n);
-        c.seconds = ringAllReduceSeconds(grads, n, g.bandwidth, g.latency);
-        c.window = microbatchTime * 2.0 / 3.0; // the last backward, bucket by bucket
-    } else if (p.zero <= 2) {
-        c.collectives = 2;
-        c.bytes = ringAllGatherBytesPerRank(grads, n) + ringAllGatherBytesPerRank(weights, n);
-        c.seconds = ringAllGatherSeconds(grads, n, g.bandwidth, g.latency) +
-                    ringAllGatherSeconds(weights, n, g.bandwidth, g.latency);
-        c.window = microbatchTime; // last backward + next step's first forward
-    } else {
-        c.collectives = int(3 * m);
-        c.bytes =
-            m * (2.0 * ringAllGatherBytesPerRank(weights, n) + ringAllGatherBytesPerRank(grads, n));
-        c.seconds = m * (2.0 * ringAllGatherSeconds(weights, n, g.bandwidth, g.latency) +
-                         ringAllGatherSeconds(grads, n, g.bandwidth, g.latency));
-        c.window = computeTime; // prefetching hides each gather behind the previous layer
-    }
+    if (p.zero >= 1)
+        return shardedComm(in, grads, weights, std::max(1, p.microbatches()), microbatchTime,
+                           computeTime);
+    c.collectives = 1;
+    c.bytes = ringAllReduceBytesPerRank(grads, n);
+    c.seconds = ringAllReduceSeconds(grads, n, g.bandwidth, g.latency);
+    c.window = microbatchTime * 2.0 / 3.0; // the last backward, bucket by bucket
     c.exposed = std::max(0.0, c.seconds - in.assume.dpOverlap * c.window);
     return c;
 }

@@ -4,6 +4,7 @@
 #include "core/units.h"
 #include "plan/formulas.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QSpinBox>
@@ -287,6 +288,31 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
         "Fused attention: no s x s scores stored, no memory-bound softmax passes",
         [](const Session& s) { return s.parallel.flashAttention; },
         [](Session& s, bool on) { s.parallel.flashAttention = on; });
+}
+
+void addOverlapControls(SessionForm& form) {
+    form.addSection("Communication overlap");
+    form.addBool(
+        "overlap-grad-reduce", "Overlap gradient reduce",
+        "Reduce gradients bucket by bucket during the last backward (PyTorch DDP and FSDP, "
+        "Megatron's --overlap-grad-reduce). Off: after it, as Megatron-LM before 2023 and "
+        "DeepSpeed's pipeline engine did",
+        [](const Session& s) { return s.parallel.overlapGradReduce; },
+        [](Session& s, bool on) { s.parallel.overlapGradReduce = on; });
+    QWidget* gather = form.addBool(
+        "overlap-param-gather", "Overlap parameter gather",
+        "ZeRO's parameter all-gathers ahead of use: behind the next forward under ZeRO-1/2 "
+        "(Megatron's --overlap-param-gather), prefetched a layer ahead under ZeRO-3 (FSDP)",
+        [](const Session& s) { return s.parallel.overlapParamGather; },
+        [](Session& s, bool on) { s.parallel.overlapParamGather = on; });
+    form.setEnabledWhen(gather, [](const Session& s) { return s.parallel.zero >= 1; });
+    QWidget* tp = form.addBool(
+        "tp-comm-overlap", "Overlap TP communication",
+        "Split each TP GEMM against chunks of its all-gather or reduce-scatter (Megatron's "
+        "--tp-comm-overlap, Transformer Engine userbuffers); needs sequence parallelism",
+        [](const Session& s) { return s.parallel.tpCommOverlap; },
+        [](Session& s, bool on) { s.parallel.tpCommOverlap = on; });
+    form.setEnabledWhen(tp, [](const Session& s) { return s.parallel.tp > 1; });
 }
 
 void addClusterControls(SessionForm& form) {

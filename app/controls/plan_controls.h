@@ -18,6 +18,8 @@ QComboBox* addModelControls(SessionForm& form);
 void addGpuControl(SessionForm& form);
 void addPrecisionControls(SessionForm& form);
 void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedule);
+// Which communication runs beside compute, as the framework is configured (time only).
+void addOverlapControls(SessionForm& form);
 void addClusterControls(SessionForm& form);
 void addTrainingControls(SessionForm& form, bool withTokens = true);
 

@@ -633,7 +633,10 @@ void to_json(json& j, const ParallelConfig& p) {
              {"precision", policyJson(p.precision)},
              {"optimizer", toString(p.optimizer)},
              {"offload_optimizer", p.offloadOptimizer},
-             {"flash_attention", p.flashAttention}};
+             {"flash_attention", p.flashAttention},
+             {"overlap_grad_reduce", p.overlapGradReduce},
+             {"overlap_param_gather", p.overlapParamGather},
+             {"tp_comm_overlap", p.tpCommOverlap}};
 }
 
 void from_json(const json& j, ParallelConfig& out) {
@@ -665,6 +668,9 @@ void from_json(const json& j, ParallelConfig& out) {
     r.choice("optimizer", p.optimizer, optimizerFromString);
     r.boolean("offload_optimizer", p.offloadOptimizer);
     r.boolean("flash_attention", p.flashAttention);
+    r.boolean("overlap_grad_reduce", p.overlapGradReduce);
+    r.boolean("overlap_param_gather", p.overlapParamGather);
+    r.boolean("tp_comm_overlap", p.tpCommOverlap);
     problems.throwIfAny("parallel config");
     out = p;
 }

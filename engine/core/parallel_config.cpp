@@ -445,6 +445,13 @@ private:
             add("offload-zero",
                 "optimizer offload moves ZeRO-partitioned state, but zero is " + to_string(c_.zero),
                 "set zero = 1 (or higher), or turn offload_optimizer off");
+        // Transformer Engine splits each TP GEMM against the chunks of its sequence-parallel
+        // all-gather and reduce-scatter; Megatron-LM refuses tp-comm-overlap without SP.
+        if (c_.tpCommOverlap && c_.tp > 1 && !c_.sequenceParallel)
+            add("tp-comm-overlap",
+                "TP communication overlap pipelines the sequence-parallel all-gathers and "
+                "reduce-scatters with the GEMMs, but sequence parallelism is off",
+                "turn sequence_parallel on, or tp_comm_overlap off");
         shardGroup();
     }
 
@@ -507,6 +514,14 @@ std::string layoutSummary(const ParallelConfig& p) {
         s << " shard" << p.zeroShards();
     s << (p.sequenceParallel ? " sp" : "") << " mb" << p.microBatch << " " << toString(p.schedule)
       << " recompute-" << toString(p.recompute);
+    // Only where they change anything: a data-parallel group, ZeRO's gathers, a TP group.
+    const bool dataParallel = p.dp * p.cp > 1;
+    if (!p.overlapGradReduce && dataParallel)
+        s << " no-grad-overlap";
+    if (!p.overlapParamGather && dataParallel && p.zero >= 1)
+        s << " no-gather-overlap";
+    if (p.tpCommOverlap && p.tp > 1)
+        s << " tp-overlap";
     return s.str();
 }
 

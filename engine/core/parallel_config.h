@@ -73,6 +73,15 @@ struct ParallelConfig {
     // Fused (Flash) attention never materialises the s x s scores: no score activations are
     // stored and no memory-bound softmax/dropout passes run. Runs before 2022 did not have it.
     bool flashAttention = true;
+    // Which communication the framework runs beside compute (Megatron-LM's --overlap-grad-reduce,
+    // --overlap-param-gather and --tp-comm-overlap). Gradient reduction and parameter gathers
+    // overlap by default, as PyTorch DDP and FSDP and Megatron-Core's recipes do; runs before
+    // 2023 on Megatron-LM or DeepSpeed's pipeline engine reduced after the last backward. TP's
+    // collectives overlap only with Transformer Engine's userbuffers, which need sequence
+    // parallelism; off by default, as in Megatron-LM.
+    bool overlapGradReduce = true;
+    bool overlapParamGather = true;
+    bool tpCommOverlap = false;
 
     // At most kMaxWorldSize once validate() has passed (before, the product may not fit an int).
     int worldSize() const { return dp * tp * pp * cp; }
@@ -97,7 +106,9 @@ std::vector<Violation> validate(const ModelSpec& model, const ClusterSpec& clust
 std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& config);
 
 // One line: "dp2 tp8 pp4 cp1 zero1 sp mb1 1f1b recompute-selective" ("pp4x2" when interleaved,
-// "zero3 shard8" when ZeRO's states are sharded over groups of 8 of the dp x cp ranks).
+// "zero3 shard8" when ZeRO's states are sharded over groups of 8 of the dp x cp ranks), with
+// the overlap settings that differ from the defaults where they matter: "no-grad-overlap",
+// "no-gather-overlap", "tp-overlap".
 std::string layoutSummary(const ParallelConfig& p);
 
 std::string toString(PipelineSchedule s);

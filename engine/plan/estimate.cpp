@@ -32,10 +32,18 @@ void setPlacement(AxisComm& c, const GroupPlacement& g) {
     c.latency = g.latency;
 }
 
+// What `seconds` of communication add to a step when they run beside `window` seconds of
+// compute that slows by the factor 1 + k while they share the GPU: compute c under the
+// communication takes c (1 + k), so it all hides when seconds <= window (1 + k), at the cost
+// seconds k / (1 + k); past that the communication itself is the critical path.
+double exposedBeside(double seconds, double window, double k) {
+    return std::max(seconds - window, seconds * k / (1.0 + k));
+}
+
 // Tensor parallelism: per layer and microbatch, two all-reduces forward and two backward of the
 // layer's output (Megatron-LM); with SP each becomes an all-gather plus a reduce-scatter of the
 // same total size. Full recompute repeats the forward pair.
-AxisComm tpComm(const PlanInputs& in, int layers, double computeTime) {
+AxisComm tpComm(const PlanInputs& in, int layers, double gemmTime) {
     const ParallelConfig& p = in.parallel;
     AxisComm c;
     const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::TP);
@@ -51,8 +59,15 @@ AxisComm tpComm(const PlanInputs& in, int layers, double computeTime) {
                             ? 2.0 * ringAllGatherSeconds(size, p.tp, g.bandwidth, g.latency)
                             : ringAllReduceSeconds(size, p.tp, g.bandwidth, g.latency);
     c.seconds = calls * each;
-    c.window = computeTime;
-    c.exposed = std::max(0.0, c.seconds - in.assume.tpOverlap * c.window);
+    // The collectives sit between dependent GEMMs; only Transformer Engine's userbuffers
+    // (tp-comm-overlap, which needs SP) split each GEMM against chunks of its all-gather or
+    // reduce-scatter and so hide them behind the layer's GEMMs.
+    if (p.tpCommOverlap && p.sequenceParallel) {
+        c.window = gemmTime;
+        c.exposed = exposedBeside(c.seconds, c.window, in.assume.overlapSlowdown);
+    } else {
+        c.exposed = c.seconds;
+    }
     return c;
 }
 
@@ -72,7 +87,7 @@ AxisComm cpComm(const PlanInputs& in, int layers, double attentionTime) {
     c.bytes = sends * chunk;
     c.seconds = sends * (g.latency + chunk / g.bandwidth);
     c.window = attentionTime;
-    c.exposed = std::max(0.0, c.seconds - in.assume.cpOverlap * c.window);
+    c.exposed = exposedBeside(c.seconds, c.window, in.assume.overlapSlowdown);
     return c;
 }
 
@@ -131,23 +146,39 @@ AxisComm shardedComm(const PlanInputs& in, double grads, double weights, double 
     const double scatterBytes = ringAllGatherBytesPerRank(grads, s);
     const double acrossBytes = ringAllReduceBytesPerRank(grads / s, r);
     const int inGroup = s > 1 ? 1 : 0, acrossGroups = r > 1 ? 1 : 0; // collectives that move data
-    const double overlap = in.assume.dpOverlap;
+    const double k = in.assume.overlapSlowdown;
+    const double lastBackward = microbatchTime * 2.0 / 3.0;
+    const bool overlapGrads = p.overlapGradReduce, overlapParams = p.overlapParamGather;
     if (p.zero <= 2) {
         c.collectives = 2 * inGroup + acrossGroups;
         c.bytes = scatterBytes + acrossBytes + gatherBytes;
         c.seconds = scatter + across + gather;
-        c.window = microbatchTime; // last backward + next step's first forward
-        c.exposed = std::max(0.0, c.seconds - overlap * c.window);
+        // Gradients reduce bucket by bucket during the last backward; the updated parameters
+        // are gathered bucket by bucket as the next step's first forward reaches them.
+        c.window =
+            (overlapGrads ? lastBackward : 0.0) + (overlapParams ? microbatchTime / 3.0 : 0.0);
+        c.exposed =
+            (overlapGrads ? exposedBeside(scatter + across, lastBackward, k) : scatter + across) +
+            (overlapParams ? exposedBeside(gather, microbatchTime / 3.0, k) : gather);
     } else {
         c.collectives = int(3 * m) * inGroup + acrossGroups;
         c.bytes = m * (2.0 * gatherBytes + scatterBytes) + acrossBytes;
         c.seconds = m * (2.0 * gather + scatter) + across;
-        // Prefetching hides each gather behind the previous layer, over all the compute; the
-        // all-reduce across groups waits for the last backward, and only that can hide it (as
-        // ZeRO-0's all-reduce: with a group of one rank this is ZeRO-0).
-        c.window = computeTime;
-        c.exposed = std::max(0.0, m * (2.0 * gather + scatter) - overlap * computeTime) +
-                    std::max(0.0, across - overlap * microbatchTime * 2.0 / 3.0);
+        // Prefetching hides each gather behind the previous layer, over all the compute, and
+        // each reduce-scatter behind the rest of the backward; the all-reduce across groups
+        // waits for the last backward, and only that can hide it (as ZeRO-0's all-reduce: with
+        // a group of one rank this is ZeRO-0).
+        const double gathers = m * 2.0 * gather, scatters = m * scatter;
+        c.window = overlapParams ? computeTime : overlapGrads ? computeTime * 2.0 / 3.0 : 0.0;
+        if (overlapParams && overlapGrads)
+            c.exposed = exposedBeside(gathers + scatters, computeTime, k);
+        else if (overlapParams)
+            c.exposed = exposedBeside(gathers, computeTime, k) + scatters;
+        else if (overlapGrads)
+            c.exposed = gathers + exposedBeside(scatters, computeTime * 2.0 / 3.0, k);
+        else
+            c.exposed = gathers + scatters;
+        c.exposed += overlapGrads ? exposedBeside(across, lastBackward, k) : across;
     }
     return c;
 }
@@ -168,8 +199,12 @@ AxisComm dpComm(const PlanInputs& in, double params, double microbatchTime, doub
     c.collectives = 1;
     c.bytes = ringAllReduceBytesPerRank(grads, n);
     c.seconds = ringAllReduceSeconds(grads, n, g.bandwidth, g.latency);
-    c.window = microbatchTime * 2.0 / 3.0; // the last backward, bucket by bucket
-    c.exposed = std::max(0.0, c.seconds - in.assume.dpOverlap * c.window);
+    if (p.overlapGradReduce) {
+        c.window = microbatchTime * 2.0 / 3.0; // the last backward, bucket by bucket
+        c.exposed = exposedBeside(c.seconds, c.window, in.assume.overlapSlowdown);
+    } else {
+        c.exposed = c.seconds; // after the last backward (Megatron-LM before 2023, DeepSpeed PP)
+    }
     return c;
 }
 
@@ -251,7 +286,7 @@ Estimate evaluate(const PlanInputs& in) {
     // Communication per axis.
     const int layers = layersOnStage(m, p, slowStage);
     const double params = paramsOnStage(m, e.params, p, slowStage);
-    e.comm[int(Axis::TP)] = tpComm(in, layers, e.computeTime);
+    e.comm[int(Axis::TP)] = tpComm(in, layers, mbs * (slow.gemmSeconds - slow.attentionSeconds));
     e.comm[int(Axis::CP)] = cpComm(in, layers, mbs * slow.attentionSeconds);
     e.comm[int(Axis::PP)] = ppComm(in, e.computeTime);
     e.comm[int(Axis::DP)] = dpComm(in, params, e.microbatchCompute, e.computeTime);

@@ -97,6 +97,28 @@ constexpr const char* kHybrid =
 constexpr const char* kAlphaBeta = "Ring collectives, alpha-beta model (Thakur et al. 2005; NCCL "
                                    "bus bandwidth), link figures from the GPU and cluster presets";
 
+constexpr const char* kOverlapSlowdown =
+    "Lee et al. 2025, compute-communication overlap on A100/H100: compute slows 18.9 %";
+
+// What overlaps on this axis, as the layout's framework flags set it, in few words.
+std::string overlapAssumed(const ParallelConfig& p, Axis axis) {
+    switch (axis) {
+    case Axis::TP:
+        return p.tpCommOverlap && p.sequenceParallel ? "behind the GEMMs" : "not overlapped";
+    case Axis::CP:
+        return "behind attention";
+    case Axis::PP:
+        return "2(p-1) hops wait";
+    case Axis::DP:
+        break;
+    }
+    std::string text = p.overlapGradReduce ? "reduce in last backward" : "reduce after backward";
+    if (p.zero >= 1)
+        text += p.overlapParamGather ? (p.zero <= 2 ? ", gather in next forward" : ", prefetch")
+                                     : ", gather exposed";
+    return text;
+}
+
 std::string zeroDivisor(int stage, int needed, int shards) {
     return stage >= needed
                ? " / " + std::to_string(shards) + " (ZeRO-" + std::to_string(stage) + ")"
@@ -229,9 +251,17 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
     const std::string where = std::string(c.crossesNodes ? "across nodes" : "inside a node") +
                               " at " + n(c.bandwidth / 1e9) + " GB/s effective, " + s(c.latency) +
                               " latency";
-    const std::string tail = "; exposed = max(0, time - overlap x window) = max(0, " +
-                             s(c.seconds) + " - overlap x " + s(c.window) + ") = " + s(c.exposed);
+    const std::string tail = "; " + overlapAssumed(p, axis) +
+                             (c.window > 0 ? ", window " + s(c.window) : "") + " -> exposed " +
+                             s(c.exposed);
     x.source = kAlphaBeta;
+    if (c.window > 0)
+        x.source += std::string("; ") + kOverlapSlowdown;
+    // What overlaps adds its time beyond the window, and at least k/(1+k) of it: compute beside
+    // it runs 1 + k times slower (estimate.cpp, exposedBeside).
+    const std::string overlapRule =
+        "; exposed = max(t - window, t k/(1+k)) where it overlaps (k = " +
+        n(in.assume.overlapSlowdown * 100) + " %), else t";
     if (c.groupSize <= 1) {
         x.formula = "no " + toString(axis) + " group";
         x.substituted = toString(axis) + " degree is 1: no communication";
@@ -268,16 +298,18 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
         break;
     case Axis::PP:
         x.formula = "per microbatch and chunk: send activations forward and gradients backward, "
-                    "s*b/cp x h x a_bytes [/ tp under SP]; 2(p-1) hops are exposed";
+                    "s*b/cp x h x a_bytes [/ tp under SP]";
         x.source += "; Narayanan et al. 2021, Section 2.2";
         break;
     case Axis::CP:
         x.formula =
             "per layer and microbatch: 3 (cp-1) ring hops of K and V (2 x s*b/cp x kv_dim/tp "
-            "x a_bytes); hidden behind attention compute";
+            "x a_bytes)";
         x.source += "; Liu et al. 2023 (Ring Attention)";
         break;
     }
+    if (axis != Axis::PP)
+        x.formula += overlapRule;
     x.substituted = std::to_string(c.collectives) + " transfers, " + b(c.bytes) +
                     " sent per rank per step, group of " + std::to_string(c.groupSize) + " " +
                     where + " -> " + s(c.seconds) + tail;

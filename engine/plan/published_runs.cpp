@@ -145,6 +145,9 @@ PublishedRun parseRow(const Row& r, int line) {
     p.schedule = p.vpp > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
     p.precision = PrecisionPolicy::bf16Mixed();
     p.flashAttention = r.text("flash_attention") == "true";
+    // Empty: what current frameworks do (ParallelConfig's defaults).
+    p.overlapGradReduce = r.text("overlap_grad_reduce") != "false";
+    p.overlapParamGather = r.text("overlap_param_gather") != "false";
     if (p.tp * p.pp * p.cp * p.dp != r.integer("gpus"))
         throw InputError("published runs, line " + std::to_string(line) +
                          ": tp x pp x cp x dp does not equal gpus");

@@ -243,6 +243,29 @@ void checkTrainable(const RunConfig& c) {
     throw InputError(text);
 }
 
+std::string adoptEngineOverlap(ParallelConfig& p) {
+    std::string changed;
+    auto adopt = [&](bool& flag, bool engine, const char* name, const char* what) {
+        if (flag == engine)
+            return;
+        flag = engine;
+        changed += std::string(changed.empty() ? "" : "; ") + name + " " +
+                   (engine ? "true" : "false") + ": " + what;
+    };
+    adopt(p.overlapGradReduce, p.zero <= 1, "overlap_grad_reduce",
+          p.zero <= 1 ? "the engine reduces gradients bucket by bucket during the backward"
+                      : "the engine's ZeRO-2/3 reduce-scatters block the backward");
+    adopt(p.overlapParamGather, p.zero >= 3, "overlap_param_gather",
+          p.zero >= 3 ? "the engine gathers ZeRO-3's next unit ahead of use"
+                      : "the engine gathers ZeRO-1/2's updated parameters after the optimizer "
+                        "step, before the next forward");
+    adopt(p.tpCommOverlap, false, "tp_comm_overlap",
+          "the engine's TP collectives wait between the GEMMs");
+    return changed.empty()
+               ? changed
+               : "overlap as the engine runs it (the prediction models this): " + changed;
+}
+
 std::vector<std::string> engineProblems(const RunConfig& c) {
     std::vector<std::string> out;
     for (const Violation& v : validate(c.model, c.parallel))

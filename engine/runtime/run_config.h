@@ -70,5 +70,12 @@ DataSpec dataSpecOf(const RunConfig& c);
 std::vector<std::string> engineProblems(const RunConfig& c);
 // Throws InputError listing every problem engineProblems finds.
 void checkTrainable(const RunConfig& c);
+// The engine overlaps as it is built, whatever a planner session asked for: gradients reduce
+// bucket by bucket during the backward (ZeRO-0/1; ZeRO-2/3's reduce-scatters block), ZeRO-3
+// gathers the next unit ahead, ZeRO-1/2 gather the updated parameters after the optimizer step,
+// TP's collectives wait between GEMMs. Sets
+// the layout's overlap flags to that (so its prediction models what runs) and says what
+// changed, empty when nothing did.
+std::string adoptEngineOverlap(ParallelConfig& p);
 
 } // namespace shardscope

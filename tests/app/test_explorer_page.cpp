@@ -147,6 +147,38 @@ private slots:
                  qPrintable(f.page.panel()->verdictText()));
     }
 
+    // The framework's overlap settings: TP's traffic hidden behind the GEMMs shortens the step
+    // and the explanation says so; gradients reduced after the backward lengthen it; TP overlap
+    // without sequence parallelism is refused with its fix.
+    void overlapControlsMoveTheStepAndSayWhatWasAssumed() {
+        Fixture f;
+        setBool(f.form(), "sp", true);
+        QVERIFY(f.doc.session().parallel.tp > 1);
+        const double step = f.value("Step time");
+        QVERIFY(
+            tooltip(f.page.figures(), "Tensor-parallel communication").contains("not overlapped"));
+        setBool(f.form(), "tp-comm-overlap", true);
+        QVERIFY(f.doc.session().parallel.tpCommOverlap);
+        QVERIFY2(f.value("Step time") < step, qPrintable(QString::number(f.value("Step time"))));
+        QVERIFY(tooltip(f.page.figures(), "Tensor-parallel communication")
+                    .contains("behind the GEMMs"));
+        setBool(f.form(), "tp-comm-overlap", false);
+        QCOMPARE(f.value("Step time"), step);
+
+        setBool(f.form(), "overlap-grad-reduce", false);
+        QVERIFY(!f.doc.session().parallel.overlapGradReduce);
+        QVERIFY(f.value("Step time") > step);
+        QVERIFY(
+            tooltip(f.page.figures(), "Data-parallel communication").contains("after backward"));
+        setBool(f.form(), "overlap-grad-reduce", true);
+
+        setBool(f.form(), "tp-comm-overlap", true);
+        setBool(f.form(), "sp", false);
+        QVERIFY(f.page.panel()->verdictLevel() == VerdictLevel::Bad);
+        QVERIFY2(f.page.panel()->verdictText().contains("sequence_parallel on"),
+                 qPrintable(f.page.panel()->verdictText()));
+    }
+
     void invalidLayoutListsTheRulesWithFixes() {
         Fixture f;
         setInt(f.form(), "tp", 3);

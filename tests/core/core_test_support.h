@@ -116,6 +116,9 @@ inline void expectSame(const ParallelConfig& a, const ParallelConfig& b) {
     EXPECT_EQ(a.cp, b.cp);
     EXPECT_EQ(a.zero, b.zero);
     EXPECT_EQ(a.shardGroup, b.shardGroup);
+    EXPECT_EQ(a.overlapGradReduce, b.overlapGradReduce);
+    EXPECT_EQ(a.overlapParamGather, b.overlapParamGather);
+    EXPECT_EQ(a.tpCommOverlap, b.tpCommOverlap);
     EXPECT_EQ(a.sequenceParallel, b.sequenceParallel);
     EXPECT_EQ(a.schedule, b.schedule);
     EXPECT_EQ(a.microBatch, b.microBatch);

@@ -437,6 +437,35 @@ TEST(Validate, AShardGroupDividesTheDataParallelRanksAndNeedsZero) {
     EXPECT_EQ(layoutSummary(p), "dp128 tp8 pp16 cp1 zero1 mb1 1f1b recompute-none");
 }
 
+// Transformer Engine overlaps TP's sequence-parallel collectives with the GEMMs; Megatron-LM
+// refuses tp-comm-overlap without SP. The layout line names the overlap settings that differ
+// from the frameworks' defaults, where they change anything.
+TEST(Validate, TpCommOverlapNeedsSequenceParallelism) {
+    ParallelConfig p = llama405bLayout(); // dp 128, tp 8
+    p.zero = 1;
+    p.tpCommOverlap = true;
+    const auto v = expectRule(validate(llama3_405b(), p), "tp-comm-overlap");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->hint.find("sequence_parallel on"), std::string::npos) << v->hint;
+    p.sequenceParallel = true;
+    EXPECT_TRUE(validate(llama3_405b(), p).empty()) << describe(validate(llama3_405b(), p));
+    EXPECT_EQ(layoutSummary(p), "dp128 tp8 pp16 cp1 zero1 sp mb1 1f1b recompute-none tp-overlap");
+
+    p.overlapGradReduce = p.overlapParamGather = false;
+    EXPECT_EQ(layoutSummary(p), "dp128 tp8 pp16 cp1 zero1 sp mb1 1f1b recompute-none "
+                                "no-grad-overlap no-gather-overlap tp-overlap");
+    p.zero = 0; // no ZeRO: nothing is gathered
+    EXPECT_EQ(layoutSummary(p), "dp128 tp8 pp16 cp1 zero0 sp mb1 1f1b recompute-none "
+                                "no-grad-overlap tp-overlap");
+
+    p.tp = 1; // no TP group: nothing to overlap, and nothing to refuse
+    p.dp = 1024;
+    p.sequenceParallel = false;
+    EXPECT_TRUE(validate(llama3_405b(), p).empty()) << describe(validate(llama3_405b(), p));
+    EXPECT_EQ(layoutSummary(p), "dp1024 tp1 pp16 cp1 zero0 mb1 1f1b recompute-none "
+                                "no-grad-overlap");
+}
+
 TEST(Validate, ZeroWithPipelineIsAllowed) {
     ParallelConfig p = llama405bLayout();
     p.zero = 3;

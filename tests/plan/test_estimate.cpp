@@ -164,6 +164,102 @@ TEST(Estimate, HybridShardingOverGroupsOfOneIsDdp) {
     EXPECT_DOUBLE_EQ(groupsOfOne.memory.optimizer, ddp.memory.optimizer);
 }
 
+// A second method for what overlapped communication costs: step through time while the
+// collective runs beside compute that advances 1 + k times slower, then let whichever is left
+// finish alone. Returns the time added to the compute alone.
+double simulatedExposure(double comm, double compute, double k) {
+    const double dt = std::max(comm, compute) * 1e-5;
+    double t = 0, commLeft = comm, computeLeft = compute;
+    while (commLeft > 0 && computeLeft > 0) {
+        commLeft -= dt;
+        computeLeft -= dt / (1 + k);
+        t += dt;
+    }
+    return t + std::max(0.0, commLeft) + std::max(0.0, computeLeft) - compute;
+}
+
+// Data parallelism's all-reduce runs bucket by bucket during the last backward (2/3 of a
+// microbatch): it hides when it fits (at the compute slowdown Lee et al. 2025 measured), and
+// past that its own time is the critical path.
+TEST(Estimate, OverlappedCommunicationCostsWhatSlowerComputeLoses) {
+    ParallelConfig p = test::layout(32, 1, 1, 256, 0);
+    for (double network : {25e9, 0.5e9}) { // hides, then does not
+        PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 4, p);
+        in.cluster.interBandwidth = network;
+        const Estimate e = estimate(in);
+        const AxisComm& dp = e.axis(Axis::DP);
+        EXPECT_NEAR(dp.window, e.microbatchCompute * 2 / 3, 1e-12 * dp.window);
+        const double expected = simulatedExposure(dp.seconds, dp.window, in.assume.overlapSlowdown);
+        EXPECT_NEAR(dp.exposed, expected, 1e-3 * dp.seconds) << network;
+        EXPECT_GT(dp.exposed, 0);
+        EXPECT_LT(dp.exposed, dp.seconds);
+    }
+}
+
+// Without overlap (Megatron-LM before 2023, DeepSpeed's pipeline engine) every collective waits:
+// exposed is all of it, for every ZeRO stage; memory does not change.
+TEST(Estimate, CommunicationNotOverlappedIsAllExposed) {
+    for (int zero : {0, 1, 2, 3}) {
+        PlanInputs in =
+            test::inputs("llama3-8b", "h100-sxm", 8, 4, test::layout(32, 1, 1, 256, zero));
+        const Estimate overlapped = estimate(in);
+        in.parallel.overlapGradReduce = in.parallel.overlapParamGather = false;
+        const Estimate waits = estimate(in);
+        const AxisComm& dp = waits.axis(Axis::DP);
+        EXPECT_GT(dp.seconds, 0) << zero;
+        EXPECT_DOUBLE_EQ(dp.exposed, dp.seconds) << zero;
+        EXPECT_DOUBLE_EQ(dp.seconds, overlapped.axis(Axis::DP).seconds) << zero;
+        EXPECT_LT(overlapped.axis(Axis::DP).exposed, dp.exposed) << zero;
+        EXPECT_NEAR(waits.stepTime - overlapped.stepTime,
+                    dp.exposed - overlapped.axis(Axis::DP).exposed, 1e-9 * waits.stepTime)
+            << zero;
+        EXPECT_DOUBLE_EQ(waits.memory.total(), overlapped.memory.total()) << zero;
+    }
+}
+
+// Each flag hides only its own collectives: the gradient reduce-scatter or the parameter
+// all-gather of ZeRO-1 and ZeRO-3, each exposed alone when its flag is off.
+TEST(Estimate, EachOverlapFlagHidesItsOwnCollectives) {
+    for (int zero : {1, 3}) {
+        PlanInputs in =
+            test::inputs("llama3-8b", "h100-sxm", 8, 4, test::layout(32, 1, 1, 256, zero));
+        // Slow enough that what is not hidden shows, fast enough that ZeRO-3's traffic can
+        // hide behind the compute.
+        in.cluster.interBandwidth = zero == 1 ? 2e9 : 200e9;
+        auto exposedWith = [&](bool grads, bool params) {
+            in.parallel.overlapGradReduce = grads;
+            in.parallel.overlapParamGather = params;
+            return estimate(in).axis(Axis::DP).exposed;
+        };
+        const double both = exposedWith(true, true), gradsOnly = exposedWith(true, false),
+                     paramsOnly = exposedWith(false, true), neither = exposedWith(false, false);
+        EXPECT_LT(both, gradsOnly) << zero;
+        EXPECT_LT(both, paramsOnly) << zero;
+        EXPECT_LT(gradsOnly, neither) << zero;
+        EXPECT_LT(paramsOnly, neither) << zero;
+    }
+}
+
+// Megatron's tp-comm-overlap (Transformer Engine userbuffers) hides TP's sequence-parallel
+// collectives behind the layer's GEMMs; without it they all wait between dependent GEMMs.
+TEST(Estimate, TpCommOverlapHidesTensorParallelTrafficBehindTheGemms) {
+    PlanInputs in = llama70b();
+    const Estimate waits = estimate(in);
+    const AxisComm& tp = waits.axis(Axis::TP);
+    EXPECT_GT(tp.seconds, 0);
+    EXPECT_DOUBLE_EQ(tp.exposed, tp.seconds);
+    in.parallel.tpCommOverlap = true;
+    const Estimate hidden = estimate(in);
+    const AxisComm& tpHidden = hidden.axis(Axis::TP);
+    EXPECT_DOUBLE_EQ(tpHidden.seconds, tp.seconds);
+    EXPECT_GT(tpHidden.window, tp.seconds); // NVLink traffic fits behind the GEMMs
+    EXPECT_LT(tpHidden.window, hidden.computeTime);
+    const double k = in.assume.overlapSlowdown;
+    EXPECT_NEAR(tpHidden.exposed, tp.seconds * k / (1 + k), 1e-9 * tp.seconds);
+    EXPECT_LT(hidden.stepTime, waits.stepTime);
+    EXPECT_DOUBLE_EQ(hidden.memory.total(), waits.memory.total());
+}
+
 // The conventions papers count MFU in, against each other for a GPT-3-style layer (ffn = 4h, as
 // many KV heads as heads): PaLM's 6N + 12 L h s counts the whole attention square, the planner's
 // half of it; Megatron's 96 B s l h^2 (1 + s/6h + V/16lh) is PaLM's with every layer's forward

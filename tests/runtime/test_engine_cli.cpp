@@ -403,6 +403,13 @@ TEST(EngineCli, CheckSaysWhatWouldRunAndCreatesNothing) {
     ASSERT_EQ(o.code, 0) << o.err;
     EXPECT_EQ(o.out.rfind("ok: cli GPT, dp2", 0), 0u) << o.out;
     EXPECT_NE(o.out.find("2 ranks, 4 steps"), std::string::npos) << o.out;
+    // ZeRO-1 as a planner session writes it (parameter gathers overlapped): the engine says it
+    // gathers after the optimizer step, and what it will run.
+    o = run({"train", "--config", config, "--out", out.string(), "--dp", "2", "--zero", "1",
+             "--check"});
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_NE(o.out.find("recompute-none no-gather-overlap, 2 ranks"), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("note: overlap as the engine runs it"), std::string::npos) << o.out;
     o = run({"train", "--config", config, "--out", out.string(), "--dp", "2", "--ranks", "4",
              "--check"});
     EXPECT_EQ(o.code, 2);

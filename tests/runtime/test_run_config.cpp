@@ -69,6 +69,31 @@ TEST(RunConfig, EngineProblemsSayWhatToChange) {
     EXPECT_NE(all.find("min_learning_rate"), std::string::npos) << all;
 }
 
+// A session's overlap flags describe the framework the planner models; the engine runs as it
+// is built, so its config (and the prediction beside the run) takes the engine's behaviour and
+// says what it changed.
+TEST(RunConfig, TheEngineTakesItsOwnOverlapAndSaysWhatChanged) {
+    ParallelConfig p; // the frameworks' defaults: gradient reduce and parameter gather overlap
+    p.dp = 2;
+    p.zero = 1;
+    p.tpCommOverlap = true;
+    const std::string note = adoptEngineOverlap(p);
+    EXPECT_TRUE(p.overlapGradReduce);
+    EXPECT_FALSE(p.overlapParamGather); // ZeRO-1 gathers after the optimizer step
+    EXPECT_FALSE(p.tpCommOverlap);
+    EXPECT_NE(note.find("overlap_param_gather false"), std::string::npos) << note;
+    EXPECT_NE(note.find("tp_comm_overlap false"), std::string::npos) << note;
+    EXPECT_EQ(note.find("overlap_grad_reduce"), std::string::npos) << note;
+    EXPECT_EQ(adoptEngineOverlap(p), ""); // nothing left to change
+
+    p.zero = 3; // ZeRO-3 gathers the next unit ahead of use; its reduce-scatters block
+    const std::string zero3 = adoptEngineOverlap(p);
+    EXPECT_TRUE(p.overlapParamGather);
+    EXPECT_FALSE(p.overlapGradReduce);
+    EXPECT_NE(zero3.find("overlap_grad_reduce false"), std::string::npos) << zero3;
+    EXPECT_NE(zero3.find("overlap_param_gather true"), std::string::npos) << zero3;
+}
+
 TEST(RunConfig, ZeroStagesAboveOneRefuseATiedEmbeddingSplitAcrossStages) {
     RunConfig c = defaultRunConfig();
     c.parallel.dp = 2;

@@ -401,6 +401,34 @@ TEST(CliPlan, LayoutFlagsReachTheLayout) {
     EXPECT_GT(j.at("memory").at("cpu_offloaded").get<double>(), 0);
 }
 
+// The framework's overlap settings from the command line: into the JSON layout, the step time
+// and the explanation; TP overlap without sequence parallelism is refused (exit 2) with its rule.
+TEST(CliPlan, OverlapFlagsMoveTheStepAndAreExplained) {
+    auto plan = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = {"plan", "--json"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const CliResult r = shardscope::testing::runCliWith(args);
+        EXPECT_EQ(r.code, 0) << r.err;
+        return parseOrFail(r.out);
+    };
+    const json base = plan({}), hidden = plan({"--tp-comm-overlap", "true"}),
+               waits = plan({"--overlap-grad-reduce", "false", "--overlap-param-gather", "false"});
+    EXPECT_EQ(base.at("parallel").at("tp_comm_overlap"), false);
+    EXPECT_EQ(hidden.at("parallel").at("tp_comm_overlap"), true);
+    EXPECT_EQ(waits.at("parallel").at("overlap_grad_reduce"), false);
+    const double step = base.at("summary").at("step_time_s").get<double>();
+    EXPECT_LT(hidden.at("summary").at("step_time_s").get<double>(), step);
+    EXPECT_GT(waits.at("summary").at("step_time_s").get<double>(), step);
+
+    const CliResult explained = run({"explain", "comm.tp", "--tp-comm-overlap", "true"});
+    ASSERT_EQ(explained.code, 0) << explained.err;
+    EXPECT_NE(explained.out.find("behind the GEMMs"), std::string::npos) << explained.out;
+    EXPECT_NE(explained.out.find("Lee et al. 2025"), std::string::npos) << explained.out;
+    const CliResult refused = run({"plan", "--tp-comm-overlap", "true", "--sp", "false"});
+    EXPECT_EQ(refused.code, 2);
+    EXPECT_NE(refused.err.find("[tp-comm-overlap]"), std::string::npos) << refused.err;
+}
+
 // Hybrid sharding: ZeRO-3 over groups of 8 of the 16 data-parallel ranks holds twice the
 // weights of full sharding, and says so in the layout and the explanation.
 TEST(CliPlan, ShardGroupShardsOverGroupsOfTheDataParallelRanks) {

@@ -66,6 +66,18 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
     app.add_option("--flash-attention", f.flashAttention,
                    "Fused attention: no stored or re-read attention scores (true/false)")
         ->capture_default_str();
+    app.add_option("--overlap-grad-reduce", f.overlapGradReduce,
+                   "Reduce gradients during the last backward, bucket by bucket, as PyTorch DDP, "
+                   "FSDP and Megatron's --overlap-grad-reduce do; false: after it (true/false)")
+        ->capture_default_str();
+    app.add_option("--overlap-param-gather", f.overlapParamGather,
+                   "Gather ZeRO's parameters ahead of use (FSDP prefetch, Megatron's "
+                   "--overlap-param-gather); false: exposed (true/false)")
+        ->capture_default_str();
+    app.add_option("--tp-comm-overlap", f.tpCommOverlap,
+                   "Hide TP's all-gathers and reduce-scatters behind the GEMMs (Megatron's "
+                   "--tp-comm-overlap, Transformer Engine userbuffers; needs --sp) (true/false)")
+        ->capture_default_str();
     app.add_option("--tokens", f.trainTokens, "Tokens to train on, for time and cost")
         ->capture_default_str();
 }
@@ -161,6 +173,9 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.optimizer = optimizerFromString(f.optimizer);
     p.offloadOptimizer = f.offload;
     p.flashAttention = f.flashAttention;
+    p.overlapGradReduce = f.overlapGradReduce;
+    p.overlapParamGather = f.overlapParamGather;
+    p.tpCommOverlap = f.tpCommOverlap;
     if (f.dp < 0)
         throw InputError("--dp must be at least 1 (got " + std::to_string(f.dp) +
                          "); leave it out to use every GPU: gpus / (tp pp cp)");

@@ -119,6 +119,7 @@ struct Overrides {
             ->group("Debugging");
     }
 
+    mutable std::string overlapNote; // what resolve() changed of the overlap flags
     RunConfig resolve() const {
         RunConfig c = config.empty() ? defaultRunConfig() : runConfigFromJson(readJsonFile(config));
         if (out)
@@ -189,6 +190,7 @@ struct Overrides {
         if (stopAfter)
             c.engine.stopAfter = *stopAfter;
         c.engine.quiet = quiet;
+        overlapNote = adoptEngineOverlap(c.parallel); // for the layout the flags made
         return c;
     }
 };
@@ -426,8 +428,12 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
                                  std::to_string(ranks));
             out << "ok: " << c.model.name << ", " << layoutSummary(c.parallel) << ", " << needed
                 << (needed == 1 ? " rank" : " ranks") << ", " << c.totalSteps() << " steps\n";
+            if (!trainFlags.overlapNote.empty())
+                out << "note: " << trainFlags.overlapNote << "\n";
             return 0;
         }
+        if (!underMpi && !trainFlags.overlapNote.empty()) // said once, before any rank starts
+            err << "shardscope-engine: note: " << trainFlags.overlapNote << "\n";
         if (ranks > 1 && !underMpi) {
             checkTrainable(c); // said once, before any rank starts
             if (c.parallel.worldSize() != ranks)

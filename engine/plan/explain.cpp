@@ -112,7 +112,9 @@ std::string overlapAssumed(const ParallelConfig& p, Axis axis) {
     case Axis::DP:
         break;
     }
-    std::string text = p.overlapGradReduce ? "reduce in last backward" : "reduce after backward";
+    std::string text = !p.overlapGradReduce ? "reduce after backward"
+                       : p.zero >= 3        ? "reduce in each backward"
+                                            : "reduce in last backward";
     if (p.zero >= 1)
         text += p.overlapParamGather ? (p.zero <= 2 ? ", gather in next forward" : ", prefetch")
                                      : ", gather exposed";
@@ -251,17 +253,19 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
     const std::string where = std::string(c.crossesNodes ? "across nodes" : "inside a node") +
                               " at " + n(c.bandwidth / 1e9) + " GB/s effective, " + s(c.latency) +
                               " latency";
+    // PP's transfers wait only at the pipeline's fill and drain; the others may overlap.
+    const bool overlaps = axis != Axis::PP && c.window > 0;
     const std::string tail = "; " + overlapAssumed(p, axis) +
-                             (c.window > 0 ? ", window " + s(c.window) : "") + " -> exposed " +
+                             (overlaps ? ", window " + s(c.window) : "") + " -> exposed " +
                              s(c.exposed);
     x.source = kAlphaBeta;
-    if (c.window > 0)
+    if (overlaps)
         x.source += std::string("; ") + kOverlapSlowdown;
-    // What overlaps adds its time beyond the window, and at least k/(1+k) of it: compute beside
+    // What overlaps adds its time beyond its window, and at least k/(1+k) of it: compute beside
     // it runs 1 + k times slower (estimate.cpp, exposedBeside).
     const std::string overlapRule =
-        "; exposed = max(t - window, t k/(1+k)) where it overlaps (k = " +
-        n(in.assume.overlapSlowdown * 100) + " %), else t";
+        "; each part that overlaps adds max(t - w, t k/(1+k)) for its time t and window w (k = " +
+        n(in.assume.overlapSlowdown * 100) + " %), any other all of t";
     if (c.groupSize <= 1) {
         x.formula = "no " + toString(axis) + " group";
         x.substituted = toString(axis) + " degree is 1: no communication";

@@ -78,6 +78,16 @@ public:
                              column + "' should be a non-negative number, got '" + t + "'");
         }
     }
+    // true or false; empty gives the fallback.
+    bool flag(const std::string& column, bool fallback) const {
+        const std::string& t = text(column);
+        if (t.empty())
+            return fallback;
+        if (t != "true" && t != "false")
+            throw InputError("published runs, line " + std::to_string(line_) + ": column '" +
+                             column + "' should be true, false or empty, got '" + t + "'");
+        return t == "true";
+    }
     int integer(const std::string& column, double fallback = std::nan("")) const {
         const double v = number(column, fallback);
         if (v != std::floor(v) || v < 1 || v > 1e9)
@@ -146,8 +156,8 @@ PublishedRun parseRow(const Row& r, int line) {
     p.precision = PrecisionPolicy::bf16Mixed();
     p.flashAttention = r.text("flash_attention") == "true";
     // Empty: what current frameworks do (ParallelConfig's defaults).
-    p.overlapGradReduce = r.text("overlap_grad_reduce") != "false";
-    p.overlapParamGather = r.text("overlap_param_gather") != "false";
+    p.overlapGradReduce = r.flag("overlap_grad_reduce", true);
+    p.overlapParamGather = r.flag("overlap_param_gather", true);
     if (p.tp * p.pp * p.cp * p.dp != r.integer("gpus"))
         throw InputError("published runs, line " + std::to_string(line) +
                          ": tp x pp x cp x dp does not equal gpus");

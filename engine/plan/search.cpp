@@ -122,6 +122,8 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                                     p.zero = zero;
                                     p.shardGroup = shardGroup;
                                     p.sequenceParallel = sp != 0;
+                                    // TP overlap needs SP: without it the TP traffic waits.
+                                    p.tpCommOverlap = base.tpCommOverlap && p.sequenceParallel;
                                     p.recompute = rc;
                                     p.schedule = pp == 1   ? PipelineSchedule::OneFOneB
                                                  : vpp > 1 ? PipelineSchedule::Interleaved

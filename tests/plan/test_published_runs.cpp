@@ -59,6 +59,10 @@ TEST(PublishedRuns, MalformedCsvIsAnInputError) {
                                     "x,a100-80gb,9,2,64,2,2,256,10,8,gelu,true,1,1,1,1,8,0,"
                                     "1,8,none,100,,false,,,megatron,src\n"),
                  InputError); // tp pp cp dp != gpus
+    EXPECT_THROW(parsePublishedRuns(header +
+                                    "x,a100-80gb,8,2,64,2,2,256,10,8,gelu,true,1,1,1,1,8,0,"
+                                    "1,8,none,100,,false,False,,megatron,src\n"),
+                 InputError); // an overlap flag is true, false or empty
     EXPECT_THROW(loadPublishedRuns("/nonexistent/runs.csv"), InputError);
 }
 

@@ -34,6 +34,29 @@ TEST(Search, TopLayoutsAreValidFitAndRanked) {
     }
 }
 
+// TP overlap needs sequence parallelism: asked for, the search keeps it on the layouts with SP
+// and drops it from those without, so every layout it keeps is valid.
+TEST(Search, TpCommOverlapGoesOnlyWithSequenceParallelism) {
+    const ModelSpec m = findModelPreset("llama3-8b");
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 2);
+    ParallelConfig base;
+    base.globalBatch = 256;
+    base.tpCommOverlap = true;
+    SearchOptions options;
+    options.keepAll = true;
+    const SearchResult r = searchLayouts(m, c, base, TrainConfig{}, Assumptions{}, {}, options);
+    ASSERT_FALSE(r.all.empty());
+    EXPECT_EQ(r.rejected.count("tp-comm-overlap"), 0u);
+    int overlapped = 0;
+    for (const Candidate& cand : r.all) {
+        EXPECT_TRUE(validate(m, c, cand.config).empty()) << layoutSummary(cand.config);
+        EXPECT_EQ(cand.config.tpCommOverlap, cand.config.sequenceParallel)
+            << layoutSummary(cand.config);
+        overlapped += cand.config.tpCommOverlap && cand.config.tp > 1;
+    }
+    EXPECT_GT(overlapped, 0);
+}
+
 // An assumed MFU is a what-if for one layout: with it every layout would run at the same MFU, so
 // the search ranks by the modelled speed whatever the assumption says.
 TEST(Search, RanksByTheModelledSpeedWhateverMfuIsAssumed) {

@@ -75,6 +75,7 @@ TEST(RunConfig, EngineProblemsSayWhatToChange) {
 TEST(RunConfig, TheEngineTakesItsOwnOverlapAndSaysWhatChanged) {
     ParallelConfig p; // the frameworks' defaults: gradient reduce and parameter gather overlap
     p.dp = 2;
+    p.tp = 2;
     p.zero = 1;
     p.tpCommOverlap = true;
     const std::string note = adoptEngineOverlap(p);
@@ -92,6 +93,24 @@ TEST(RunConfig, TheEngineTakesItsOwnOverlapAndSaysWhatChanged) {
     EXPECT_FALSE(p.overlapGradReduce);
     EXPECT_NE(zero3.find("overlap_grad_reduce false"), std::string::npos) << zero3;
     EXPECT_NE(zero3.find("overlap_param_gather true"), std::string::npos) << zero3;
+
+    // Flags that change nothing stay as written, and nothing is said: no ZeRO (no gathers), one
+    // data-parallel rank (nothing to reduce), no TP group.
+    ParallelConfig ddp;
+    ddp.dp = 2;
+    EXPECT_EQ(adoptEngineOverlap(ddp), "");
+    EXPECT_TRUE(ddp.overlapParamGather);
+    ParallelConfig single;
+    single.zero = 2;
+    single.tpCommOverlap = true; // tp = 1
+    EXPECT_EQ(adoptEngineOverlap(single), "");
+    EXPECT_TRUE(single.overlapGradReduce);
+    ParallelConfig zero2;
+    zero2.dp = 2;
+    zero2.zero = 2;
+    EXPECT_NE(adoptEngineOverlap(zero2).find("reduce-scatters block"), std::string::npos);
+    EXPECT_FALSE(zero2.overlapGradReduce);
+    EXPECT_FALSE(zero2.overlapParamGather);
 }
 
 TEST(RunConfig, ZeroStagesAboveOneRefuseATiedEmbeddingSplitAcrossStages) {

@@ -14,10 +14,14 @@ struct GpuSpec {
     std::string name;
     std::string vendor;
     double memoryBytes = 0;
-    double hbmBandwidth = 0;       // bytes/s
-    double nvlinkBandwidth = 0;    // bytes/s per GPU per direction; 0 when the part has none
-    int sms = 0;                   // streaming multiprocessors (or compute units)
-    std::string computeCapability; // "9.0" for NVIDIA parts, empty otherwise
+    double hbmBandwidth = 0;    // bytes/s
+    double nvlinkBandwidth = 0; // bytes/s per GPU per direction; 0 when the part has none
+    // The network across nodes, bytes/s per GPU per direction (its share of the node's NICs) in
+    // the part's reference system: 200 Gb/s HDR per A100 (DGX A100), 400 Gb/s NDR per H100
+    // (DGX H100). 0 when not given: makeCluster then takes 50 GB/s.
+    double networkBandwidth = 0;
+    int sms = 0;                           // streaming multiprocessors (or compute units)
+    std::string computeCapability;         // "9.0" for NVIDIA parts, empty otherwise
     std::map<Precision, double> peakFlops; // dense (not 2:4 sparse) FLOP/s per precision
     std::vector<std::string> matchNames;   // substrings of driver device names that mean this part
     std::map<std::string, std::string> sources; // field name -> datasheet it came from

@@ -442,6 +442,7 @@ void readGpu(const Reader& r, GpuSpec& g) {
     r.number("memory_gb", g.memoryBytes, {0, 1e6, true}, GB, Need::Required);
     r.number("hbm_bandwidth_gbps", g.hbmBandwidth, {0, 1e6, true}, GB, Need::Required);
     r.number("nvlink_bandwidth_gbps", g.nvlinkBandwidth, {0, 1e6}, GB);
+    r.number("network_gbps", g.networkBandwidth, {0, 1e6}, GB);
     r.whole("sms", g.sms, 0, 1'000'000);
     // Datasheets print compute capability as a number, so accept "9.0" and 9.0 alike.
     if (const json* cc = r.get("compute_capability"); cc && cc->is_number()) {
@@ -501,6 +502,7 @@ json gpuJson(const GpuSpec& g) {
                 {"memory_gb", g.memoryBytes / GB},
                 {"hbm_bandwidth_gbps", g.hbmBandwidth / GB},
                 {"nvlink_bandwidth_gbps", g.nvlinkBandwidth / GB},
+                {"network_gbps", g.networkBandwidth / GB},
                 {"sms", g.sms},
                 {"compute_capability", g.computeCapability},
                 {"peak_tflops", peaks},
@@ -566,7 +568,7 @@ void from_json(const json& j, ClusterSpec& out) {
                          std::to_string(gpusPerNode) + " GPUs is more than " +
                          plain(double(kMaxWorld)) + " GPUs");
 
-    // Unset links default as in makeCluster: NVLink inside a node, 50 GB/s per GPU across.
+    // Unset links default as in makeCluster: NVLink inside a node, the GPU's network across.
     ClusterSpec c = makeCluster(gpu, gpusPerNode, nodes);
     r.number("intra_bandwidth_gbps", c.intraBandwidth, {0, 1e6}, GB);
     r.number("intra_latency_us", c.intraLatency, {0, 1e9}, 1e-6);

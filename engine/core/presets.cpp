@@ -121,13 +121,17 @@ const GpuSpec* matchGpuPreset(const std::string& deviceName) {
     return best;
 }
 
+double defaultNetworkBandwidth(const GpuSpec& gpu) {
+    return gpu.networkBandwidth > 0 ? gpu.networkBandwidth : 50e9;
+}
+
 ClusterSpec makeCluster(const GpuSpec& gpu, int gpusPerNode, int nodes, double interBandwidth) {
     ClusterSpec c;
     c.gpu = gpu;
     c.gpusPerNode = gpusPerNode;
     c.nodes = nodes;
     c.intraBandwidth = gpu.nvlinkBandwidth;
-    c.interBandwidth = interBandwidth;
+    c.interBandwidth = interBandwidth > 0 ? interBandwidth : defaultNetworkBandwidth(gpu);
     return c;
 }
 

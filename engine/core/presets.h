@@ -22,8 +22,10 @@ const GpuSpec& findGpuPreset(const std::string& name);
 const GpuSpec* matchGpuPreset(const std::string& deviceName);
 
 // A cluster of `nodes` x `gpusPerNode` of this GPU with its NVLink inside a node and the given
-// per-GPU network bandwidth across nodes (default: 400 Gb/s per GPU, i.e. 50 GB/s).
-ClusterSpec makeCluster(const GpuSpec& gpu, int gpusPerNode, int nodes,
-                        double interBandwidth = 50e9);
+// per-GPU network bandwidth across nodes; 0 takes the GPU's (its reference system's NIC share,
+// GpuSpec::networkBandwidth), or 50 GB/s (400 Gb/s) for a GPU that gives none.
+ClusterSpec makeCluster(const GpuSpec& gpu, int gpusPerNode, int nodes, double interBandwidth = 0);
+// The network a GPU brings when the user does not set one.
+double defaultNetworkBandwidth(const GpuSpec& gpu);
 
 } // namespace shardscope

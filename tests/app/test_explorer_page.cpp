@@ -179,6 +179,19 @@ private slots:
                  qPrintable(f.page.panel()->verdictText()));
     }
 
+    // Choosing a GPU brings its generation's network (A100: 200 Gb/s HDR a GPU, H100: 400 Gb/s
+    // NDR), unless the network was set by hand.
+    void theNetworkFollowsTheGpuUnlessSetByHand() {
+        Fixture f;
+        QCOMPARE(f.doc.session().cluster.gpu.id, std::string("h100-sxm"));
+        QCOMPARE(f.doc.session().cluster.interBandwidth, 50e9);
+        choose(f.form(), "gpu", "a100-80gb");
+        QCOMPARE(f.doc.session().cluster.interBandwidth, 25e9);
+        setDouble(f.form(), "inter-bw", 40);
+        choose(f.form(), "gpu", "h200");
+        QCOMPARE(f.doc.session().cluster.interBandwidth, 40e9);
+    }
+
     void invalidLayoutListsTheRulesWithFixes() {
         Fixture f;
         setInt(f.form(), "tp", 3);

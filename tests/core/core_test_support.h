@@ -83,6 +83,7 @@ inline void expectSame(const GpuSpec& a, const GpuSpec& b) {
     EXPECT_DOUBLE_EQ(a.memoryBytes, b.memoryBytes);
     EXPECT_DOUBLE_EQ(a.hbmBandwidth, b.hbmBandwidth);
     EXPECT_DOUBLE_EQ(a.nvlinkBandwidth, b.nvlinkBandwidth);
+    EXPECT_DOUBLE_EQ(a.networkBandwidth, b.networkBandwidth);
     EXPECT_EQ(a.sms, b.sms);
     EXPECT_EQ(a.computeCapability, b.computeCapability);
     ASSERT_EQ(a.peakFlops.size(), b.peakFlops.size());

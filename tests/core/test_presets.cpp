@@ -41,7 +41,23 @@ TEST(Presets, IdsAreUniqueAndEveryPresetIsComplete) {
         EXPECT_GT(g.peak(Precision::Bf16), 0) << g.id;
         EXPECT_GT(g.memoryBytes, 0) << g.id;
         EXPECT_FALSE(g.matchNames.empty()) << g.id;
+        EXPECT_GT(g.networkBandwidth, 0) << g.id;
+        EXPECT_TRUE(g.sources.count("network_gbps")) << g.id; // where the NIC share comes from
     }
+}
+
+// The network comes with the GPU's generation, as the reference systems ship it: DGX A100 has
+// one 200 Gb/s HDR NIC per GPU, DGX H100 and DGX H200 one 400 Gb/s NDR NIC per GPU (NVIDIA's
+// datasheets), unless the cluster sets another.
+TEST(Presets, TheNetworkFollowsTheGpuGeneration) {
+    EXPECT_DOUBLE_EQ(makeCluster(findGpuPreset("a100-80gb"), 8, 4).interBandwidth, 200e9 / 8);
+    EXPECT_DOUBLE_EQ(makeCluster(findGpuPreset("a100-40gb"), 8, 4).interBandwidth, 200e9 / 8);
+    EXPECT_DOUBLE_EQ(makeCluster(findGpuPreset("h100-sxm"), 8, 4).interBandwidth, 400e9 / 8);
+    EXPECT_DOUBLE_EQ(makeCluster(findGpuPreset("h200"), 8, 4).interBandwidth, 400e9 / 8);
+    EXPECT_DOUBLE_EQ(makeCluster(findGpuPreset("a100-80gb"), 8, 4, 50e9).interBandwidth, 50e9);
+    GpuSpec custom = findGpuPreset("a100-80gb");
+    custom.networkBandwidth = 0; // a GPU file that says nothing: 400 Gb/s
+    EXPECT_DOUBLE_EQ(makeCluster(custom, 8, 4).interBandwidth, 50e9);
 }
 
 TEST(Presets, LookupIgnoresCaseSpacesDashesUnderscoresAndDots) {

@@ -429,6 +429,22 @@ TEST(CliPlan, OverlapFlagsMoveTheStepAndAreExplained) {
     EXPECT_NE(refused.err.find("[tp-comm-overlap]"), std::string::npos) << refused.err;
 }
 
+// The network across nodes comes with the GPU (one 200 Gb/s HDR NIC per A100, 400 Gb/s NDR
+// per H100) unless --inter-bw sets it.
+TEST(CliPlan, TheNetworkFollowsTheGpuUnlessGiven) {
+    auto network = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = {"plan", "--json"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const CliResult r = shardscope::testing::runCliWith(args);
+        EXPECT_EQ(r.code, 0) << r.err;
+        return parseOrFail(r.out).at("cluster").at("inter_bandwidth_gbps").get<double>();
+    };
+    EXPECT_DOUBLE_EQ(network({}), 50);
+    EXPECT_DOUBLE_EQ(network({"--gpu", "a100-80gb"}), 25);
+    EXPECT_DOUBLE_EQ(network({"--gpu", "a100-80gb", "--inter-bw", "40"}), 40);
+    EXPECT_EQ(run({"plan", "--inter-bw", "0"}).code, 2);
+}
+
 // Hybrid sharding: ZeRO-3 over groups of 8 of the 16 data-parallel ranks holds twice the
 // weights of full sharding, and says so in the layout and the explanation.
 TEST(CliPlan, ShardGroupShardsOverGroupsOfTheDataParallelRanks) {

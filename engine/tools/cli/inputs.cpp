@@ -26,8 +26,9 @@ void addClusterFlags(CLI::App& app, ClusterFlags& f) {
     app.add_option("-g,--gpu", f.gpu, "GPU preset id or name (see `gpus`)")->capture_default_str();
     app.add_option("--gpus-per-node", f.gpusPerNode, "GPUs per node")->capture_default_str();
     app.add_option("--nodes", f.nodes, "Number of nodes")->capture_default_str();
-    app.add_option("--inter-bw", f.interGBps, "Network bandwidth per GPU across nodes, GB/s")
-        ->capture_default_str();
+    app.add_option("--inter-bw", f.interGBps,
+                   "Network bandwidth per GPU across nodes, GB/s (default: the GPU's generation, "
+                   "25 for A100 with 200 Gb/s HDR, 50 for H100 with 400 Gb/s NDR; see `gpus`)");
     app.add_option("--mtbf-hours", f.mtbfHours, "Mean time between failures of one GPU, hours");
     app.add_option("--ckpt-bw", f.checkpointGBps, "Checkpoint storage write bandwidth, GB/s");
     app.add_option("--price", f.price, "Price per GPU-hour");
@@ -134,11 +135,13 @@ ModelSpec buildModel(const ModelFlags& f) {
 ClusterSpec buildCluster(const ClusterFlags& f) {
     requirePositive(f.gpusPerNode, "--gpus-per-node", "8");
     requirePositive(f.nodes, "--nodes", "8");
-    requirePositive(f.interGBps, "--inter-bw", "50", kMostRate);
+    if (f.interGBps)
+        requirePositive(*f.interGBps, "--inter-bw", "50", kMostRate);
     if (double(f.gpusPerNode) * f.nodes > 1e7)
         throw InputError(
             "--gpus-per-node x --nodes is more than ten million GPUs; check the flags");
-    ClusterSpec c = makeCluster(findGpuPreset(f.gpu), f.gpusPerNode, f.nodes, f.interGBps * 1e9);
+    ClusterSpec c =
+        makeCluster(findGpuPreset(f.gpu), f.gpusPerNode, f.nodes, f.interGBps.value_or(0) * 1e9);
     if (f.mtbfHours != 0) {
         requirePositive(f.mtbfHours, "--mtbf-hours", "45600", 1e9);
         c.gpuMtbfHours = f.mtbfHours;

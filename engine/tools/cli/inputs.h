@@ -21,8 +21,8 @@ struct ClusterFlags {
     std::string gpu = "h100-sxm";
     int gpusPerNode = 8;
     int nodes = 8;
-    double interGBps = 50; // per GPU across nodes
-    double mtbfHours = 0;  // 0: keep the default
+    std::optional<double> interGBps; // per GPU across nodes; the GPU's network when not given
+    double mtbfHours = 0;            // 0: keep the default
     double checkpointGBps = 0;
     double price = 0;
 };

@@ -401,18 +401,21 @@ TEST(CliPlan, LayoutFlagsReachTheLayout) {
     EXPECT_GT(j.at("memory").at("cpu_offloaded").get<double>(), 0);
 }
 
+// `plan --json` with these flags, which must succeed.
+json planJsonWith(const std::vector<std::string>& flags) {
+    std::vector<std::string> args = {"plan", "--json"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const CliResult r = shardscope::testing::runCliWith(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return parseOrFail(r.out);
+}
+
 // The framework's overlap settings from the command line: into the JSON layout, the step time
 // and the explanation; TP overlap without sequence parallelism is refused (exit 2) with its rule.
 TEST(CliPlan, OverlapFlagsMoveTheStepAndAreExplained) {
-    auto plan = [&](std::vector<std::string> extra) {
-        std::vector<std::string> args = {"plan", "--json"};
-        args.insert(args.end(), extra.begin(), extra.end());
-        const CliResult r = shardscope::testing::runCliWith(args);
-        EXPECT_EQ(r.code, 0) << r.err;
-        return parseOrFail(r.out);
-    };
-    const json base = plan({}), hidden = plan({"--tp-comm-overlap", "true"}),
-               waits = plan({"--overlap-grad-reduce", "false", "--overlap-param-gather", "false"});
+    const json base = planJsonWith({}), hidden = planJsonWith({"--tp-comm-overlap", "true"}),
+               waits = planJsonWith(
+                   {"--overlap-grad-reduce", "false", "--overlap-param-gather", "false"});
     EXPECT_EQ(base.at("parallel").at("tp_comm_overlap"), false);
     EXPECT_EQ(hidden.at("parallel").at("tp_comm_overlap"), true);
     EXPECT_EQ(waits.at("parallel").at("overlap_grad_reduce"), false);
@@ -432,12 +435,8 @@ TEST(CliPlan, OverlapFlagsMoveTheStepAndAreExplained) {
 // The network across nodes comes with the GPU (one 200 Gb/s HDR NIC per A100, 400 Gb/s NDR
 // per H100) unless --inter-bw sets it.
 TEST(CliPlan, TheNetworkFollowsTheGpuUnlessGiven) {
-    auto network = [&](std::vector<std::string> extra) {
-        std::vector<std::string> args = {"plan", "--json"};
-        args.insert(args.end(), extra.begin(), extra.end());
-        const CliResult r = shardscope::testing::runCliWith(args);
-        EXPECT_EQ(r.code, 0) << r.err;
-        return parseOrFail(r.out).at("cluster").at("inter_bandwidth_gbps").get<double>();
+    auto network = [](const std::vector<std::string>& flags) {
+        return planJsonWith(flags).at("cluster").at("inter_bandwidth_gbps").get<double>();
     };
     EXPECT_DOUBLE_EQ(network({}), 50);
     EXPECT_DOUBLE_EQ(network({"--gpu", "a100-80gb"}), 25);

@@ -442,7 +442,7 @@ void readGpu(const Reader& r, GpuSpec& g) {
     r.number("memory_gb", g.memoryBytes, {0, 1e6, true}, GB, Need::Required);
     r.number("hbm_bandwidth_gbps", g.hbmBandwidth, {0, 1e6, true}, GB, Need::Required);
     r.number("nvlink_bandwidth_gbps", g.nvlinkBandwidth, {0, 1e6}, GB);
-    r.number("network_gbps", g.networkBandwidth, {0, 1e6}, GB);
+    r.number("network_gbps", g.networkBandwidth, {0, 1e6}, GB); // 0: not given
     r.whole("sms", g.sms, 0, 1'000'000);
     // Datasheets print compute capability as a number, so accept "9.0" and 9.0 alike.
     if (const json* cc = r.get("compute_capability"); cc && cc->is_number()) {
@@ -572,7 +572,7 @@ void from_json(const json& j, ClusterSpec& out) {
     ClusterSpec c = makeCluster(gpu, gpusPerNode, nodes);
     r.number("intra_bandwidth_gbps", c.intraBandwidth, {0, 1e6}, GB);
     r.number("intra_latency_us", c.intraLatency, {0, 1e9}, 1e-6);
-    r.number("inter_bandwidth_gbps", c.interBandwidth, {0, 1e6}, GB);
+    r.number("inter_bandwidth_gbps", c.interBandwidth, {0, 1e6, true}, GB);
     r.number("inter_latency_us", c.interLatency, {0, 1e9}, 1e-6);
     r.number("gpu_mtbf_hours", c.gpuMtbfHours, {0, 1e12, true});
     r.number("checkpoint_bandwidth_gbps", c.checkpointBandwidth, {0, 1e9, true}, GB);

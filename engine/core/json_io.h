@@ -19,8 +19,8 @@ namespace shardscope {
 // Absent or null optional fields keep the struct defaults, except: a model's kv_heads defaults to
 // heads, and a model with only one of seq_len / max_positions takes the other from it (seq_len
 // capped at 8192); a cluster's intra_bandwidth_gbps defaults to the GPU's NVLink bandwidth and
-// inter_bandwidth_gbps to 50 GB/s, as in makeCluster. A model written as {"params": N} with no
-// architecture fields is a bare model.
+// inter_bandwidth_gbps to the GPU's network_gbps (50 GB/s when it has none), as in makeCluster. A
+// model written as {"params": N} with no architecture fields is a bare model.
 void to_json(nlohmann::json& j, const ModelSpec& m);
 void from_json(const nlohmann::json& j, ModelSpec& m);
 void to_json(nlohmann::json& j, const GpuSpec& g);

@@ -165,17 +165,17 @@ AxisComm shardedComm(const PlanInputs& in, double grads, double weights, double 
         c.bytes = m * (2.0 * gatherBytes + scatterBytes) + acrossBytes;
         c.seconds = m * (2.0 * gather + scatter) + across;
         // Prefetching hides each gather behind the previous layer, over all the compute; each
-        // reduce-scatter can hide only behind the backward (2/3 of it), so with both the
-        // backward must also hold the scatters alone. The all-reduce across groups (another
-        // link) waits for the last backward, and only that can hide it (as ZeRO-0's all-reduce:
-        // with a group of one rank this is ZeRO-0).
+        // reduce-scatter can hide only behind the backward (2/3 of it), which also holds the
+        // backward's own gathers (half of them): with both, the step is the longer of the two
+        // shared windows. The all-reduce across groups waits for the last backward, and only
+        // that can hide it (as ZeRO-0's all-reduce: with a group of one rank this is ZeRO-0).
         const double gathers = m * 2.0 * gather, scatters = m * scatter;
         const double backward = computeTime * 2.0 / 3.0;
         c.window = overlapParams ? computeTime : overlapGrads ? backward : 0.0;
         if (overlapParams && overlapGrads)
             c.exposed = std::max(exposedBeside(gathers + scatters, computeTime, k),
-                                 exposedBeside(scatters, backward, k));
-        else if (overlapParams)
+                                 exposedBeside(gathers / 2 + scatters, backward, k));
+        else if (overlapParams) // the scatters wait; the gathers hide in the compute around them
             c.exposed = exposedBeside(gathers, computeTime, k) + scatters;
         else if (overlapGrads)
             c.exposed = gathers + exposedBeside(scatters, backward, k);

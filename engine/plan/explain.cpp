@@ -264,8 +264,10 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
     // What overlaps adds its time beyond its window, and at least k/(1+k) of it: compute beside
     // it runs 1 + k times slower (estimate.cpp, exposedBeside).
     const std::string overlapRule =
-        "; each part that overlaps adds max(t - w, t k/(1+k)) for its time t and window w (k = " +
-        n(in.assume.overlapSlowdown * 100) + " %), any other all of t";
+        "; traffic t that overlaps a compute window w adds max(t - w, t k/(1+k)) (k = " +
+        n(in.assume.overlapSlowdown * 100) +
+        " %; traffic sharing a window is summed, ZeRO-3's backward holds its gathers and "
+        "scatters), traffic that does not overlap all of t";
     if (c.groupSize <= 1) {
         x.formula = "no " + toString(axis) + " group";
         x.substituted = toString(axis) + " degree is 1: no communication";

@@ -158,6 +158,8 @@ PublishedRun parseRow(const Row& r, int line) {
     // Empty: what current frameworks do (ParallelConfig's defaults).
     p.overlapGradReduce = r.flag("overlap_grad_reduce", true);
     p.overlapParamGather = r.flag("overlap_param_gather", true);
+    // The cluster's network where it was not its GPU's reference system's.
+    run.interBandwidth = r.number("inter_bw_gbps", 0) * 1e9;
     if (p.tp * p.pp * p.cp * p.dp != r.integer("gpus"))
         throw InputError("published runs, line " + std::to_string(line) +
                          ": tp x pp x cp x dp does not equal gpus");
@@ -209,7 +211,8 @@ RunComparison compareRun(const PublishedRun& run, const Assumptions& assume) {
     in.assume = assume;
     const GpuSpec& gpu = findGpuPreset(run.gpuId);
     const int gpusPerNode = 8;
-    in.cluster = makeCluster(gpu, gpusPerNode, std::max(1, run.parallel.worldSize() / gpusPerNode));
+    in.cluster = makeCluster(gpu, gpusPerNode, std::max(1, run.parallel.worldSize() / gpusPerNode),
+                             run.interBandwidth);
     RunComparison c;
     c.estimate = evaluate(in);
     const double flopsPerGpu = conventionFlopsPerToken(run.model, run.convention) *

@@ -14,6 +14,7 @@ struct PublishedRun {
     std::string name;
     std::string source;
     std::string gpuId;
+    double interBandwidth = 0; // bytes/s per GPU across nodes; 0: the GPU's network preset
     ModelSpec model;
     ParallelConfig parallel;
     double reportedTflops = 0; // per GPU; 0 when not reported

@@ -297,13 +297,24 @@ TEST(ClusterJson, NamesAGpuPresetAndDefaultsItsLinks) {
     EXPECT_EQ(c.gpu.id, "h100-sxm");
     EXPECT_EQ(c.worldSize(), 32);
     EXPECT_EQ(c.intraBandwidth, c.gpu.nvlinkBandwidth);
-    EXPECT_EQ(c.interBandwidth, 50e9);
+    EXPECT_EQ(c.interBandwidth, 50e9); // DGX H100: one 400 Gb/s NIC a GPU
     EXPECT_DOUBLE_EQ(c.interLatency, 5e-6);
     EXPECT_EQ(c.gpuMtbfHours, ClusterSpec{}.gpuMtbfHours);
+    // DGX A100: one 200 Gb/s NIC a GPU; a GPU object of its own says its network, or gets 50.
+    EXPECT_EQ(json::parse(R"({"gpu": "a100-80gb", "nodes": 2})").get<ClusterSpec>().interBandwidth,
+              25e9);
+    const std::string own = R"({"nodes": 2, "gpu": {"memory_gb": 80, "hbm_bandwidth_gbps": 1000,
+                                "peak_tflops": {"bf16": 100})";
+    EXPECT_EQ(json::parse(own + R"(, "network_gbps": 12.5}})").get<ClusterSpec>().interBandwidth,
+              12.5e9);
+    EXPECT_EQ(json::parse(own + "}}").get<ClusterSpec>().interBandwidth, 50e9);
+    EXPECT_THROW(
+        json::parse(R"({"gpu": "a100-80gb", "inter_bandwidth_gbps": 0})").get<ClusterSpec>(),
+        InputError); // no network at all would never finish a collective
 }
 
 TEST(ClusterJson, RoundTrips) {
-    ClusterSpec c = makeCluster(findGpuPreset("a100-80gb"), 4, 16, 25e9);
+    ClusterSpec c = makeCluster(findGpuPreset("a100-80gb"), 4, 16, 30e9); // not the A100's own
     c.intraLatency = 2.5e-6;
     c.interLatency = 12e-6;
     c.gpuMtbfHours = 50000;

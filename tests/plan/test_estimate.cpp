@@ -240,6 +240,29 @@ TEST(Estimate, EachOverlapFlagHidesItsOwnCollectives) {
     }
 }
 
+// ZeRO-3's backward holds its own re-gathers (half the gathers) and every reduce-scatter: however
+// the traffic compares with the compute, the step cannot hide more of it than the backward lasts.
+// bf16 weights and fp32 gradients: the two gathers of a microbatch move as many bytes as its
+// reduce-scatter, so each is half of the traffic.
+TEST(Estimate, Zero3BackwardHoldsItsGathersAndScatters) {
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 4, test::layout(32, 1, 1, 256, 3));
+    in.cluster.intraLatency = in.cluster.interLatency = 0;
+    bool bound = false; // the backward's window, not the whole compute's, sets the exposure
+    for (double gbps = 20; gbps <= 400; gbps *= 1.05) {
+        in.cluster.interBandwidth = gbps * 1e9;
+        const Estimate e = estimate(in);
+        const AxisComm& dp = e.axis(Axis::DP);
+        const double gathers = dp.seconds / 2, scatters = dp.seconds / 2;
+        const double backward = dp.window * 2 / 3, k = in.assume.overlapSlowdown;
+        EXPECT_GE(dp.exposed, gathers / 2 + scatters - backward - 1e-12 * dp.seconds) << gbps;
+        EXPECT_GE(dp.exposed, dp.seconds - dp.window - 1e-12 * dp.seconds) << gbps;
+        EXPECT_GE(dp.exposed, dp.seconds * k / (1 + k) * (1 - 1e-12)) << gbps;
+        bound |= gathers / 2 + scatters - backward >
+                 std::max(dp.seconds - dp.window, dp.seconds * k / (1 + k));
+    }
+    EXPECT_TRUE(bound);
+}
+
 // Megatron's tp-comm-overlap (Transformer Engine userbuffers) hides TP's sequence-parallel
 // collectives behind the layer's GEMMs; without it they all wait between dependent GEMMs.
 TEST(Estimate, TpCommOverlapHidesTensorParallelTrafficBehindTheGemms) {

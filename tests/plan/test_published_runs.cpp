@@ -51,17 +51,18 @@ TEST(PublishedRuns, MalformedCsvIsAnInputError) {
     const std::string header =
         "name,gpu,gpus,layers,hidden,heads,kv_heads,ffn_hidden,vocab,seq_len,activation,tied,tp,pp,"
         "vpp,cp,dp,zero,micro_batch,global_batch,recompute,reported_tflops_per_gpu,reported_mfu,"
-        "flash_attention,overlap_grad_reduce,overlap_param_gather,flops_convention,source\n";
+        "flash_attention,overlap_grad_reduce,overlap_param_gather,inter_bw_gbps,flops_convention,"
+        "source\n";
     EXPECT_THROW(parsePublishedRuns(header + "x,a100-80gb,8,abc,1,1,1,4,10,8,gelu,true,1,1,1,1,8,0,"
-                                             "1,8,none,100,,false,,,megatron,src\n"),
+                                             "1,8,none,100,,false,,,,megatron,src\n"),
                  InputError);
     EXPECT_THROW(parsePublishedRuns(header +
                                     "x,a100-80gb,9,2,64,2,2,256,10,8,gelu,true,1,1,1,1,8,0,"
-                                    "1,8,none,100,,false,,,megatron,src\n"),
+                                    "1,8,none,100,,false,,,,megatron,src\n"),
                  InputError); // tp pp cp dp != gpus
     EXPECT_THROW(parsePublishedRuns(header +
                                     "x,a100-80gb,8,2,64,2,2,256,10,8,gelu,true,1,1,1,1,8,0,"
-                                    "1,8,none,100,,false,False,,megatron,src\n"),
+                                    "1,8,none,100,,false,False,,,megatron,src\n"),
                  InputError); // an overlap flag is true, false or empty
     EXPECT_THROW(loadPublishedRuns("/nonexistent/runs.csv"), InputError);
 }

@@ -284,12 +284,14 @@ void printModels(std::ostream& out) {
 }
 
 void printGpus(std::ostream& out) {
-    Table t({"id", "name", "memory", "HBM", "NVLink/dir", "bf16 dense", "fp8 dense"});
+    Table t({"id", "name", "memory", "HBM", "NVLink/dir", "network", "bf16 dense", "fp8 dense"});
     for (const GpuSpec& g : gpuPresets()) {
         const auto fp8 = g.peakFlops.find(Precision::Fp8);
         t.add({g.id, g.name, formatBytes(g.memoryBytes),
                formatNumber(g.hbmBandwidth / 1e9) + " GB/s",
-               formatNumber(g.nvlinkBandwidth / 1e9) + " GB/s", formatRate(g.peak(Precision::Bf16)),
+               formatNumber(g.nvlinkBandwidth / 1e9) + " GB/s",
+               formatNumber(defaultNetworkBandwidth(g) / 1e9) + " GB/s",
+               formatRate(g.peak(Precision::Bf16)),
                fp8 == g.peakFlops.end() ? "-" : formatRate(fp8->second)});
     }
     t.print(out);

@@ -154,15 +154,7 @@ void addGpuControl(SessionForm& form) {
         "gpu", "GPU", "The GPU type: memory, peak FLOP/s, HBM and NVLink bandwidth (datasheets)",
         items, [](const Session& s) { return q(s.cluster.gpu.id); },
         [](Session& s, const QString& id) {
-            // The network follows the GPU's generation unless the user set another.
-            const bool ownNetwork =
-                s.cluster.interBandwidth != defaultNetworkBandwidth(s.cluster.gpu);
-            const ClusterSpec fresh =
-                makeCluster(findGpuPreset(id.toStdString()), s.cluster.gpusPerNode, s.cluster.nodes,
-                            ownNetwork ? s.cluster.interBandwidth : 0);
-            s.cluster.gpu = fresh.gpu;
-            s.cluster.intraBandwidth = fresh.intraBandwidth;
-            s.cluster.interBandwidth = fresh.interBandwidth;
+            s.cluster = withGpu(s.cluster, findGpuPreset(id.toStdString()));
         });
 }
 

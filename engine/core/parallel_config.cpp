@@ -514,13 +514,11 @@ std::string layoutSummary(const ParallelConfig& p) {
         s << " shard" << p.zeroShards();
     s << (p.sequenceParallel ? " sp" : "") << " mb" << p.microBatch << " " << toString(p.schedule)
       << " recompute-" << toString(p.recompute);
-    // Only where they change anything: a data-parallel group, ZeRO's gathers, a TP group.
-    const bool dataParallel = p.dp * p.cp > 1;
-    if (!p.overlapGradReduce && dataParallel)
+    if (!p.overlapGradReduce && p.gradReduceMatters())
         s << " no-grad-overlap";
-    if (!p.overlapParamGather && dataParallel && p.zero >= 1)
+    if (!p.overlapParamGather && p.paramGatherMatters())
         s << " no-gather-overlap";
-    if (p.tpCommOverlap && p.tp > 1)
+    if (p.tpCommOverlap && p.tpOverlapMatters())
         s << " tp-overlap";
     return s.str();
 }

@@ -89,6 +89,11 @@ struct ParallelConfig {
     int zeroShards() const { return shardGroup > 0 ? shardGroup : dp * cp; }
     int zeroReplicas() const { return zeroShards() > 0 ? std::max(1, dp * cp / zeroShards()) : 1; }
     bool hybridShard() const { return zero >= 1 && zeroReplicas() > 1; }
+    // Where each overlap flag changes anything: a data-parallel group to reduce over, ZeRO's
+    // gathers in it, a TP group.
+    bool gradReduceMatters() const { return dp * cp > 1; }
+    bool paramGatherMatters() const { return dp * cp > 1 && zero >= 1; }
+    bool tpOverlapMatters() const { return tp > 1; }
     // Microbatches each pipeline processes per step (gradient accumulation steps).
     int microbatches() const { return (microBatch * dp) > 0 ? globalBatch / (microBatch * dp) : 0; }
 };

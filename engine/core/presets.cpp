@@ -125,6 +125,15 @@ double defaultNetworkBandwidth(const GpuSpec& gpu) {
     return gpu.networkBandwidth > 0 ? gpu.networkBandwidth : 50e9;
 }
 
+ClusterSpec withGpu(const ClusterSpec& cluster, const GpuSpec& gpu) {
+    const bool ownNetwork = cluster.interBandwidth != defaultNetworkBandwidth(cluster.gpu);
+    ClusterSpec c = cluster;
+    c.gpu = gpu;
+    c.intraBandwidth = gpu.nvlinkBandwidth;
+    c.interBandwidth = ownNetwork ? cluster.interBandwidth : defaultNetworkBandwidth(gpu);
+    return c;
+}
+
 ClusterSpec makeCluster(const GpuSpec& gpu, int gpusPerNode, int nodes, double interBandwidth) {
     ClusterSpec c;
     c.gpu = gpu;

@@ -27,5 +27,8 @@ const GpuSpec* matchGpuPreset(const std::string& deviceName);
 ClusterSpec makeCluster(const GpuSpec& gpu, int gpusPerNode, int nodes, double interBandwidth = 0);
 // The network a GPU brings when the user does not set one.
 double defaultNetworkBandwidth(const GpuSpec& gpu);
+// The cluster with another GPU: NVLink follows the GPU, and so does the network unless it was set
+// to something other than the old GPU's own.
+ClusterSpec withGpu(const ClusterSpec& cluster, const GpuSpec& gpu);
 
 } // namespace shardscope

@@ -252,19 +252,16 @@ std::string adoptEngineOverlap(ParallelConfig& p) {
         changed += std::string(changed.empty() ? "" : "; ") + name + " " +
                    (engine ? "true" : "false") + ": " + what;
     };
-    // Only where a flag changes anything (as layoutSummary shows them): a data-parallel group,
-    // ZeRO's gathers in it, a TP group.
-    const bool dataParallel = p.dp * p.cp > 1;
-    if (dataParallel)
+    if (p.gradReduceMatters())
         adopt(p.overlapGradReduce, p.zero <= 1, "overlap_grad_reduce",
               p.zero <= 1 ? "the engine reduces gradients bucket by bucket during the backward"
                           : "the engine's ZeRO-2/3 reduce-scatters block the backward");
-    if (dataParallel && p.zero >= 1)
+    if (p.paramGatherMatters())
         adopt(p.overlapParamGather, p.zero >= 3, "overlap_param_gather",
               p.zero >= 3 ? "the engine gathers ZeRO-3's next unit ahead of use"
                           : "the engine gathers ZeRO-1/2's updated parameters after the "
                             "optimizer step, before the next forward");
-    if (p.tp > 1)
+    if (p.tpOverlapMatters())
         adopt(p.tpCommOverlap, false, "tp_comm_overlap",
               "the engine's TP collectives wait between the GEMMs");
     return changed.empty()

@@ -55,6 +55,16 @@ TEST(Presets, TheNetworkFollowsTheGpuGeneration) {
     EXPECT_DOUBLE_EQ(makeCluster(findGpuPreset("h100-sxm"), 8, 4).interBandwidth, 400e9 / 8);
     EXPECT_DOUBLE_EQ(makeCluster(findGpuPreset("h200"), 8, 4).interBandwidth, 400e9 / 8);
     EXPECT_DOUBLE_EQ(makeCluster(findGpuPreset("a100-80gb"), 8, 4, 50e9).interBandwidth, 50e9);
+    // Another GPU for a cluster: its network comes along unless the old one was set by hand.
+    const ClusterSpec a100 = makeCluster(findGpuPreset("a100-80gb"), 8, 4);
+    const ClusterSpec h100 = withGpu(a100, findGpuPreset("h100-sxm"));
+    EXPECT_DOUBLE_EQ(h100.interBandwidth, 400e9 / 8);
+    EXPECT_EQ(h100.intraBandwidth, findGpuPreset("h100-sxm").nvlinkBandwidth);
+    EXPECT_EQ(h100.worldSize(), 32);
+    EXPECT_DOUBLE_EQ(
+        withGpu(makeCluster(findGpuPreset("a100-80gb"), 8, 4, 40e9), findGpuPreset("h100-sxm"))
+            .interBandwidth,
+        40e9);
     GpuSpec custom = findGpuPreset("a100-80gb");
     custom.networkBandwidth = 0; // a GPU file that says nothing: 400 Gb/s
     EXPECT_DOUBLE_EQ(makeCluster(custom, 8, 4).interBandwidth, 50e9);

@@ -119,7 +119,6 @@ struct Overrides {
             ->group("Debugging");
     }
 
-    mutable std::string overlapNote; // what resolve() changed of the overlap flags
     RunConfig resolve() const {
         RunConfig c = config.empty() ? defaultRunConfig() : runConfigFromJson(readJsonFile(config));
         if (out)
@@ -190,7 +189,6 @@ struct Overrides {
         if (stopAfter)
             c.engine.stopAfter = *stopAfter;
         c.engine.quiet = quiet;
-        overlapNote = adoptEngineOverlap(c.parallel); // for the layout the flags made
         return c;
     }
 };
@@ -388,7 +386,8 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
             return 0;
         }
         if (dumpCmd->parsed()) {
-            const RunConfig c = dumpFlags.resolve();
+            RunConfig c = dumpFlags.resolve();
+            adoptEngineOverlap(c.parallel); // the config.json a run with these flags writes
             if (!dumpFlags.out)
                 throw InputError("dump needs --out DIR");
             dump(c, *dumpFlags.out, out);
@@ -409,6 +408,8 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
                 trainFlags.config = (runDir / "config.json").string();
         }
         RunConfig c = trainFlags.resolve();
+        // What the engine runs, so that its prediction models it (said below).
+        const std::string overlapNote = adoptEngineOverlap(c.parallel);
         if (resuming) {
             c.engine.resume = true;
             c.engine.resumeFrom = resume.value_or("");
@@ -428,12 +429,12 @@ int runEngine(int argc, char** argv, std::ostream& out, std::ostream& err) {
                                  std::to_string(ranks));
             out << "ok: " << c.model.name << ", " << layoutSummary(c.parallel) << ", " << needed
                 << (needed == 1 ? " rank" : " ranks") << ", " << c.totalSteps() << " steps\n";
-            if (!trainFlags.overlapNote.empty())
-                out << "note: " << trainFlags.overlapNote << "\n";
+            if (!overlapNote.empty())
+                out << "note: " << overlapNote << "\n";
             return 0;
         }
-        if (!underMpi && !trainFlags.overlapNote.empty()) // said once, before any rank starts
-            err << "shardscope-engine: note: " << trainFlags.overlapNote << "\n";
+        if (!underMpi && !overlapNote.empty()) // said once, before any rank starts
+            err << "shardscope-engine: note: " << overlapNote << "\n";
         if (ranks > 1 && !underMpi) {
             checkTrainable(c); // said once, before any rank starts
             if (c.parallel.worldSize() != ranks)

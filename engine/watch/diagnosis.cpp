@@ -73,6 +73,24 @@ const StepActivity* activityAt(const RankState& r, std::int64_t step) {
     return nullptr;
 }
 
+// A rank found gone after a watchdog's hang summary was ended by the launcher (a stopped rank
+// woken to be killed): the summary, written first, says what went wrong.
+bool foundWhileEnding(const RunState& run, const LostRank& lost) {
+    const auto& hang = run.hangSummary();
+    return hang && lost.at > hang->at;
+}
+
+// Whether the rank's only error is a loss it found while the job was being ended: it did not
+// fail, it was waiting when the launcher took a peer.
+bool onlyFoundTheEnding(const RunState& run, const RankState& r) {
+    if (r.errors.size() != 1)
+        return false;
+    for (const auto& [rank, lost] : run.lostRanks())
+        if (lost.reporter == r.rank && lost.message == r.errors.front())
+            return foundWhileEnding(run, lost);
+    return false;
+}
+
 } // namespace
 
 const char* toString(RankStatus s) {
@@ -137,10 +155,11 @@ std::vector<RankHealth> rankHealth(const RunState& run, const HealthOptions& opt
             h.detail = *r->endStatus + " after step " + std::to_string(r->lastStep());
             if (failed && !r->errors.empty())
                 h.detail += ": " + r->errors.back();
-        } else if (!r->errors.empty()) {
+        } else if (!r->errors.empty() && !onlyFoundTheEnding(run, *r)) {
             h.status = RankStatus::Failed;
             h.detail = r->errors.back();
-        } else if (const auto lost = run.lostRanks().find(h.rank); lost != run.lostRanks().end()) {
+        } else if (const auto lost = run.lostRanks().find(h.rank);
+                   lost != run.lostRanks().end() && !foundWhileEnding(run, lost->second)) {
             h.status = RankStatus::Dead;
             h.detail = "its process ended without a message (killed, or crashed), found by rank " +
                        std::to_string(lost->second.reporter) + "'s watchdog; " + lastSeen(*r);
@@ -230,8 +249,11 @@ std::string hangDiagnosis(const RunState& run, const std::vector<RankHealth>& he
         sentence((dead.size() == 1 ? "Rank " : "Ranks ") + rankList(dead) + " ended without an " +
                  "end event; rank " + std::to_string(first) + " first.");
     }
-    if (!run.lostRanks().empty()) // the watchdog that noticed says who and where it waited
-        sentence("Watchdog of " + run.lostRanks().begin()->second.message + ".");
+    const auto noticed = std::find_if( // the watchdog that noticed says who and where it waited
+        run.lostRanks().begin(), run.lostRanks().end(),
+        [&](const auto& lost) { return !foundWhileEnding(run, lost.second); });
+    if (noticed != run.lostRanks().end())
+        sentence("Watchdog of " + noticed->second.message + ".");
     else if (!run.launcherNotices().empty()) // a rank on another host: the launcher saw it go
         sentence(run.launcherNotices().begin()->second.message + ".");
     if (!silent.empty())

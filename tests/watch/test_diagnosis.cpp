@@ -208,6 +208,59 @@ TEST(RankHealth, ARankAnotherRanksWatchdogFoundGoneIsDeadAndTheDiagnosisSaysWher
     EXPECT_TRUE(odd.lostRanks().empty());
 }
 
+// The watchdog's summary names a stopped rank; the launcher then kills it, and a rank still
+// waiting finds it gone. That late loss is the job being ended: the stopped rank stays silent and
+// the rank that found it did not fail. The same loss found before the summary is the cause.
+TEST(RankHealth, ARankFoundGoneOnlyAfterTheHangSummaryStaysSilent) {
+    const auto runWithLossAt = [](double lostAt) {
+        RunState run;
+        const ParallelConfig layout = pipelineLayout(PipelineSchedule::OneFOneB, 1, 1, 4);
+        for (int r = 0; r < 4; ++r) {
+            run.add(startEvent(r, {r, 0, 0, 0}, layout));
+            run.add(stepEvent(r, 1, 1.0, 1.0));
+        }
+        for (int r : {0, 2})
+            run.add(json{{"type", "event"},
+                         {"event", "hang"},
+                         {"rank", r},
+                         {"t", 9.0},
+                         {"step", 2},
+                         {"collective", "control_sum"},
+                         {"axis", "control"},
+                         {"sequence", 7},
+                         {"op", "checkpoint"},
+                         {"waited_s", 2.0}});
+        run.add(json{{"type", "event"},
+                     {"event", "hang_summary"},
+                     {"rank", 0},
+                     {"t", 10.0},
+                     {"message", "ranks that never reported: 1, 3"},
+                     {"missing", {1, 3}}});
+        run.add(json{{"type", "event"},
+                     {"event", "rank_lost"},
+                     {"rank", 3},
+                     {"t", lostAt},
+                     {"lost_rank", 1},
+                     {"message", "rank 3: rank 1 (pid 7) is gone"}});
+        return run;
+    };
+    const RunState ending = runWithLossAt(12.0);
+    std::vector<RankHealth> health = rankHealth(ending);
+    ASSERT_EQ(health.size(), 4u);
+    EXPECT_EQ(health[1].status, RankStatus::Silent) << health[1].detail;
+    EXPECT_NE(health[3].status, RankStatus::Failed) << health[3].detail;
+    std::string why = hangDiagnosis(ending, health);
+    EXPECT_NE(why.find("Ranks 1, 3 are silent"), std::string::npos) << why;
+    EXPECT_EQ(why.find("is gone"), std::string::npos) << why;
+
+    const RunState cause = runWithLossAt(8.0);
+    health = rankHealth(cause);
+    EXPECT_EQ(health[1].status, RankStatus::Dead) << health[1].detail;
+    EXPECT_EQ(health[3].status, RankStatus::Failed) << health[3].detail;
+    why = hangDiagnosis(cause, health);
+    EXPECT_NE(why.find("Watchdog of rank 3: rank 1 (pid 7) is gone"), std::string::npos) << why;
+}
+
 TEST(RankHealth, FinishedFailedHungAndNotYetStarted) {
     RunState run;
     ParallelConfig layout = pipelineLayout(PipelineSchedule::OneFOneB, 1, 1, 4);

@@ -50,7 +50,13 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
     const Assumptions& a = in.assume;
-    const double peak = in.cluster.gpu.peak(p.precision.compute) * a.gemmEfficiency;
+    // FP8 runs the layers' projections in FP8 and everything else (attention's core, the head)
+    // in bf16; other policies run every GEMM at their compute precision.
+    const bool fp8 = p.precision.compute == Precision::Fp8;
+    const double peak =
+        in.cluster.gpu.peak(fp8 ? Precision::Bf16 : p.precision.compute) * a.gemmEfficiency;
+    const double projectionPeak =
+        fp8 ? in.cluster.gpu.peak(Precision::Fp8) * a.fp8GemmEfficiency : peak;
     const double t = std::max(1, p.tp), cp = std::max(1, p.cp);
     const double tokens = double(m.seqLen) * p.microBatch; // one microbatch, before CP splits it
     const TokenFlops f = tokenFlops(m, p, a);
@@ -62,17 +68,19 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
         return s;
     }
     const int layers = layersOnStage(m, p, stage);
-    const double recomputeLayer = f.hardware - f.model; // extra forward work, whole model
-    const double perLayer = 3.0 * (f.layerMatmul + f.attentionCore) + recomputeLayer / m.layers;
-    double flops = layers * perLayer;
-    if (stage == p.pp - 1)
-        flops += 3.0 * f.lmHead;
-    s.flops = flops * tokens / (t * cp);
-    s.gemmSeconds = peak > 0 ? s.flops / peak : 0.0;
-
+    // Forward, backward (twice the forward) and a recomputed forward where the policy runs one:
+    // full recompute repeats the projections and the core, selective only the core.
+    const double projectionRuns = 3.0 + (p.recompute == Recompute::Full ? 1.0 : 0.0);
     const double coreRuns = 3.0 + (p.recompute != Recompute::None ? 1.0 : 0.0);
-    s.attentionSeconds =
-        peak > 0 ? layers * coreRuns * f.attentionCore * tokens / (t * cp) / peak : 0.0;
+    const double share = tokens / (t * cp);
+    const double projectionFlops = layers * projectionRuns * f.layerMatmul * share;
+    const double coreFlops = layers * coreRuns * f.attentionCore * share;
+    const double headFlops = stage == p.pp - 1 ? 3.0 * f.lmHead * share : 0.0;
+    s.flops = projectionFlops + coreFlops + headFlops;
+    if (peak > 0 && projectionPeak > 0) {
+        s.gemmSeconds = projectionFlops / projectionPeak + (coreFlops + headFlops) / peak;
+        s.attentionSeconds = coreFlops / peak;
+    }
 
     // Memory-bound kernels: norms and adds on the hidden state (split by TP only under SP) and
     // the activation function on the FFN width (split by TP), forward once and backward twice.
@@ -86,10 +94,22 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     // passes: about six reads or writes of every score, forward once and backward twice.
     const double scoreBytesPerToken =
         p.flashAttention ? 0.0 : 3.0 * 6.0 * ab * m.heads * double(m.seqLen) / t;
+    // FP8 casts: each projection's input is cast in the forward (read bf16, write fp8: 3 bytes an
+    // element) and its output gradient in the backward; a recomputed forward casts again.
+    double castBytesPerToken = 0;
+    if (fp8) {
+        const double ffn = double(m.expertFfn()) * experts;
+        const double ffnIn = ffn * (m.activation == Activation::Gelu ? 1.0 : 2.0);
+        const double forwardInputs = 2.0 * m.hidden / sp + (double(m.qDim()) + ffn) / t;
+        const double backwardGrads =
+            2.0 * m.hidden / sp + (double(m.qDim()) + 2.0 * double(m.kvDim()) + ffnIn) / t;
+        castBytesPerToken = 3.0 * ((projectionRuns - 2.0) * forwardInputs + backwardGrads);
+    }
     const double bandwidth = in.cluster.gpu.hbmBandwidth * a.memoryEfficiency;
-    s.elementwiseSeconds =
-        bandwidth > 0 ? layers * (bytesPerToken + scoreBytesPerToken) * tokens / cp / bandwidth
-                      : 0.0;
+    s.elementwiseSeconds = bandwidth > 0
+                               ? layers * (bytesPerToken + scoreBytesPerToken + castBytesPerToken) *
+                                     tokens / cp / bandwidth
+                               : 0.0;
     return s;
 }
 

@@ -94,8 +94,9 @@ constexpr const char* kZero = "Rajbhandari et al. 2020, ZeRO: Memory Optimizatio
 constexpr const char* kHybrid =
     "PyTorch FSDP ShardingStrategy.HYBRID_SHARD (Zhao et al. 2023, PyTorch FSDP, Section 3.2.1); "
     "Zhang et al. 2022, MiCS";
-constexpr const char* kAlphaBeta = "Ring collectives, alpha-beta model (Thakur et al. 2005; NCCL "
-                                   "bus bandwidth), link figures from the GPU and cluster presets";
+constexpr const char* kAlphaBeta =
+    "Ring collectives, alpha-beta model (Thakur et al. 2005; NCCL bus bandwidth, a ring per NIC "
+    "across nodes), link figures from the GPU and cluster presets";
 
 constexpr const char* kOverlapSlowdown =
     "Lee et al. 2025, compute-communication overlap on A100/H100: compute slows 18.9 %";
@@ -479,6 +480,18 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                         " (peak " + formatRate(peak) + " x " + n(in.assume.gemmEfficiency) +
                         ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) + " GB/s x " +
                         n(in.assume.memoryEfficiency) + ") = " + s(e.computeTime);
+        if (p.precision.compute == Precision::Fp8) {
+            // Only the projections run in FP8; attention's core and the head stay bf16.
+            x.formula = "microbatches x (projection_flops / (fp8_peak x fp8_gemm_efficiency) + "
+                        "attention_and_head_flops / (bf16_peak x gemm_efficiency) + (elementwise "
+                        "+ fp8 cast bytes) / (HBM x memory_efficiency))";
+            x.substituted = std::to_string(p.microbatches()) + " x " + s(e.microbatchCompute) +
+                            " (fp8 " + formatRate(cl.gpu.peak(Precision::Fp8)) + " x " +
+                            n(in.assume.fp8GemmEfficiency) + ", bf16 " +
+                            formatRate(cl.gpu.peak(Precision::Bf16)) + " x " +
+                            n(in.assume.gemmEfficiency) + ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) +
+                            " GB/s x " + n(in.assume.memoryEfficiency) + ") = " + s(e.computeTime);
+        }
         x.source = "Roofline model (Williams et al. 2009); peak from " +
                    (cl.gpu.sources.count("peak_tflops") ? cl.gpu.sources.at("peak_tflops")
                                                         : std::string("the GPU preset"));

@@ -49,12 +49,22 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
     return params;
 }
 
-GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int size, int stride) {
+GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int size, int stride,
+                          Traffic traffic) {
     GroupPlacement g;
     g.size = std::max(1, size);
     g.stride = std::max(1, stride);
     g.crossesNodes = double(g.size) * g.stride > cluster.gpusPerNode;
-    const double link = g.crossesNodes ? cluster.interBandwidth : cluster.intraBandwidth;
+    double link = cluster.intraBandwidth;
+    if (g.crossesNodes) {
+        // NCCL runs a ring (channel) per NIC: a collective whose group has k members on each node
+        // crosses between nodes over those k GPUs' NICs at once, as fast as NVLink allows. A
+        // point-to-point send goes out through the sender's own NIC.
+        const int perNode = std::max(1, cluster.gpusPerNode / g.stride);
+        const int members = traffic == Traffic::Collective ? std::min(g.size, perNode) : 1;
+        link = std::min(cluster.intraBandwidth > 0 ? cluster.intraBandwidth : 1e300,
+                        members * cluster.interBandwidth);
+    }
     g.bandwidth = link * a.commEfficiency;
     g.latency = g.crossesNodes ? cluster.interLatency : cluster.intraLatency;
     return g;
@@ -70,7 +80,7 @@ GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, co
     case Axis::DP:
         return placeGroup(cluster, a, p.dp * p.cp, p.tp); // ZeRO shards over dp x cp
     case Axis::PP:
-        return placeGroup(cluster, a, p.pp, p.tp * p.cp * p.dp);
+        return placeGroup(cluster, a, p.pp, p.tp * p.cp * p.dp, Traffic::PointToPoint);
     }
     return {};
 }

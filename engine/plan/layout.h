@@ -26,7 +26,12 @@ struct GroupPlacement {
     double bandwidth = 0; // per GPU, after commEfficiency
     double latency = 0;
 };
-GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int size, int stride);
+// A collective's group crossing nodes moves its data over the NICs of all its members on a node
+// at once (a ring per NIC, as NCCL builds them on rail-optimised clusters); pipeline sends go
+// one GPU to one GPU.
+enum class Traffic { Collective, PointToPoint };
+GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int size, int stride,
+                          Traffic traffic = Traffic::Collective);
 GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, const Assumptions& a,
                          Axis axis);
 

@@ -29,6 +29,22 @@ TEST(Explain, EveryFigureHasFormulaNumbersAndSource) {
     }
 }
 
+// Under FP8 the compute time says which GEMMs ran in FP8, at what efficiency, and that casts
+// count; under bf16 it names no FP8 term.
+TEST(Explain, Fp8ComputeTimeNamesWhatRunsInFp8) {
+    ParallelConfig p = test::layout(2, 8, 4, 512, 1);
+    PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 8, p);
+    EXPECT_EQ(explain(in, estimate(in), FigureId::ComputeTime).formula.find("fp8"),
+              std::string::npos);
+    in.parallel.precision = PrecisionPolicy::fp8Mixed();
+    const Explanation x = explain(in, estimate(in), FigureId::ComputeTime);
+    EXPECT_NE(x.formula.find("projection_flops / (fp8_peak x fp8_gemm_efficiency)"),
+              std::string::npos)
+        << x.formula;
+    EXPECT_NE(x.formula.find("fp8 cast bytes"), std::string::npos) << x.formula;
+    EXPECT_NE(x.substituted.find("fp8 1.98 PFLOP/s x 0.600"), std::string::npos) << x.substituted;
+}
+
 // The numbers substituted into formulas carry the digits they have: no rounded value is written
 // out with zeros that claim more (2270000000 for 2.27e9), and exact counts stay exact (8192
 // final-norm weights, not 8190), under every ZeRO stage and pipeline depth.

@@ -44,6 +44,31 @@ TEST(RankCoordinate, EveryCoordinateOccursExactlyOnce) {
     EXPECT_EQ(int(seen.size()), p.worldSize());
 }
 
+// A collective crossing nodes uses the NICs of all its members on a node at once (a ring per
+// NIC); a pipeline send uses one. Members per node counted here by walking the ranks.
+TEST(PlaceGroup, ACollectiveCrossesNodesOverItsMembersNics) {
+    const ClusterSpec cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 8);
+    const Assumptions a;
+    for (const int tp : {1, 2, 4, 8}) {
+        const ParallelConfig p = layout(64 / tp, tp, 1, 1);
+        int onNodeZero = 0; // members of rank 0's data-parallel group on node 0
+        for (int r = 0; r < p.worldSize(); ++r) {
+            const RankCoordinate c = rankCoordinate(p, r, cluster.gpusPerNode);
+            onNodeZero += c.tp == 0 && c.node == 0;
+        }
+        const GroupPlacement dp = placeAxis(cluster, p, a, Axis::DP);
+        ASSERT_TRUE(dp.crossesNodes) << tp;
+        EXPECT_DOUBLE_EQ(dp.bandwidth,
+                         std::min(cluster.intraBandwidth, onNodeZero * cluster.interBandwidth) *
+                             a.commEfficiency)
+            << tp;
+    }
+    const ParallelConfig pipeline = layout(1, 2, 32, 1); // stages 2 GPUs apart cross nodes
+    const GroupPlacement pp = placeAxis(cluster, pipeline, a, Axis::PP);
+    ASSERT_TRUE(pp.crossesNodes);
+    EXPECT_DOUBLE_EQ(pp.bandwidth, cluster.interBandwidth * a.commEfficiency);
+}
+
 TEST(TpCrossesNodes, OnlyWhenTpDoesNotDivideTheNode) {
     EXPECT_FALSE(tpCrossesNodes(layout(8, 8, 1, 1), 8));
     EXPECT_FALSE(tpCrossesNodes(layout(8, 4, 1, 1), 8));

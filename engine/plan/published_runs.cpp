@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 namespace shardscope {
@@ -50,10 +51,23 @@ public:
     Row(const std::map<std::string, std::size_t>& columns, std::vector<std::string> cells, int line)
         : columns_(columns), cells_(std::move(cells)), line_(line) {}
 
+    bool has(const std::string& column) const { return columns_.count(column) > 0; }
+    const std::string& required(const std::string& column) const {
+        const std::string& t = text(column);
+        if (t.empty())
+            throw InputError(has(column) ? "published runs, line " + std::to_string(line_) +
+                                               ": column '" + column + "' is empty but required"
+                                         : "published runs: the header has no column '" +
+                                               column + "'");
+        return t;
+    }
+
+    // A column the header lacks reads as empty; a required one then says so.
     const std::string& text(const std::string& column) const {
+        static const std::string absent;
         const auto it = columns_.find(column);
         if (it == columns_.end())
-            throw InputError("published runs: the header has no column '" + column + "'");
+            return absent;
         if (it->second >= cells_.size())
             throw InputError("published runs, line " + std::to_string(line_) +
                              ": missing column '" + column + "'");
@@ -62,6 +76,8 @@ public:
     double number(const std::string& column, double fallback = std::nan("")) const {
         const std::string& t = text(column);
         if (t.empty()) {
+            if (std::isnan(fallback) && !has(column))
+                throw InputError("published runs: the header has no column '" + column + "'");
             if (std::isnan(fallback))
                 throw InputError("published runs, line " + std::to_string(line_) + ": column '" +
                                  column + "' is empty but required");
@@ -103,6 +119,14 @@ private:
     int line_;
 };
 
+double median(std::vector<double> v) {
+    if (v.empty())
+        return 0.0;
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 FlopsConvention conventionFromString(const std::string& s, int line) {
     try {
         return flopsConventionFromString(s);
@@ -113,9 +137,21 @@ FlopsConvention conventionFromString(const std::string& s, int line) {
 
 PublishedRun parseRow(const Row& r, int line) {
     PublishedRun run;
-    run.name = r.text("name");
-    run.source = r.text("source");
-    run.gpuId = r.text("gpu");
+    run.name = r.required("name");
+    run.source = r.required("source");
+    // Without an id, runs named alike ("megatron-gpt-1.7b") are one source: the name up to '-'.
+    run.sourceId = r.text("source_id");
+    if (run.sourceId.empty())
+        run.sourceId = run.name.substr(0, run.name.find('-'));
+    const std::string split = r.text("split");
+    if (split == "calibration")
+        run.split = RunSplit::Calibration;
+    else if (split.empty() || split == "validation")
+        run.split = RunSplit::Validation; // a run the model was not tuned on
+    else
+        throw InputError("published runs, line " + std::to_string(line) + ": split '" + split +
+                         "' is not calibration, validation or empty");
+    run.gpuId = r.required("gpu");
     ModelSpec& m = run.model;
     m.name = run.name;
     m.layers = r.integer("layers");
@@ -126,7 +162,7 @@ PublishedRun parseRow(const Row& r, int line) {
     m.vocab = r.integer("vocab");
     m.seqLen = r.integer("seq_len");
     m.maxPositions = m.seqLen;
-    const std::string act = r.text("activation");
+    const std::string act = r.required("activation");
     if (act == "gelu") {
         m.activation = Activation::Gelu;
         m.norm = Norm::LayerNorm;
@@ -149,11 +185,22 @@ PublishedRun parseRow(const Row& r, int line) {
     p.zero = int(r.number("zero", 1)); // Megatron's distributed optimizer unless stated
     p.microBatch = r.integer("micro_batch", 1);
     p.globalBatch = r.integer("global_batch");
-    p.sequenceParallel = false;
+    // ZeRO's states sharded over groups of this many ranks (hybrid sharding); empty: all of dp.
+    p.shardGroup = r.text("shard_group").empty() ? 0 : r.integer("shard_group");
+    p.sequenceParallel = r.flag("sequence_parallel", false);
+    p.tpCommOverlap = r.flag("tp_comm_overlap", false);
     const std::string rc = r.text("recompute");
     p.recompute = rc.empty() ? Recompute::None : recomputeFromString(rc);
     p.schedule = p.vpp > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
-    p.precision = PrecisionPolicy::bf16Mixed();
+    const std::string precision = r.text("precision");
+    try {
+        p.precision =
+            precision.empty() ? PrecisionPolicy::bf16Mixed() : precisionPolicyFromString(precision);
+        const std::string peak = r.text("peak_precision");
+        run.peakPrecision = peak.empty() ? Precision::Bf16 : precisionFromString(peak);
+    } catch (const InputError& e) {
+        throw InputError("published runs, line " + std::to_string(line) + ": " + e.what());
+    }
     p.flashAttention = r.text("flash_attention") == "true";
     // Empty: what current frameworks do (ParallelConfig's defaults).
     p.overlapGradReduce = r.flag("overlap_grad_reduce", true);
@@ -164,12 +211,25 @@ PublishedRun parseRow(const Row& r, int line) {
         throw InputError("published runs, line " + std::to_string(line) +
                          ": tp x pp x cp x dp does not equal gpus");
 
+    if (const std::vector<Violation> broken = validate(m, p); !broken.empty())
+        throw InputError("published runs, line " + std::to_string(line) + ": the layout breaks " +
+                         broken.front().rule + ": " + broken.front().message + "; " +
+                         broken.front().hint);
+
+    run.reportedTokensPerGpu = r.number("reported_tokens_per_s_per_gpu", 0);
     run.reportedTflops = r.number("reported_tflops_per_gpu", 0);
     run.reportedMfu = r.number("reported_mfu", 0);
-    if (run.reportedTflops <= 0 && run.reportedMfu <= 0)
+    run.reportedHfu = r.number("reported_hfu", 0);
+    if (run.reportedTokensPerGpu <= 0 && run.reportedTflops <= 0 && run.reportedMfu <= 0 &&
+        run.reportedHfu <= 0)
         throw InputError("published runs, line " + std::to_string(line) +
-                         ": needs reported_tflops_per_gpu or reported_mfu");
-    run.convention = conventionFromString(r.text("flops_convention"), line);
+                         ": needs reported_tokens_per_s_per_gpu, reported_tflops_per_gpu, "
+                         "reported_mfu or reported_hfu");
+    for (const double fraction : {run.reportedMfu, run.reportedHfu})
+        if (fraction > 1)
+            throw InputError("published runs, line " + std::to_string(line) +
+                             ": reported_mfu and reported_hfu are fractions (0.43 for 43 %)");
+    run.convention = conventionFromString(r.required("flops_convention"), line);
     return run;
 }
 
@@ -215,30 +275,86 @@ RunComparison compareRun(const PublishedRun& run, const Assumptions& assume) {
                              run.interBandwidth);
     RunComparison c;
     c.estimate = evaluate(in);
-    const double flopsPerGpu = conventionFlopsPerToken(run.model, run.convention) *
-                               c.estimate.tokensPerSecond / run.parallel.worldSize();
-    if (run.reportedTflops > 0) {
+    const double tokensPerGpu = c.estimate.tokensPerSecond / run.parallel.worldSize();
+    const double flopsPerGpu = conventionFlopsPerToken(run.model, run.convention) * tokensPerGpu;
+    // Hardware FLOPs: the convention's count scaled by the recomputed share the planner runs.
+    const double recomputed = c.estimate.modelFlopsPerToken > 0
+                                  ? c.estimate.hardwareFlopsPerToken / c.estimate.modelFlopsPerToken
+                                  : 1.0;
+    const double peak = gpu.peak(run.peakPrecision);
+    if (run.reportedTokensPerGpu > 0) {
+        c.metric = "tokens/s per GPU";
+        c.reported = run.reportedTokensPerGpu;
+        c.predicted = tokensPerGpu;
+    } else if (run.reportedTflops > 0) {
         c.metric = "TFLOP/s per GPU";
         c.reported = run.reportedTflops;
         c.predicted = flopsPerGpu / 1e12;
-    } else {
+    } else if (run.reportedMfu > 0) {
         c.metric = "MFU";
         c.reported = run.reportedMfu;
-        c.predicted = flopsPerGpu / gpu.peak(Precision::Bf16);
+        c.predicted = peak > 0 ? flopsPerGpu / peak : 0.0;
+    } else {
+        c.metric = "HFU";
+        c.reported = run.reportedHfu;
+        c.predicted = peak > 0 ? flopsPerGpu * recomputed / peak : 0.0;
     }
     c.error = (c.predicted - c.reported) / c.reported;
     return c;
+}
+
+std::string toString(RunSplit s) {
+    return s == RunSplit::Calibration ? "calibration" : "validation";
+}
+
+namespace {
+
+ErrorSummary summarize(const std::vector<PublishedRun>& runs,
+                       const std::vector<RunComparison>& comparisons,
+                       const std::optional<RunSplit>& only) {
+    ErrorSummary s;
+    std::vector<double> absolute;
+    std::vector<std::string> order;
+    std::map<std::string, std::vector<double>> signedBySource;
+    for (std::size_t i = 0; i < runs.size() && i < comparisons.size(); ++i) {
+        if (only && runs[i].split != *only)
+            continue;
+        const double e = comparisons[i].error;
+        absolute.push_back(std::abs(e));
+        auto& errors = signedBySource[runs[i].sourceId];
+        if (errors.empty())
+            order.push_back(runs[i].sourceId);
+        errors.push_back(e);
+    }
+    s.runs = int(absolute.size());
+    s.medianAbsolute = median(absolute);
+    if (!absolute.empty()) {
+        std::sort(absolute.begin(), absolute.end());
+        const std::size_t rank = std::size_t(std::ceil(0.9 * double(absolute.size())));
+        s.p90Absolute = absolute[std::max<std::size_t>(rank, 1) - 1];
+    }
+    for (const std::string& id : order)
+        s.sources.push_back({id, int(signedBySource[id].size()), median(signedBySource[id])});
+    return s;
+}
+
+} // namespace
+
+ErrorSummary summarizeErrors(const std::vector<PublishedRun>& runs,
+                             const std::vector<RunComparison>& comparisons) {
+    return summarize(runs, comparisons, std::nullopt);
+}
+
+ErrorSummary summarizeErrors(const std::vector<PublishedRun>& runs,
+                             const std::vector<RunComparison>& comparisons, RunSplit split) {
+    return summarize(runs, comparisons, split);
 }
 
 double medianAbsoluteError(const std::vector<RunComparison>& comparisons) {
     std::vector<double> errors;
     for (const RunComparison& c : comparisons)
         errors.push_back(std::abs(c.error));
-    if (errors.empty())
-        return 0.0;
-    std::sort(errors.begin(), errors.end());
-    const std::size_t n = errors.size();
-    return n % 2 ? errors[n / 2] : 0.5 * (errors[n / 2 - 1] + errors[n / 2]);
+    return median(std::move(errors));
 }
 
 } // namespace shardscope

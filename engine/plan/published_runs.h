@@ -10,16 +10,28 @@
 
 namespace shardscope {
 
+// Which part of the dataset a run belongs to: the model's assumptions may be calibrated on the
+// calibration part; the validation part is never used to tune anything.
+enum class RunSplit { Calibration, Validation };
+std::string toString(RunSplit s);
+
 struct PublishedRun {
     std::string name;
-    std::string source;
+    std::string source;   // the paper or table, and the row
+    std::string sourceId; // one id per independent source ("narayanan2021"), for per-source errors
+    RunSplit split = RunSplit::Validation;
     std::string gpuId;
     double interBandwidth = 0; // bytes/s per GPU across nodes; 0: the GPU's network preset
     ModelSpec model;
     ParallelConfig parallel;
-    double reportedTflops = 0; // per GPU; 0 when not reported
-    double reportedMfu = 0;    // 0..1; 0 when not reported
+    // What the source reported, each 0 when not reported. The comparison uses the first one
+    // given of: tokens/s per GPU (no FLOP convention involved), TFLOP/s per GPU, MFU, HFU.
+    double reportedTokensPerGpu = 0; // tokens/s per GPU
+    double reportedTflops = 0;       // per GPU, in `convention`
+    double reportedMfu = 0;          // 0..1, in `convention`, of the `peakPrecision` peak
+    double reportedHfu = 0;          // 0..1: model FLOPs plus recomputed forward work
     FlopsConvention convention = FlopsConvention::Palm;
+    Precision peakPrecision = Precision::Bf16; // the dense peak MFU and HFU divide by
 };
 
 // Parse the CSV. Throws InputError naming the line and column of anything malformed.
@@ -27,7 +39,7 @@ std::vector<PublishedRun> loadPublishedRuns(const std::string& path);
 std::vector<PublishedRun> parsePublishedRuns(const std::string& csvText);
 
 struct RunComparison {
-    std::string metric; // "TFLOP/s per GPU" or "MFU"
+    std::string metric; // "tokens/s per GPU", "TFLOP/s per GPU", "MFU" or "HFU"
     double reported = 0;
     double predicted = 0;
     double error = 0; // (predicted - reported) / reported
@@ -36,5 +48,24 @@ struct RunComparison {
 
 RunComparison compareRun(const PublishedRun& run, const Assumptions& assume = {});
 double medianAbsoluteError(const std::vector<RunComparison>& comparisons);
+
+// The errors of a set of runs: median and 90th percentile of the absolute error, and the median
+// signed error of each source (a source the model is biased on shows here, not in the median).
+struct ErrorSummary {
+    int runs = 0;
+    double medianAbsolute = 0;
+    double p90Absolute = 0; // nearest-rank 90th percentile
+    struct Source {
+        std::string id;
+        int runs = 0;
+        double medianSigned = 0;
+    };
+    std::vector<Source> sources; // in order of first appearance
+};
+ErrorSummary summarizeErrors(const std::vector<PublishedRun>& runs,
+                             const std::vector<RunComparison>& comparisons);
+// The same over the runs of one split only.
+ErrorSummary summarizeErrors(const std::vector<PublishedRun>& runs,
+                             const std::vector<RunComparison>& comparisons, RunSplit split);
 
 } // namespace shardscope

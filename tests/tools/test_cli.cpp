@@ -6,10 +6,12 @@
 #include "core/presets.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <initializer_list>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -640,7 +642,10 @@ TEST(CliDevices, ListsDevicesOrSaysWhyNot) {
 TEST(CliValidate, MarkdownTableWithMedianError) {
     const CliResult r = run({"validate", dataPath("published_runs.csv"), "--markdown"});
     ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_CONTAINS(r.out, "| run | GPU | GPUs | layout | metric | reported | predicted | error |");
+    EXPECT_CONTAINS(r.out, "| run | source | split | GPU | GPUs | layout | metric | reported | "
+                           "predicted | error |");
+    EXPECT_CONTAINS(r.out, "- calibration: ");
+    EXPECT_CONTAINS(r.out, "median signed error per source: narayanan2021 ");
     EXPECT_CONTAINS(r.out, "|---|");
     EXPECT_CONTAINS(r.out, "Median absolute error");
 }
@@ -665,6 +670,37 @@ TEST(CliValidate, TextAndJson) {
         EXPECT_NEAR(run.at("error").get<double>(),
                     run.at("predicted").get<double>() / run.at("reported").get<double>() - 1, 1e-9);
     }
+    // Each split's summary, recomputed here from the per-run errors: the count, the median and
+    // nearest-rank p90 of the absolute errors, and each source's median signed error.
+    const auto medianOf = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    };
+    std::size_t counted = 0;
+    for (const char* split : {"calibration", "validation"}) {
+        std::vector<double> absolute;
+        std::map<std::string, std::vector<double>> bySource;
+        for (const json& run : j.at("runs"))
+            if (run.at("split") == split) {
+                absolute.push_back(std::abs(run.at("error").get<double>()));
+                bySource[run.at("source_id")].push_back(run.at("error").get<double>());
+            }
+        const json& summary = j.at(split);
+        ASSERT_EQ(summary.at("runs").get<std::size_t>(), absolute.size()) << split;
+        counted += absolute.size();
+        if (absolute.empty())
+            continue;
+        EXPECT_NEAR(summary.at("median_absolute_error").get<double>(), medianOf(absolute), 1e-12);
+        std::sort(absolute.begin(), absolute.end());
+        const std::size_t rank = (9 * absolute.size() + 9) / 10; // ceil(0.9 n)
+        EXPECT_NEAR(summary.at("p90_absolute_error").get<double>(), absolute[rank - 1], 1e-12);
+        ASSERT_EQ(summary.at("sources").size(), bySource.size()) << split;
+        for (const json& source : summary.at("sources"))
+            EXPECT_NEAR(source.at("median_signed_error").get<double>(),
+                        medianOf(bySource.at(source.at("id"))), 1e-12)
+                << source.at("id");
+    }
+    EXPECT_EQ(counted, j.at("runs").size());
 }
 
 // ---- bad input: exit 2, a message on err that names the problem, nothing on out ------------

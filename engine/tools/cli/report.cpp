@@ -223,13 +223,53 @@ void printSearch(std::ostream& out, const PlanInputs& in, const SearchResult& r)
     t.print(out);
 }
 
+namespace {
+
+nlohmann::json summaryJson(const ErrorSummary& s) {
+    nlohmann::json j{{"runs", s.runs},
+                     {"median_absolute_error", s.medianAbsolute},
+                     {"p90_absolute_error", s.p90Absolute},
+                     {"sources", nlohmann::json::array()}};
+    for (const ErrorSummary::Source& source : s.sources)
+        j["sources"].push_back({{"id", source.id},
+                                {"runs", source.runs},
+                                {"median_signed_error", source.medianSigned}});
+    return j;
+}
+
+// "validation: 40 runs, median 7.1 %, p90 18 %; per source (median signed): a +3 % (12), ..."
+std::string summaryLine(const std::string& label, const ErrorSummary& s) {
+    std::string text = label + ": " + std::to_string(s.runs) + " runs, median absolute error " +
+                       formatPercent(s.medianAbsolute) + ", p90 " + formatPercent(s.p90Absolute) +
+                       "; median signed error per source:";
+    for (std::size_t i = 0; i < s.sources.size(); ++i)
+        text += (i ? ", " : " ") + s.sources[i].id + " " +
+                (s.sources[i].medianSigned > 0 ? "+" : "") +
+                formatPercent(s.sources[i].medianSigned) + " (" +
+                std::to_string(s.sources[i].runs) + ")";
+    return text;
+}
+
+std::string metricText(const RunComparison& c, double v) {
+    if (c.metric == "MFU" || c.metric == "HFU")
+        return formatPercent(v);
+    return formatNumber(v) + (c.metric == "tokens/s per GPU" ? " tokens/s" : " TFLOP/s");
+}
+
+} // namespace
+
 nlohmann::json validationJson(const std::vector<PublishedRun>& runs,
                               const std::vector<RunComparison>& results) {
     nlohmann::json j;
     j["median_absolute_error"] = medianAbsoluteError(results);
+    j["all"] = summaryJson(summarizeErrors(runs, results));
+    for (const RunSplit split : {RunSplit::Calibration, RunSplit::Validation})
+        j[toString(split)] = summaryJson(summarizeErrors(runs, results, split));
     j["runs"] = nlohmann::json::array();
     for (std::size_t i = 0; i < runs.size(); ++i)
         j["runs"].push_back({{"name", runs[i].name},
+                             {"source_id", runs[i].sourceId},
+                             {"split", toString(runs[i].split)},
                              {"metric", results[i].metric},
                              {"reported", results[i].reported},
                              {"predicted", results[i].predicted},
@@ -241,32 +281,41 @@ nlohmann::json validationJson(const std::vector<PublishedRun>& runs,
 
 void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
                      const std::vector<RunComparison>& results, bool markdown) {
-    auto metricText = [](const RunComparison& c, double v) {
-        return c.metric == "MFU" ? formatPercent(v) : formatNumber(v) + " TFLOP/s";
-    };
+    std::vector<std::string> summaries;
+    for (const RunSplit split : {RunSplit::Calibration, RunSplit::Validation})
+        if (const ErrorSummary s = summarizeErrors(runs, results, split); s.runs > 0)
+            summaries.push_back(summaryLine(toString(split), s));
     if (markdown) {
-        out << "| run | GPU | GPUs | layout | metric | reported | predicted | error |\n"
-            << "|---|---|---|---|---|---|---|---|\n";
+        out << "| run | source | split | GPU | GPUs | layout | metric | reported | predicted | "
+               "error |\n"
+            << "|---|---|---|---|---|---|---|---|---|---|\n";
         for (std::size_t i = 0; i < runs.size(); ++i) {
             const RunComparison& c = results[i];
-            out << "| " << runs[i].name << " | " << runs[i].gpuId << " | "
+            out << "| " << runs[i].name << " | " << runs[i].sourceId << " | "
+                << toString(runs[i].split) << " | " << runs[i].gpuId << " | "
                 << runs[i].parallel.worldSize() << " | " << layoutSummary(runs[i].parallel) << " | "
-                << c.metric << " (" << toString(runs[i].convention) << ") | "
-                << metricText(c, c.reported) << " | " << metricText(c, c.predicted) << " | "
-                << formatPercent(c.error) << " |\n";
+                << c.metric;
+            if (c.metric != "tokens/s per GPU")
+                out << " (" << toString(runs[i].convention) << ")";
+            out << " | " << metricText(c, c.reported) << " | " << metricText(c, c.predicted)
+                << " | " << formatPercent(c.error) << " |\n";
         }
         out << "\nMedian absolute error: " << formatPercent(medianAbsoluteError(results))
             << " over " << runs.size() << " runs.\n";
+        for (const std::string& line : summaries)
+            out << "\n- " << line << "\n";
         return;
     }
-    Table t({"run", "metric", "reported", "predicted", "error"});
+    Table t({"run", "split", "metric", "reported", "predicted", "error"});
     for (std::size_t i = 0; i < runs.size(); ++i) {
         const RunComparison& c = results[i];
-        t.add({runs[i].name, c.metric, metricText(c, c.reported), metricText(c, c.predicted),
-               formatPercent(c.error)});
+        t.add({runs[i].name, toString(runs[i].split), c.metric, metricText(c, c.reported),
+               metricText(c, c.predicted), formatPercent(c.error)});
     }
     t.print(out);
     out << "Median absolute error: " << formatPercent(medianAbsoluteError(results)) << '\n';
+    for (const std::string& line : summaries)
+        out << line << '\n';
 }
 
 void printModels(std::ostream& out) {

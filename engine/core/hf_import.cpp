@@ -188,6 +188,66 @@ Activation activationFor(const Family& family, const std::optional<std::string>&
     return SwiGlu;
 }
 
+// Layers the planner cannot describe: every layer is one kind of attention (multi-head or
+// grouped-query) and one kind of MLP. A config that says otherwise is refused, naming what, so
+// an import never counts a different model without a word (DeepSeek-V3 would read as 705 B
+// parameters against its 671 B).
+void refuseUnmodelledLayers(const json& config, ConfigReader& r, const std::string& what,
+                            bool moe) {
+    std::vector<std::string> found;
+    const auto value = [&](const char* key) {
+        const auto [name, v] = r.find({key});
+        return v ? jsonExcerpt(*v) : std::string();
+    };
+    const std::string q = value("q_lora_rank"), kv = value("kv_lora_rank");
+    if (!q.empty() || !kv.empty())
+        found.push_back("multi-head latent attention (" +
+                        (q.empty() ? "" : "q_lora_rank " + q + (kv.empty() ? "" : ", ")) +
+                        (kv.empty() ? "" : "kv_lora_rank " + kv) + ")");
+    const auto positive = [&](const char* key, std::int64_t above) {
+        const auto n = r.number({key});
+        return n && *n > double(above);
+    };
+    if (moe && positive("first_k_dense_replace", 0))
+        found.push_back("dense layers before the MoE ones (first_k_dense_replace " +
+                        value("first_k_dense_replace") + ")");
+    if (moe && positive("moe_layer_freq", 1))
+        found.push_back("MoE in every n-th layer only (moe_layer_freq " + value("moe_layer_freq") +
+                        ")");
+    if (moe && positive("decoder_sparse_step", 1))
+        found.push_back("MoE in every n-th layer only (decoder_sparse_step " +
+                        value("decoder_sparse_step") + ")");
+    if (const auto it = config.find("mlp_only_layers");
+        moe && it != config.end() && it->is_array() && !it->empty())
+        found.push_back("dense layers among the MoE ones (mlp_only_layers)");
+    if (positive("num_nextn_predict_layers", 0))
+        found.push_back("multi-token prediction modules (num_nextn_predict_layers " +
+                        value("num_nextn_predict_layers") + ")");
+    for (const char* key : {"attn_layer_period", "expert_layer_period"})
+        if (positive(key, 1))
+            found.push_back(std::string("layers of several kinds (") + key + " " + value(key) +
+                            ")");
+    if (const auto it = config.find("layer_types"); it != config.end() && it->is_array()) {
+        for (std::size_t i = 0; i < it->size() && i < 100'000; ++i) {
+            const json& kind = (*it)[i];
+            if (!kind.is_string() || (kind != "full_attention" && kind != "sliding_attention")) {
+                found.push_back("layers of several kinds (layer_types has " + jsonExcerpt(kind) +
+                                ")");
+                break;
+            }
+        }
+    }
+    if (found.empty())
+        return;
+    std::string list;
+    for (std::size_t i = 0; i < found.size(); ++i)
+        list += (i ? "; " : "") + found[i];
+    throw InputError(what + ": the planner cannot model this architecture exactly: " + list +
+                     ". Its parameters, FLOPs and memory would be counted for a different "
+                     "model. Plan its model states from a bare parameter count (--params, the "
+                     "published total), or choose a model the planner describes (see `models`)");
+}
+
 } // namespace
 
 ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
@@ -286,6 +346,7 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
         }
     }
 
+    refuseUnmodelledLayers(config, r, what, experts.value_or(0) > 0);
     r.throwIfAny(what);
     m.hidden = int(*hidden);
     m.layers = int(*layers);

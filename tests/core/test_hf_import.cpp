@@ -234,6 +234,50 @@ TEST(HfImport, InvalidFieldsAreNamed) {
     EXPECT_NE(importError(config).find("layers"), std::string::npos);
 }
 
+// Real configs whose layers the planner cannot describe are refused with the fields that say
+// so (tests/data/hf-refused: DeepSeek-R1, the DeepSeek-V3 architecture, and DeepSeek-V2.5).
+TEST(HfImport, ArchitecturesItCannotModelAreRefusedWithTheirFields) {
+    const auto refused = test::hfDataDir().parent_path() / "hf-refused";
+    const auto message = [&](const std::string& stem) {
+        return importError(readJsonFile((refused / (stem + ".json")).string()));
+    };
+    const std::string v3 = message("deepseek-r1");
+    for (const char* says :
+         {"cannot model", "multi-head latent attention (q_lora_rank 1536, kv_lora_rank 512)",
+          "first_k_dense_replace 3", "num_nextn_predict_layers 1", "--params"})
+        EXPECT_NE(v3.find(says), std::string::npos) << says << " in: " << v3;
+    const std::string v2 = message("deepseek-v2.5");
+    EXPECT_NE(v2.find("first_k_dense_replace 1"), std::string::npos) << v2;
+    EXPECT_EQ(v2.find("num_nextn_predict_layers"), std::string::npos) << v2;
+
+    // One field at a time on a config that imports: each alone is refused.
+    json moe = llamaConfig();
+    moe["num_local_experts"] = 8;
+    moe["num_experts_per_tok"] = 2;
+    EXPECT_NO_THROW(modelFromHuggingFace(moe, "moe"));
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, json>>{{"kv_lora_rank", 512},
+                                                   {"first_k_dense_replace", 1},
+                                                   {"moe_layer_freq", 2},
+                                                   {"decoder_sparse_step", 2},
+                                                   {"mlp_only_layers", json::array({0, 5})},
+                                                   {"num_nextn_predict_layers", 1},
+                                                   {"layer_types", {"full_attention", "mamba"}}}) {
+        json config = moe;
+        config[key] = value;
+        EXPECT_NE(importError(config).find(key), std::string::npos) << key;
+    }
+    // What says "nothing unusual" imports: a null rank, dense layers counted as none, one MoE
+    // layer in every one, sliding-window layers.
+    json plain = moe;
+    plain["q_lora_rank"] = nullptr;
+    plain["first_k_dense_replace"] = 0;
+    plain["moe_layer_freq"] = 1;
+    plain["mlp_only_layers"] = json::array();
+    plain["layer_types"] = {"sliding_attention", "full_attention"};
+    EXPECT_NO_THROW(modelFromHuggingFace(plain, "plain"));
+}
+
 TEST(HfImport, NotAnObject) {
     for (const json& bad : {json::array(), json(nullptr), json("config"), json(3)})
         EXPECT_NE(importError(bad).find("object"), std::string::npos);

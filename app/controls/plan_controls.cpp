@@ -266,6 +266,20 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
         form.setEnabledWhen(vpp, [](const Session& s) {
             return s.parallel.schedule == PipelineSchedule::Interleaved;
         });
+        QWidget* embedding = form.addBool(
+            "embedding-in-pipeline-split", "Embedding takes a layer",
+            "The first stage holds one layer fewer for the embedding (Megatron's "
+            "--account-for-embedding-in-pipeline-split)",
+            [](const Session& s) { return s.parallel.embeddingInPipelineSplit; },
+            [](Session& s, bool on) { s.parallel.embeddingInPipelineSplit = on; });
+        form.setEnabledWhen(embedding, [](const Session& s) { return s.parallel.pp > 1; });
+        QWidget* loss = form.addBool(
+            "loss-in-pipeline-split", "Loss takes a layer",
+            "The last stage holds one layer fewer for the output head and loss (Megatron's "
+            "--account-for-loss-in-pipeline-split)",
+            [](const Session& s) { return s.parallel.lossInPipelineSplit; },
+            [](Session& s, bool on) { s.parallel.lossInPipelineSplit = on; });
+        form.setEnabledWhen(loss, [](const Session& s) { return s.parallel.pp > 1; });
     }
     form.addChoice(
         "recompute", "Recompute",

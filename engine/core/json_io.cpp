@@ -638,7 +638,9 @@ void to_json(json& j, const ParallelConfig& p) {
              {"flash_attention", p.flashAttention},
              {"overlap_grad_reduce", p.overlapGradReduce},
              {"overlap_param_gather", p.overlapParamGather},
-             {"tp_comm_overlap", p.tpCommOverlap}};
+             {"tp_comm_overlap", p.tpCommOverlap},
+             {"embedding_in_pipeline_split", p.embeddingInPipelineSplit},
+             {"loss_in_pipeline_split", p.lossInPipelineSplit}};
 }
 
 void from_json(const json& j, ParallelConfig& out) {
@@ -673,6 +675,8 @@ void from_json(const json& j, ParallelConfig& out) {
     r.boolean("overlap_grad_reduce", p.overlapGradReduce);
     r.boolean("overlap_param_gather", p.overlapParamGather);
     r.boolean("tp_comm_overlap", p.tpCommOverlap);
+    r.boolean("embedding_in_pipeline_split", p.embeddingInPipelineSplit);
+    r.boolean("loss_in_pipeline_split", p.lossInPipelineSplit);
     problems.throwIfAny("parallel config");
     out = p;
 }

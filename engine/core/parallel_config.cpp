@@ -405,12 +405,15 @@ private:
                 "use tp = " + to_string(tpHint(m_.expertFfn(), tp)));
 
         const std::int64_t stages = std::int64_t(c_.pp) * c_.vpp;
-        if (m_.layers > 0 && stages > m_.layers)
+        const int slots = c_.pipelineSlots(m_.layers);
+        if (m_.layers > 0 && stages > slots)
             add("pp-layers",
                 "pp*vpp = " + to_string(c_.pp) + "*" + to_string(c_.vpp) + " = " +
                     to_string(stages) + " model chunks but the model has only " +
-                    to_string(m_.layers) + " layers",
-                "use pp*vpp <= " + to_string(m_.layers) + ", e.g. pp = " + to_string(ppHint()));
+                    to_string(m_.layers) + " layers" +
+                    (slots > m_.layers ? " (" + to_string(slots) + " with the embedding and loss)"
+                                       : std::string()),
+                "use pp*vpp <= " + to_string(slots) + ", e.g. pp = " + to_string(ppHint()));
 
         // Load-balanced causal attention splits the sequence into 2*cp chunks, two per rank.
         const std::int64_t chunks = 2 * std::int64_t(c_.cp);
@@ -430,7 +433,7 @@ private:
     // The most pipeline ranks the layers allow at this vpp that keep the layout on the cluster
     // (a divisor of GPUs / (tp cp), when there is a cluster).
     std::int64_t ppHint() const {
-        const std::int64_t most = std::max<std::int64_t>(1, m_.layers / c_.vpp);
+        const std::int64_t most = std::max<std::int64_t>(1, c_.pipelineSlots(m_.layers) / c_.vpp);
         if (world_ <= 0)
             return most;
         const std::int64_t rest = product({c_.tp, c_.cp});
@@ -504,6 +507,17 @@ std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& co
     }
 }
 
+int layersOnChunk(int layers, const ParallelConfig& p, int chunk) {
+    const int chunks = std::max(1, p.pp) * std::max(1, p.vpp);
+    const int slots = p.pipelineSlots(layers);
+    int held = slots / chunks + (chunk < slots % chunks ? 1 : 0);
+    if (chunk == 0 && p.embeddingInPipelineSplit)
+        --held;
+    if (chunk == chunks - 1 && p.lossInPipelineSplit)
+        --held;
+    return std::max(0, held);
+}
+
 std::string layoutSummary(const ParallelConfig& p) {
     std::ostringstream s;
     s << "dp" << p.dp << " tp" << p.tp << " pp" << p.pp;
@@ -520,6 +534,10 @@ std::string layoutSummary(const ParallelConfig& p) {
         s << " no-gather-overlap";
     if (p.tpCommOverlap && p.tpOverlapMatters())
         s << " tp-overlap";
+    if (p.pp > 1 && p.embeddingInPipelineSplit)
+        s << " pp-embedding";
+    if (p.pp > 1 && p.lossInPipelineSplit)
+        s << " pp-loss";
     return s.str();
 }
 

@@ -82,6 +82,13 @@ struct ParallelConfig {
     bool overlapGradReduce = true;
     bool overlapParamGather = true;
     bool tpCommOverlap = false;
+    // The embedding and the loss (output head) take a layer's place when layers are dealt to
+    // pipeline stages (Megatron-LM's --account-for-embedding-in-pipeline-split and
+    // --account-for-loss-in-pipeline-split; Llama 3 405B's first and last stages held one layer
+    // fewer): the first virtual stage holds one layer fewer for the embedding, the last one fewer
+    // for the loss, so pp x vpp = layers + 2 deals one layer to every stage between.
+    bool embeddingInPipelineSplit = false;
+    bool lossInPipelineSplit = false;
 
     // At most kMaxWorldSize once validate() has passed (before, the product may not fit an int).
     int worldSize() const { return dp * tp * pp * cp; }
@@ -96,7 +103,18 @@ struct ParallelConfig {
     bool tpOverlapMatters() const { return tp > 1; }
     // Microbatches each pipeline processes per step (gradient accumulation steps).
     int microbatches() const { return (microBatch * dp) > 0 ? globalBatch / (microBatch * dp) : 0; }
+    // What the stages share out: the layers, plus the embedding and the loss where they count.
+    int pipelineSlots(int layers) const {
+        return layers + (embeddingInPipelineSplit ? 1 : 0) + (lossInPipelineSplit ? 1 : 0);
+    }
 };
+
+// Transformer layers on virtual pipeline stage `chunk` (0 .. pp*vpp-1, chunk v*pp + rank as
+// engine/sched numbers them): the slots dealt evenly, the remainder one each to the first
+// chunks, less the embedding's slot on the first chunk and the loss's on the last. The planner
+// and the engine both deal layers with this. May be 0 where a chunk holds only the embedding or
+// the loss; negative never (the pp-layers rule keeps pp*vpp within the slots).
+int layersOnChunk(int layers, const ParallelConfig& p, int chunk);
 
 struct Violation {
     std::string rule;    // short id: "world-size", "tp-heads", ...

@@ -52,7 +52,10 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     const Assumptions& a = in.assume;
     // FP8 runs the layers' projections in FP8 and everything else (attention's core, the head)
     // in bf16; other policies run every GEMM at their compute precision.
-    const bool fp8 = p.precision.compute == Precision::Fp8;
+    // A GPU without FP8 tensor cores (A100) runs the policy's GEMMs in bf16, as it falls back.
+    const bool fp8 = p.precision.compute == Precision::Fp8 &&
+                     in.cluster.gpu.peakFlops.count(Precision::Fp8) > 0 &&
+                     in.cluster.gpu.peakFlops.at(Precision::Fp8) > 0;
     const double peak =
         in.cluster.gpu.peak(fp8 ? Precision::Bf16 : p.precision.compute) * a.gemmEfficiency;
     const double projectionPeak =
@@ -62,9 +65,9 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     const TokenFlops f = tokenFlops(m, p, a);
 
     StageCompute s;
-    if (m.isBare()) {
+    if (m.isBare()) { // no architecture to split: every FLOP at the policy's GEMM rate
         s.flops = f.hardware * tokens / (t * std::max(1, p.pp) * cp);
-        s.gemmSeconds = peak > 0 ? s.flops / peak : 0.0;
+        s.gemmSeconds = projectionPeak > 0 ? s.flops / projectionPeak : 0.0;
         return s;
     }
     const int layers = layersOnStage(m, p, stage);

@@ -6,6 +6,7 @@
 #include "layout.h"
 
 #include <algorithm>
+#include <array>
 
 namespace shardscope {
 
@@ -227,19 +228,38 @@ double optimizerSeconds(const PlanInputs& in, double params) {
     return bw > 0 ? bytes / bw : 0.0;
 }
 
+// The stages that can be the most loaded or the slowest (no allocation: the search calls this for
+// every layout). The first stage holds the embedding and the most in-flight microbatches, the last
+// the LM head and the logits; the second holds the most layers when the embedding takes one of
+// the first stage's places (layers go to the first chunks first).
+struct CandidateStages {
+    std::array<int, 3> stage{};
+    int count = 0;
+    const int* begin() const { return stage.data(); }
+    const int* end() const { return stage.data() + count; }
+};
+
+CandidateStages candidateStages(const ParallelConfig& p) {
+    const int last = std::max(0, p.pp - 1);
+    CandidateStages c;
+    c.stage[std::size_t(c.count++)] = 0;
+    if (p.embeddingInPipelineSplit && last > 1)
+        c.stage[std::size_t(c.count++)] = 1;
+    if (last > 0)
+        c.stage[std::size_t(c.count++)] = last;
+    return c;
+}
+
 } // namespace
 
 MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, int* stage) {
-    // The first stage holds the embedding and the most in-flight microbatches, the last the LM
-    // head and the logits: one of them is always the most loaded.
-    MemoryBreakdown worst = memoryForStage(in, 0);
-    int worstStage = 0;
-    const int lastStage = std::max(0, in.parallel.pp - 1);
-    if (lastStage > 0) {
-        MemoryBreakdown last = memoryForStage(in, lastStage);
-        if (last.total() > worst.total()) {
-            worst = last;
-            worstStage = lastStage;
+    MemoryBreakdown worst;
+    int worstStage = -1;
+    for (const int s : candidateStages(in.parallel)) {
+        MemoryBreakdown m = memoryForStage(in, s);
+        if (worstStage < 0 || m.total() > worst.total()) {
+            worst = m;
+            worstStage = s;
         }
     }
     if (stage)
@@ -254,7 +274,6 @@ Estimate evaluate(const PlanInputs& in) {
     Estimate e;
     e.params = countParameters(m);
     const int world = std::max(1, p.worldSize());
-    const int lastStage = std::max(0, p.pp - 1);
 
     e.memory = mostLoadedStageMemory(in, &e.worstStage);
     e.capacity = cl.gpu.memoryBytes;
@@ -273,13 +292,13 @@ Estimate evaluate(const PlanInputs& in) {
     e.hardwareFlopsPerStep = f.hardware * e.tokensPerStep;
 
     // Compute: the slowest stage sets the pace of the pipeline.
-    StageCompute slow = stageCompute(in, 0);
-    int slowStage = 0;
-    if (lastStage > 0) {
-        const StageCompute last = stageCompute(in, lastStage);
-        if (last.seconds() > slow.seconds()) {
-            slow = last;
-            slowStage = lastStage;
+    StageCompute slow;
+    int slowStage = -1;
+    for (const int s : candidateStages(p)) {
+        const StageCompute c = stageCompute(in, s);
+        if (slowStage < 0 || c.seconds() > slow.seconds()) {
+            slow = c;
+            slowStage = s;
         }
     }
     const double mbs = std::max(1, p.microbatches());

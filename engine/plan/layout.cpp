@@ -9,13 +9,9 @@ int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage) {
     if (m.isBare())
         return 0;
     const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp);
-    const int chunks = pp * vpp;
-    const int base = m.layers / chunks, extra = m.layers % chunks;
     int layers = 0;
-    for (int v = 0; v < vpp; ++v) {
-        const int chunk = v * pp + stage;
-        layers += base + (chunk < extra ? 1 : 0);
-    }
+    for (int v = 0; v < vpp; ++v)
+        layers += layersOnChunk(m.layers, p, v * pp + stage);
     return layers;
 }
 
@@ -49,6 +45,30 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
     return params;
 }
 
+namespace {
+
+// Members of a group (ranks 0, stride, 2 stride, ...) on the node that holds the fewest of them:
+// its NICs carry the ring between nodes. The count per node repeats every `stride` nodes at most
+// (fewer than a node's GPUs, else each node holds one), so those and the group's last node are all
+// there is to look at.
+int fewestMembersOnANode(int size, int stride, int gpusPerNode) {
+    const long long s = std::max(1, stride), gpn = std::max(1, gpusPerNode);
+    if (s >= gpn) // a node holds at most one member
+        return 1;
+    const long long lastNode = (std::max(1, size) - 1LL) * s / gpn;
+    const auto before = [&](long long rank) { // members whose rank is below `rank`
+        return std::min<long long>(std::max(1, size), (rank + s - 1) / s);
+    };
+    const auto on = [&](long long node) { return before((node + 1) * gpn) - before(node * gpn); };
+    long long fewest = on(lastNode);
+    for (long long node = 0; node < lastNode && node < s; ++node)
+        if (const long long n = on(node); n > 0) // a stride past the node skips nodes
+            fewest = std::min(fewest, n);
+    return int(std::max(1LL, fewest));
+}
+
+} // namespace
+
 GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int size, int stride,
                           Traffic traffic) {
     GroupPlacement g;
@@ -60,8 +80,9 @@ GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int 
         // NCCL runs a ring (channel) per NIC: a collective whose group has k members on each node
         // crosses between nodes over those k GPUs' NICs at once, as fast as NVLink allows. A
         // point-to-point send goes out through the sender's own NIC.
-        const int perNode = std::max(1, cluster.gpusPerNode / g.stride);
-        const int members = traffic == Traffic::Collective ? std::min(g.size, perNode) : 1;
+        const int members = traffic == Traffic::Collective
+                                ? fewestMembersOnANode(g.size, g.stride, cluster.gpusPerNode)
+                                : 1;
         link = std::min(cluster.intraBandwidth > 0 ? cluster.intraBandwidth : 1e300,
                         members * cluster.interBandwidth);
     }
@@ -75,8 +96,8 @@ GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, co
     switch (axis) {
     case Axis::TP:
         return placeGroup(cluster, a, p.tp, 1);
-    case Axis::CP:
-        return placeGroup(cluster, a, p.cp, p.tp);
+    case Axis::CP: // ring attention passes keys and values to the next rank: sends, not a ring
+        return placeGroup(cluster, a, p.cp, p.tp, Traffic::PointToPoint);
     case Axis::DP:
         return placeGroup(cluster, a, p.dp * p.cp, p.tp); // ZeRO shards over dp x cp
     case Axis::PP:

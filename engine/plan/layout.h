@@ -6,8 +6,9 @@
 
 namespace shardscope {
 
-// Transformer layers held by pipeline rank `stage` (chunks dealt round-robin, the remainder to
-// the first chunks, so stage 0 is never lighter than the others).
+// Transformer layers held by pipeline rank `stage`: the sum over its chunks of layersOnChunk
+// (core/parallel_config.h), the remainder to the first chunks, the embedding's and the loss's
+// slots taken from the first and last where the layout counts them.
 int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage);
 
 // Parameters of one transformer layer held by one tensor-parallel rank. Norms are replicated;

@@ -55,10 +55,10 @@ public:
     const std::string& required(const std::string& column) const {
         const std::string& t = text(column);
         if (t.empty())
-            throw InputError(has(column) ? "published runs, line " + std::to_string(line_) +
-                                               ": column '" + column + "' is empty but required"
-                                         : "published runs: the header has no column '" +
-                                               column + "'");
+            throw InputError(has(column)
+                                 ? "published runs, line " + std::to_string(line_) + ": column '" +
+                                       column + "' is empty but required"
+                                 : "published runs: the header has no column '" + column + "'");
         return t;
     }
 
@@ -174,7 +174,7 @@ PublishedRun parseRow(const Row& r, int line) {
         throw InputError("published runs, line " + std::to_string(line) + ": activation '" + act +
                          "' is not gelu or swiglu");
     }
-    m.tiedEmbeddings = r.text("tied") == "true";
+    m.tiedEmbeddings = r.flag("tied", false);
 
     ParallelConfig& p = run.parallel;
     p.tp = r.integer("tp");
@@ -183,25 +183,41 @@ PublishedRun parseRow(const Row& r, int line) {
     p.cp = r.integer("cp", 1);
     p.dp = r.integer("dp");
     p.zero = int(r.number("zero", 1)); // Megatron's distributed optimizer unless stated
+    if (p.zero != r.number("zero", 1) || p.zero > 3)
+        throw InputError("published runs, line " + std::to_string(line) +
+                         ": column 'zero' should be 0, 1, 2 or 3, got '" + r.text("zero") + "'");
     p.microBatch = r.integer("micro_batch", 1);
     p.globalBatch = r.integer("global_batch");
     // ZeRO's states sharded over groups of this many ranks (hybrid sharding); empty: all of dp.
     p.shardGroup = r.text("shard_group").empty() ? 0 : r.integer("shard_group");
     p.sequenceParallel = r.flag("sequence_parallel", false);
     p.tpCommOverlap = r.flag("tp_comm_overlap", false);
+    p.embeddingInPipelineSplit = r.flag("embedding_in_pipeline_split", false);
+    p.lossInPipelineSplit = r.flag("loss_in_pipeline_split", false);
+    // Names the line and the column of a word that is not one of the known ones.
+    const auto word = [&](const char* column, const auto& parse) {
+        try {
+            return parse(r.text(column));
+        } catch (const InputError& e) {
+            throw InputError("published runs, line " + std::to_string(line) + ", column '" +
+                             column + "': " + e.what());
+        }
+    };
     const std::string rc = r.text("recompute");
-    p.recompute = rc.empty() ? Recompute::None : recomputeFromString(rc);
+    p.recompute = rc.empty() ? Recompute::None : word("recompute", recomputeFromString);
     p.schedule = p.vpp > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
-    const std::string precision = r.text("precision");
-    try {
-        p.precision =
-            precision.empty() ? PrecisionPolicy::bf16Mixed() : precisionPolicyFromString(precision);
-        const std::string peak = r.text("peak_precision");
-        run.peakPrecision = peak.empty() ? Precision::Bf16 : precisionFromString(peak);
-    } catch (const InputError& e) {
-        throw InputError("published runs, line " + std::to_string(line) + ": " + e.what());
-    }
-    p.flashAttention = r.text("flash_attention") == "true";
+    p.precision = r.text("precision").empty() ? PrecisionPolicy::bf16Mixed()
+                                              : word("precision", precisionPolicyFromString);
+    run.peakPrecision = r.text("peak_precision").empty()
+                            ? Precision::Bf16
+                            : word("peak_precision", precisionFromString);
+    const GpuSpec& gpu = word("gpu", findGpuPreset);
+    if (const auto it = gpu.peakFlops.find(run.peakPrecision);
+        it == gpu.peakFlops.end() || it->second <= 0)
+        throw InputError("published runs, line " + std::to_string(line) +
+                         ": column 'peak_precision': " + gpu.id + " has no " +
+                         toString(run.peakPrecision) + " peak to divide by");
+    p.flashAttention = r.flag("flash_attention", false);
     // Empty: what current frameworks do (ParallelConfig's defaults).
     p.overlapGradReduce = r.flag("overlap_grad_reduce", true);
     p.overlapParamGather = r.flag("overlap_param_gather", true);
@@ -230,6 +246,12 @@ PublishedRun parseRow(const Row& r, int line) {
             throw InputError("published runs, line " + std::to_string(line) +
                              ": reported_mfu and reported_hfu are fractions (0.43 for 43 %)");
     run.convention = conventionFromString(r.required("flops_convention"), line);
+    if (run.reportedHfu > 0 && run.reportedTokensPerGpu <= 0 && run.reportedTflops <= 0 &&
+        run.reportedMfu <= 0 && run.convention == FlopsConvention::Megatron)
+        throw InputError("published runs, line " + std::to_string(line) +
+                         ": the megatron convention already counts the recomputed forward; give "
+                         "the figure as reported_tflops_per_gpu, or name the convention its HFU "
+                         "was counted in");
     return run;
 }
 

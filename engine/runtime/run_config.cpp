@@ -5,6 +5,7 @@
 #include "core/presets.h"
 #include "data.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "parallel/pipeline_chunks.h"
 #include "rank_device.h"
 #include "sched/pipeline_program.h"
 
@@ -306,10 +307,13 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
                       "not in the engine yet: set \"tied_embeddings\": false, use \"zero\": 1, "
                       "or pp 1");
     // What the layout rules above leave to the schedule itself (m divisible by pp when
-    // interleaving, ...), said once.
+    // interleaving, ...) and to the deal of layers (a stage holding only the embedding or the
+    // loss), said once, before any rank starts.
     if (out.empty()) {
         try {
             buildPipelineProgram({p.schedule, p.pp, p.microbatches(), p.vpp});
+            for (int rank = 0; rank < p.pp; ++rank)
+                pipelineChunks(c.model.layers, p, rank);
         } catch (const InputError& e) {
             out.push_back(e.what());
         }

@@ -73,22 +73,22 @@ const StepActivity* activityAt(const RankState& r, std::int64_t step) {
     return nullptr;
 }
 
-// A rank found gone after a watchdog's hang summary was ended by the launcher (a stopped rank
-// woken to be killed): the summary, written first, says what went wrong.
-bool foundWhileEnding(const RunState& run, const LostRank& lost) {
+// A rank found gone after a watchdog's hang summary named it was ended by the launcher (a
+// stopped rank woken to be killed): the summary, written first, says what went wrong.
+bool foundWhileEnding(const RunState& run, int lostRank, double at) {
     const auto& hang = run.hangSummary();
-    return hang && lost.at > hang->at;
+    return hang && at > hang->at &&
+           std::count(hang->missing.begin(), hang->missing.end(), lostRank) > 0;
 }
 
-// Whether the rank's only error is a loss it found while the job was being ended: it did not
-// fail, it was waiting when the launcher took a peer.
+// Whether every error of the rank is a loss it found while the job was being ended: it did not
+// fail, it was waiting when the launcher took its peers.
 bool onlyFoundTheEnding(const RunState& run, const RankState& r) {
-    if (r.errors.size() != 1)
+    if (r.errors.empty() || r.errors.size() != r.lossesFound.size())
         return false;
-    for (const auto& [rank, lost] : run.lostRanks())
-        if (lost.reporter == r.rank && lost.message == r.errors.front())
-            return foundWhileEnding(run, lost);
-    return false;
+    return std::all_of(r.lossesFound.begin(), r.lossesFound.end(), [&](const auto& found) {
+        return foundWhileEnding(run, found.first, found.second);
+    });
 }
 
 } // namespace
@@ -159,7 +159,8 @@ std::vector<RankHealth> rankHealth(const RunState& run, const HealthOptions& opt
             h.status = RankStatus::Failed;
             h.detail = r->errors.back();
         } else if (const auto lost = run.lostRanks().find(h.rank);
-                   lost != run.lostRanks().end() && !foundWhileEnding(run, lost->second)) {
+                   lost != run.lostRanks().end() &&
+                   !foundWhileEnding(run, h.rank, lost->second.at)) {
             h.status = RankStatus::Dead;
             h.detail = "its process ended without a message (killed, or crashed), found by rank " +
                        std::to_string(lost->second.reporter) + "'s watchdog; " + lastSeen(*r);
@@ -188,6 +189,9 @@ std::vector<RankHealth> rankHealth(const RunState& run, const HealthOptions& opt
                 if (r->blocked)
                     h.detail +=
                         "; when the job was being ended it said: " + blockedText(*r->blocked);
+                if (const auto late = run.lostRanks().find(h.rank); late != run.lostRanks().end())
+                    h.detail += "; after that, rank " + std::to_string(late->second.reporter) +
+                                "'s watchdog found its process gone (the job being ended)";
             }
         } else if (r->blocked && r->blocked->hang) {
             h.status = RankStatus::Hung;
@@ -251,7 +255,7 @@ std::string hangDiagnosis(const RunState& run, const std::vector<RankHealth>& he
     }
     const auto noticed = std::find_if( // the watchdog that noticed says who and where it waited
         run.lostRanks().begin(), run.lostRanks().end(),
-        [&](const auto& lost) { return !foundWhileEnding(run, lost.second); });
+        [&](const auto& lost) { return !foundWhileEnding(run, lost.first, lost.second.at); });
     if (noticed != run.lostRanks().end())
         sentence("Watchdog of " + noticed->second.message + ".");
     else if (!run.launcherNotices().empty()) // a rank on another host: the launcher saw it go

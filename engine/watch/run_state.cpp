@@ -371,9 +371,11 @@ void RunState::onEvent(RankState& r, const json& e) {
     } else if (kind == "rank_lost") {
         // The reporter ends the job over it: its own failure, with the sentence.
         const std::string message = text(e, "message");
-        if (r.errors.size() < 16)
-            r.errors.push_back(message);
         const std::int64_t lost = integer(e, "lost_rank");
+        if (r.errors.size() < 16) { // each kept error that is a loss is also kept as one
+            r.errors.push_back(message);
+            r.lossesFound.emplace_back(int(std::clamp<std::int64_t>(lost, -1, 1'000'000)), r.lastT);
+        }
         if (lost >= 0 && lost < 1'000'000 && lost != r.rank && lost_.size() < 1024)
             lost_.try_emplace(int(lost), LostRank{r.rank, message, r.lastT});
     } else if (kind == "hang_summary") {

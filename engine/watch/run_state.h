@@ -113,6 +113,8 @@ struct RankState {
     std::optional<BlockedIn> blocked;     // cleared by any later progress
     std::optional<std::string> endStatus; // completed, interrupted, failed
     std::vector<std::string> errors;
+    // The ranks this rank's watchdog found gone, each with its report's t (also in `errors`).
+    std::vector<std::pair<int, double>> lossesFound;
     double lastT = 0;           // t of the newest event
     double lastReceived = -1;   // receiver's clock at the newest event, -1 for files
     bool disconnected = false;  // the stream closed without an end event

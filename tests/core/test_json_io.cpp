@@ -361,6 +361,8 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
     p.overlapGradReduce = false; // every overlap flag away from its default
     p.overlapParamGather = false;
     p.tpCommOverlap = true;
+    p.embeddingInPipelineSplit = true;
+    p.lossInPipelineSplit = true;
     for (auto s : {PipelineSchedule::Naive, PipelineSchedule::GPipe, PipelineSchedule::OneFOneB,
                    PipelineSchedule::Interleaved, PipelineSchedule::ZeroBubble}) {
         p.schedule = s;
@@ -400,7 +402,8 @@ TEST(ParallelConfigJson, ReadsStringsAndRejectsBadValues) {
          {R"({"dp": 0})", R"({"zero": 4})", R"({"tp": "8"})", R"({"precision": "int4"})",
           R"({"micro_batch": -1})", R"({"dp": 1000000, "tp": 1000})",
           R"({"offload_optimizer": "yes"})", R"({"shard_group": -8})", R"({"shard_group": 2.5})",
-          R"({"tp_comm_overlap": 1})", R"({"overlap_grad_reduce": "no"})"})
+          R"({"tp_comm_overlap": 1})", R"({"loss_in_pipeline_split": "yes"})",
+          R"({"overlap_grad_reduce": "no"})"})
         EXPECT_THROW(json::parse(bad).get<ParallelConfig>(), InputError) << bad;
 }
 

@@ -297,6 +297,49 @@ TEST(Validate, PipelineStagesNeedLayers) {
     EXPECT_NE(v->message.find("16"), std::string::npos) << v->message;
 }
 
+// With the embedding and the loss counted as layers (Megatron's account-for flags), pp x vpp
+// may reach layers + 2; the layers are still all dealt, the first and last chunk one fewer.
+TEST(Validate, TheEmbeddingAndLossCountAsLayersWhereTheLayoutSaysSo) {
+    ModelSpec m = llama3_405b();
+    m.layers = 30;
+    ParallelConfig p = llama405bLayout(); // pp 16
+    p.pp = 32;
+    p.dp = 4;
+    auto v = expectRule(validate(m, p), "pp-layers");
+    ASSERT_TRUE(v);
+    p.embeddingInPipelineSplit = p.lossInPipelineSplit = true;
+    EXPECT_FALSE(hasRule(validate(m, p), "pp-layers")) << "30 + 2 slots fill pp 32";
+    p.lossInPipelineSplit = false;
+    v = expectRule(validate(m, p), "pp-layers");
+    ASSERT_TRUE(v);
+    EXPECT_NE(v->message.find("31 with the embedding and loss"), std::string::npos) << v->message;
+
+    // Every layer dealt once over the chunks, whatever the flags: Megatron's rule by hand.
+    for (const bool embedding : {false, true})
+        for (const bool loss : {false, true})
+            for (const auto& [layers, pp, vpp] :
+                 {std::tuple{126, 16, 1}, {80, 8, 4}, {30, 4, 2}, {7, 3, 1}}) {
+                ParallelConfig q;
+                q.pp = pp;
+                q.vpp = vpp;
+                q.embeddingInPipelineSplit = embedding;
+                q.lossInPipelineSplit = loss;
+                const int chunks = pp * vpp, slots = layers + embedding + loss;
+                int total = 0;
+                for (int c = 0; c < chunks; ++c) {
+                    const int expected = slots / chunks + (c < slots % chunks) -
+                                         (c == 0 && embedding) - (c == chunks - 1 && loss);
+                    EXPECT_EQ(layersOnChunk(layers, q, c), expected) << layers << " " << c;
+                    total += layersOnChunk(layers, q, c);
+                }
+                EXPECT_EQ(total, layers);
+            }
+    ParallelConfig shown = llama405bLayout();
+    shown.embeddingInPipelineSplit = shown.lossInPipelineSplit = true;
+    EXPECT_NE(layoutSummary(shown).find(" pp-embedding pp-loss"), std::string::npos)
+        << layoutSummary(shown);
+}
+
 // A hint that changes one degree keeps the layout on the cluster: tp*pp*cp must still divide
 // its GPUs, so that dp = GPUs / (tp pp cp) is whole.
 TEST(Validate, HintsKeepTheGpuCountWhole) {

@@ -428,10 +428,34 @@ TEST(Estimate, Fp8SpeedsUpOnlyTheProjections) {
         return bf16 / estimate(in).computeTime;
     };
     const double short_ = speedup(2048), long_ = speedup(32768);
-    EXPECT_GT(short_, 1.2);
-    EXPECT_LT(short_, 2.0);
+    // The projections alone would gain the ratio of the FP8 and bf16 GEMM rates.
+    const Assumptions a;
+    const GpuSpec& h100 = findGpuPreset("h100-sxm");
+    const double projections = h100.peak(Precision::Fp8) * a.fp8GemmEfficiency /
+                               (h100.peak(Precision::Bf16) * a.gemmEfficiency);
+    EXPECT_GT(short_, 1.0);
+    EXPECT_LT(short_, projections);
     EXPECT_GT(long_, 1.0);
     EXPECT_LT(long_, short_);
+}
+
+// A GPU without FP8 tensor cores (A100) runs an FP8 policy's GEMMs as bf16, no slower; a bare
+// parameter count, with nothing to split, runs all its FLOPs at the FP8 GEMM rate.
+TEST(Estimate, Fp8FallsBackWhereTheGpuHasNoFp8AndCountsWholeForABareModel) {
+    PlanInputs in = test::inputs("llama3-8b", "a100-80gb", 8, 1, test::layout(8, 1, 1, 64));
+    const double bf16 = estimate(in).computeTime;
+    in.parallel.precision = PrecisionPolicy::fp8Mixed();
+    EXPECT_DOUBLE_EQ(estimate(in).computeTime, bf16);
+
+    PlanInputs bare = bareModel(7e9, 1, 1);
+    const StageCompute bareBf16 = stageCompute(bare, 0);
+    bare.parallel.precision = PrecisionPolicy::fp8Mixed();
+    const StageCompute bareFp8 = stageCompute(bare, 0);
+    const GpuSpec& gpu = bare.cluster.gpu;
+    EXPECT_NEAR(bareBf16.gemmSeconds / bareFp8.gemmSeconds,
+                gpu.peak(Precision::Fp8) * bare.assume.fp8GemmEfficiency /
+                    (gpu.peak(Precision::Bf16) * bare.assume.gemmEfficiency),
+                1e-9);
 }
 
 // With the FP8 GEMMs made exactly as fast as bf16 ones, FP8 costs more than bf16 by its casts

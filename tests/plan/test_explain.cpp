@@ -37,6 +37,7 @@ TEST(Explain, Fp8ComputeTimeNamesWhatRunsInFp8) {
     EXPECT_EQ(explain(in, estimate(in), FigureId::ComputeTime).formula.find("fp8"),
               std::string::npos);
     in.parallel.precision = PrecisionPolicy::fp8Mixed();
+    in.assume.fp8GemmEfficiency = 0.6;
     const Explanation x = explain(in, estimate(in), FigureId::ComputeTime);
     EXPECT_NE(x.formula.find("projection_flops / (fp8_peak x fp8_gemm_efficiency)"),
               std::string::npos)

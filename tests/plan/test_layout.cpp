@@ -3,6 +3,7 @@
 #include "plan_test_support.h"
 
 #include <gtest/gtest.h>
+#include <map>
 #include <set>
 
 namespace shardscope {
@@ -45,28 +46,43 @@ TEST(RankCoordinate, EveryCoordinateOccursExactlyOnce) {
 }
 
 // A collective crossing nodes uses the NICs of all its members on a node at once (a ring per
-// NIC); a pipeline send uses one. Members per node counted here by walking the ranks.
+// NIC), as many as the node holding the fewest of them has; a pipeline or ring-attention send
+// uses one. Members per node counted here by walking the group's ranks.
 TEST(PlaceGroup, ACollectiveCrossesNodesOverItsMembersNics) {
-    const ClusterSpec cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 8);
+    const ClusterSpec cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 64);
     const Assumptions a;
-    for (const int tp : {1, 2, 4, 8}) {
-        const ParallelConfig p = layout(64 / tp, tp, 1, 1);
-        int onNodeZero = 0; // members of rank 0's data-parallel group on node 0
-        for (int r = 0; r < p.worldSize(); ++r) {
-            const RankCoordinate c = rankCoordinate(p, r, cluster.gpusPerNode);
-            onNodeZero += c.tp == 0 && c.node == 0;
+    for (const auto& [size, stride] : {std::pair{64, 1},
+                                       {32, 2},
+                                       {16, 4},
+                                       {8, 8},
+                                       {3, 4},
+                                       {12, 2},
+                                       {5, 3},
+                                       {4, 3},
+                                       {9, 6},
+                                       {2, 16}}) {
+        std::map<int, int> perNode;
+        for (int i = 0; i < size; ++i)
+            ++perNode[i * stride / cluster.gpusPerNode];
+        int fewest = size;
+        for (const auto& [node, members] : perNode)
+            fewest = std::min(fewest, members);
+        const GroupPlacement g = placeGroup(cluster, a, size, stride);
+        SCOPED_TRACE(std::to_string(size) + " every " + std::to_string(stride));
+        ASSERT_EQ(g.crossesNodes, perNode.size() > 1);
+        if (g.crossesNodes) {
+            EXPECT_DOUBLE_EQ(g.bandwidth,
+                             std::min(cluster.intraBandwidth, fewest * cluster.interBandwidth) *
+                                 a.commEfficiency);
         }
-        const GroupPlacement dp = placeAxis(cluster, p, a, Axis::DP);
-        ASSERT_TRUE(dp.crossesNodes) << tp;
-        EXPECT_DOUBLE_EQ(dp.bandwidth,
-                         std::min(cluster.intraBandwidth, onNodeZero * cluster.interBandwidth) *
-                             a.commEfficiency)
-            << tp;
     }
-    const ParallelConfig pipeline = layout(1, 2, 32, 1); // stages 2 GPUs apart cross nodes
-    const GroupPlacement pp = placeAxis(cluster, pipeline, a, Axis::PP);
+    const double oneNic = cluster.interBandwidth * a.commEfficiency;
+    const GroupPlacement pp = placeAxis(cluster, layout(1, 2, 32, 1), a, Axis::PP);
     ASSERT_TRUE(pp.crossesNodes);
-    EXPECT_DOUBLE_EQ(pp.bandwidth, cluster.interBandwidth * a.commEfficiency);
+    EXPECT_DOUBLE_EQ(pp.bandwidth, oneNic);
+    const GroupPlacement cp = placeAxis(cluster, layout(1, 1, 1, 16), a, Axis::CP);
+    ASSERT_TRUE(cp.crossesNodes);
+    EXPECT_DOUBLE_EQ(cp.bandwidth, oneNic);
 }
 
 TEST(TpCrossesNodes, OnlyWhenTpDoesNotDivideTheNode) {

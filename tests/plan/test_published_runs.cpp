@@ -11,6 +11,10 @@ namespace shardscope {
 namespace {
 
 const std::string kRuns = std::string(SHARDSCOPE_TEST_DATA) + "/published_runs.csv";
+// The model and layout columns every test row starts with.
+const std::string kRunColumns =
+    "name,gpu,gpus,layers,hidden,heads,kv_heads,ffn_hidden,vocab,seq_len,activation,tied,tp,pp,vpp,"
+    "cp,dp,zero,micro_batch,global_batch,recompute,";
 
 TEST(PublishedRuns, SixtyRunsFromEightSourcesInBothSplits) {
     const std::vector<PublishedRun> runs = loadPublishedRuns(kRuns);
@@ -38,15 +42,33 @@ TEST(PublishedRuns, MedianErrorsOfTheCalibrationAndValidationParts) {
     const ErrorSummary validation = summarizeErrors(runs, results, RunSplit::Validation);
     EXPECT_LT(calibration.medianAbsolute, 0.10);
     EXPECT_LT(validation.medianAbsolute, 0.20);
+    EXPECT_LT(calibration.p90Absolute, 0.35);
+    EXPECT_LT(validation.p90Absolute, 0.60);
     for (const RunComparison& c : results)
         EXPECT_GT(c.predicted, 0);
 }
 
+// HFU counts the recomputed forward on top of the convention's model FLOPs: for the same run
+// under full recompute it is the MFU times hardware over model FLOPs. An HFU in the megatron
+// convention (which already counts it) and a peak the GPU does not have are refused.
+TEST(PublishedRuns, HfuAddsTheRecomputeAndNeedsAPeakTheGpuHas) {
+    const std::string header =
+        kRunColumns + "reported_mfu,reported_hfu,flops_convention,peak_precision,source\n";
+    const std::string row = "x,a100-80gb,8,4,256,4,4,1024,1000,512,gelu,true,1,1,,1,8,0,1,64,full,";
+    const RunComparison mfu = compareRun(parsePublishedRuns(header + row + "0.5,,palm,,s\n")[0]);
+    const RunComparison hfu = compareRun(parsePublishedRuns(header + row + ",0.5,palm,,s\n")[0]);
+    EXPECT_EQ(hfu.metric, "HFU");
+    EXPECT_NEAR(hfu.predicted / mfu.predicted,
+                mfu.estimate.hardwareFlopsPerToken / mfu.estimate.modelFlopsPerToken, 1e-12);
+    EXPECT_GT(hfu.predicted, mfu.predicted);
+    EXPECT_THROW(parsePublishedRuns(header + row + ",0.5,megatron,,s\n"), InputError);
+    EXPECT_THROW(parsePublishedRuns(header + row + "0.5,,palm,fp8,s\n"), InputError); // A100
+}
+
 TEST(PublishedRuns, TokensPerSecondIsComparedFirstAndFractionsAreFractions) {
     const std::string header =
-        "name,gpu,gpus,layers,hidden,heads,kv_heads,ffn_hidden,vocab,seq_len,activation,tied,tp,pp,"
-        "vpp,cp,dp,zero,micro_batch,global_batch,recompute,reported_tflops_per_gpu,reported_mfu,"
-        "reported_tokens_per_s_per_gpu,flash_attention,flops_convention,source\n";
+        kRunColumns + "reported_tflops_per_gpu,reported_mfu,"
+                      "reported_tokens_per_s_per_gpu,flash_attention,flops_convention,source\n";
     const std::string row = "x-1,a100-80gb,8,2,64,2,2,256,10,8,gelu,true,1,1,,1,8,0,1,8,none,";
     const std::vector<PublishedRun> runs =
         parsePublishedRuns(header + row + "100,0.4,5000,true,palm,src\n");
@@ -101,6 +123,29 @@ TEST(PublishedRuns, MalformedCsvIsAnInputError) {
                              "false,megatron,";
     EXPECT_NO_THROW(parsePublishedRuns(more + good + "calibration,fp8,src\n"));
     EXPECT_THROW(parsePublishedRuns(more + good + "tuning,bf16,src\n"), InputError);
+    // Each bad cell names its column.
+    const auto refusal = [](const std::string& csv) {
+        try {
+            parsePublishedRuns(csv);
+        } catch (const InputError& e) {
+            return std::string(e.what());
+        }
+        ADD_FAILURE() << "accepted: " << csv;
+        return std::string();
+    };
+    const std::string cells = "x,a100-80gb,8,2,64,2,2,256,10,8,gelu,";
+    EXPECT_NE(refusal(more + cells + "true,1,1,,1,8,0,1,8,most,100,,false,megatron,,bf16,src\n")
+                  .find("column 'recompute'"),
+              std::string::npos);
+    EXPECT_NE(refusal(more + cells + "yes,1,1,,1,8,0,1,8,none,100,,false,megatron,,bf16,src\n")
+                  .find("'tied'"),
+              std::string::npos);
+    EXPECT_NE(refusal(more + cells + "true,1,1,,1,8,2.5,1,8,none,100,,false,megatron,,bf16,src\n")
+                  .find("'zero'"),
+              std::string::npos);
+    EXPECT_NE(refusal(more + cells + "true,1,1,,1,8,0,1,8,none,100,,false,megatron,,fp7,src\n")
+                  .find("column 'precision'"),
+              std::string::npos);
     EXPECT_THROW(parsePublishedRuns(more + good + "validation,fp7,src\n"), InputError);
     // A layout the planner refuses (tp 3 does not divide 2 heads) is refused with its rule.
     try {

@@ -46,6 +46,60 @@ TEST(PipelineChunks, DealLayersAsThePlannerDoes) {
     }
 }
 
+// Counting the embedding and the loss as layers (Megatron's account-for flags): Llama 3 405B's
+// 126 layers over 16 stages give the first and the last 7 and every other 8, as Meta describes;
+// every layer is still dealt once, in order, as the planner deals them.
+TEST(PipelineChunks, TheEmbeddingAndTheLossTakeALayersPlace) {
+    ParallelConfig p;
+    p.pp = 16;
+    p.embeddingInPipelineSplit = p.lossInPipelineSplit = true;
+    std::vector<int> held;
+    for (int rank = 0; rank < 16; ++rank)
+        held.push_back(pipelineChunks(126, p, rank).front().layers);
+    EXPECT_EQ(held.front(), 7);
+    EXPECT_EQ(held.back(), 7);
+    for (int rank = 1; rank < 15; ++rank)
+        EXPECT_EQ(held[std::size_t(rank)], 8) << rank;
+
+    for (const auto& [layers, pp, vpp, embedding, loss] :
+         std::vector<std::tuple<int, int, int, bool, bool>>{{6, 2, 2, true, true},
+                                                            {7, 4, 1, true, false},
+                                                            {11, 2, 3, false, true},
+                                                            {30, 4, 2, true, true}}) {
+        const ModelSpec m = tinyGpt(layers, 16, 2, 32, 8);
+        p.pp = pp;
+        p.vpp = vpp;
+        p.embeddingInPipelineSplit = embedding;
+        p.lossInPipelineSplit = loss;
+        int next = 0;
+        for (int v = 0; v < vpp; ++v)
+            for (int rank = 0; rank < pp; ++rank) {
+                const ModelChunk c = pipelineChunks(layers, p, rank)[std::size_t(v)];
+                EXPECT_EQ(c.firstLayer, next);
+                next += c.layers;
+            }
+        EXPECT_EQ(next, layers);
+        for (int rank = 0; rank < pp; ++rank) {
+            int onRank = 0;
+            for (const ModelChunk& c : pipelineChunks(layers, p, rank))
+                onRank += c.layers;
+            EXPECT_EQ(onRank, layersOnStage(m, p, rank));
+        }
+    }
+    // pp x vpp = layers + 2 is one layer a stage and the embedding and loss alone at the ends:
+    // the planner plans it, the engine refuses a stage with no layer and says which flag.
+    p.pp = 4;
+    p.vpp = 1;
+    p.embeddingInPipelineSplit = p.lossInPipelineSplit = true;
+    try {
+        pipelineChunks(2, p, 0);
+        FAIL() << "a stage holding only the embedding was accepted";
+    } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("embedding_in_pipeline_split"), std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(PipelineChunks, RefuseAVirtualStageWithoutALayer) {
     try {
         pipelineChunks(3, 2, 2, 0);

@@ -412,6 +412,28 @@ json planJsonWith(const std::vector<std::string>& flags) {
     return parseOrFail(r.out);
 }
 
+// Megatron's account-for-embedding/loss flags from the command line: into the JSON layout and
+// the layout line. Llama 3 8B on pp 4 deals 8 layers a stage, so the last also computes the
+// 128K-vocabulary head (about two layers' FLOPs); counting the embedding and loss as layers
+// gives it 7 and the slowest stage 9 plain layers: a shorter step.
+TEST(CliPlan, TheEmbeddingAndLossCanTakeALayersPlace) {
+    const std::vector<std::string> layout = {"--model", "llama3-8b", "--tp",    "1",
+                                             "--pp",    "4",         "--nodes", "2"};
+    std::vector<std::string> flags = layout;
+    for (const char* f :
+         {"--embedding-in-pipeline-split", "true", "--loss-in-pipeline-split", "true"})
+        flags.push_back(f);
+    const json base = planJsonWith(layout), split = planJsonWith(flags);
+    EXPECT_EQ(base.at("parallel").at("embedding_in_pipeline_split"), false);
+    EXPECT_EQ(split.at("parallel").at("embedding_in_pipeline_split"), true);
+    EXPECT_EQ(split.at("parallel").at("loss_in_pipeline_split"), true);
+    EXPECT_LT(split.at("summary").at("step_time_s").get<double>(),
+              base.at("summary").at("step_time_s").get<double>());
+    std::vector<std::string> text = {"plan"};
+    text.insert(text.end(), flags.begin(), flags.end());
+    EXPECT_CONTAINS(shardscope::testing::runCliWith(text).out, "pp-embedding pp-loss");
+}
+
 // The framework's overlap settings from the command line: into the JSON layout, the step time
 // and the explanation; TP overlap without sequence parallelism is refused (exit 2) with its rule.
 TEST(CliPlan, OverlapFlagsMoveTheStepAndAreExplained) {

@@ -244,14 +244,35 @@ TEST(RankHealth, ARankFoundGoneOnlyAfterTheHangSummaryStaysSilent) {
                      {"message", "rank 3: rank 1 (pid 7) is gone"}});
         return run;
     };
-    const RunState ending = runWithLossAt(12.0);
+    RunState ending = runWithLossAt(12.0);
+    // Rank 2, waiting too, finds rank 1 gone as well: neither finder failed.
+    ending.add(json{{"type", "event"},
+                    {"event", "rank_lost"},
+                    {"rank", 2},
+                    {"t", 12.5},
+                    {"lost_rank", 1},
+                    {"message", "rank 2: rank 1 (pid 7) is gone"}});
     std::vector<RankHealth> health = rankHealth(ending);
     ASSERT_EQ(health.size(), 4u);
     EXPECT_EQ(health[1].status, RankStatus::Silent) << health[1].detail;
+    EXPECT_NE(health[1].detail.find("rank 3's watchdog found its process gone"), std::string::npos)
+        << health[1].detail;
+    EXPECT_NE(health[2].status, RankStatus::Failed) << health[2].detail;
     EXPECT_NE(health[3].status, RankStatus::Failed) << health[3].detail;
     std::string why = hangDiagnosis(ending, health);
     EXPECT_NE(why.find("Ranks 1, 3 are silent"), std::string::npos) << why;
     EXPECT_EQ(why.find("is gone"), std::string::npos) << why;
+
+    // A loss found after the summary of a rank the summary did not name is not the ending's.
+    RunState other = runWithLossAt(12.0);
+    other.add(json{{"type", "event"},
+                   {"event", "rank_lost"},
+                   {"rank", 3},
+                   {"t", 12.6},
+                   {"lost_rank", 0},
+                   {"message", "rank 3: rank 0 (pid 5) is gone"}});
+    health = rankHealth(other);
+    EXPECT_EQ(health[3].status, RankStatus::Failed) << health[3].detail;
 
     const RunState cause = runWithLossAt(8.0);
     health = rankHealth(cause);

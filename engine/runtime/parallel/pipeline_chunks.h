@@ -3,6 +3,8 @@
 // hold the layers the planner predicted memory and compute for.
 #pragma once
 
+#include "core/parallel_config.h"
+
 #include <vector>
 
 namespace shardscope {
@@ -19,5 +21,9 @@ struct ModelChunk {
 // plan/layout's layersOnStage deals them (the remainder to the first virtual stages). Throws
 // InputError when a virtual stage would get no layer.
 std::vector<ModelChunk> pipelineChunks(int layers, int pp, int vpp, int rank);
+// The same for a layout that may count the embedding and the loss as layers
+// (ParallelConfig::embeddingInPipelineSplit, lossInPipelineSplit): dealt by core's
+// layersOnChunk. Throws InputError when a stage would hold only the embedding or the loss.
+std::vector<ModelChunk> pipelineChunks(int layers, const ParallelConfig& p, int rank);
 
 } // namespace shardscope

@@ -79,6 +79,14 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
                    "Hide TP's all-gathers and reduce-scatters behind the GEMMs (Megatron's "
                    "--tp-comm-overlap, Transformer Engine userbuffers; needs --sp) (true/false)")
         ->capture_default_str();
+    app.add_option("--embedding-in-pipeline-split", f.embeddingInPipelineSplit,
+                   "The first pipeline stage holds one layer fewer for the embedding (Megatron's "
+                   "--account-for-embedding-in-pipeline-split) (true/false)")
+        ->capture_default_str();
+    app.add_option("--loss-in-pipeline-split", f.lossInPipelineSplit,
+                   "The last pipeline stage holds one layer fewer for the output head and loss "
+                   "(Megatron's --account-for-loss-in-pipeline-split) (true/false)")
+        ->capture_default_str();
     app.add_option("--tokens", f.trainTokens, "Tokens to train on, for time and cost")
         ->capture_default_str();
 }
@@ -179,6 +187,8 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.overlapGradReduce = f.overlapGradReduce;
     p.overlapParamGather = f.overlapParamGather;
     p.tpCommOverlap = f.tpCommOverlap;
+    p.embeddingInPipelineSplit = f.embeddingInPipelineSplit;
+    p.lossInPipelineSplit = f.lossInPipelineSplit;
     if (f.dp < 0)
         throw InputError("--dp must be at least 1 (got " + std::to_string(f.dp) +
                          "); leave it out to use every GPU: gpus / (tp pp cp)");

@@ -226,9 +226,11 @@ void printSearch(std::ostream& out, const PlanInputs& in, const SearchResult& r)
 namespace {
 
 nlohmann::json summaryJson(const ErrorSummary& s) {
+    // A part without runs has no error to report, not a perfect one.
+    const auto figure = [&](double v) { return s.runs > 0 ? nlohmann::json(v) : nlohmann::json(); };
     nlohmann::json j{{"runs", s.runs},
-                     {"median_absolute_error", s.medianAbsolute},
-                     {"p90_absolute_error", s.p90Absolute},
+                     {"median_absolute_error", figure(s.medianAbsolute)},
+                     {"p90_absolute_error", figure(s.p90Absolute)},
                      {"sources", nlohmann::json::array()}};
     for (const ErrorSummary::Source& source : s.sources)
         j["sources"].push_back({{"id", source.id},

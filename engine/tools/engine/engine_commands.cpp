@@ -46,7 +46,7 @@ struct Overrides {
     std::optional<std::uint64_t> seed;
     std::optional<int> microBatch, globalBatch, threads, logEvery, dp, tp, pp, vpp, zero;
     bool quiet = false;
-    std::optional<bool> sequenceParallel;
+    std::optional<bool> sequenceParallel, embeddingInPipelineSplit, lossInPipelineSplit;
 
     void addTo(CLI::App& app) {
         app.add_option("--config,-c", config, "run config JSON: {model, parallel, train, engine}")
@@ -72,6 +72,13 @@ struct Overrides {
         app.add_flag("--sp,!--no-sp", sequenceParallel,
                      "sequence parallelism over the tp group (norms and the residual stream on "
                      "token shards)");
+        app.add_flag("--embedding-in-pipeline-split,!--no-embedding-in-pipeline-split",
+                     embeddingInPipelineSplit,
+                     "the first pipeline stage holds one layer fewer for the embedding "
+                     "(Megatron's --account-for-embedding-in-pipeline-split)");
+        app.add_flag("--loss-in-pipeline-split,!--no-loss-in-pipeline-split", lossInPipelineSplit,
+                     "the last pipeline stage holds one layer fewer for the head and loss "
+                     "(Megatron's --account-for-loss-in-pipeline-split)");
         app.add_option("--pp", pp, "pipeline stages (the job needs dp x pp ranks: --ranks)")
             ->check(CLI::PositiveNumber);
         app.add_option("--zero", zero,
@@ -148,6 +155,10 @@ struct Overrides {
             c.parallel.tp = *tp;
         if (sequenceParallel)
             c.parallel.sequenceParallel = *sequenceParallel;
+        if (embeddingInPipelineSplit)
+            c.parallel.embeddingInPipelineSplit = *embeddingInPipelineSplit;
+        if (lossInPipelineSplit)
+            c.parallel.lossInPipelineSplit = *lossInPipelineSplit;
         if (pp)
             c.parallel.pp = *pp;
         if (vpp)

@@ -28,6 +28,12 @@ struct GpuSpec {
 
     // Dense peak for a precision; falls back to the nearest slower precision the part has.
     double peak(Precision p) const;
+    // Whether the GPU has tensor cores for this precision (a peak of its own, not a fallback):
+    // an FP8 policy on an A100 runs its GEMMs in bf16 and keeps no FP8 copies.
+    bool runs(Precision p) const {
+        const auto it = peakFlops.find(p);
+        return it != peakFlops.end() && it->second > 0;
+    }
 };
 
 struct ClusterSpec {

@@ -411,7 +411,12 @@ private:
                 "pp*vpp = " + to_string(c_.pp) + "*" + to_string(c_.vpp) + " = " +
                     to_string(stages) + " model chunks but the model has only " +
                     to_string(m_.layers) + " layers" +
-                    (slots > m_.layers ? " (" + to_string(slots) + " with the embedding and loss)"
+                    (slots > m_.layers ? " (" + to_string(slots) + " with the " +
+                                             (c_.embeddingInPipelineSplit && c_.lossInPipelineSplit
+                                                  ? "embedding and loss"
+                                              : c_.embeddingInPipelineSplit ? "embedding"
+                                                                            : "loss") +
+                                             ")"
                                        : std::string()),
                 "use pp*vpp <= " + to_string(slots) + ", e.g. pp = " + to_string(ppHint()));
 

@@ -1,6 +1,7 @@
 #include "layout.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 namespace shardscope {
@@ -47,24 +48,50 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
 
 namespace {
 
-// Members of a group (ranks 0, stride, 2 stride, ...) on the node that holds the fewest of them:
-// its NICs carry the ring between nodes. The count per node repeats every `stride` nodes at most
-// (fewer than a node's GPUs, else each node holds one), so those and the group's last node are all
-// there is to look at.
-int fewestMembersOnANode(int size, int stride, int gpusPerNode) {
-    const long long s = std::max(1, stride), gpn = std::max(1, gpusPerNode);
-    if (s >= gpn) // a node holds at most one member
-        return 1;
-    const long long lastNode = (std::max(1, size) - 1LL) * s / gpn;
-    const auto before = [&](long long rank) { // members whose rank is below `rank`
-        return std::min<long long>(std::max(1, size), (rank + s - 1) / s);
-    };
-    const auto on = [&](long long node) { return before((node + 1) * gpn) - before(node * gpn); };
-    long long fewest = on(lastNode);
-    for (long long node = 0; node < lastNode && node < s; ++node)
-        if (const long long n = on(node); n > 0) // a stride past the node skips nodes
-            fewest = std::min(fewest, n);
-    return int(std::max(1LL, fewest));
+// How the groups of an axis (size members, `stride` ranks apart; groups side by side, then in
+// blocks of size x stride ranks) sit on nodes of `gpn` GPUs in a cluster of `gpus`: whether any
+// group crosses a node, and the fewest members any crossing group has on one node, whose NICs
+// carry its ring between nodes.
+struct NodeSpan {
+    bool crosses = false;
+    int fewest = 1;
+};
+
+NodeSpan spanNodes(int size, int stride, int gpn, long long gpus) {
+    const long long n = std::max(1, size), s = std::max(1, stride), g = std::max(1, gpn);
+    const long long span = n * s;
+    if (span <= g && g % span == 0) // every group inside a node
+        return {false, int(n)};
+    if (s >= g) // a node holds at most one member of a group
+        return {true, 1};
+    if (span % g == 0 && g % s == 0) // whole nodes, gpn / stride members on each
+        return {true, int(g / s)};
+    // Groups out of step with the nodes (a stride or size that does not divide them): walk the
+    // starts a node can see, each group's nodes (fewer than `s` in a repeat) and its last one.
+    NodeSpan out{false, int(n)};
+    for (long long block = 0; block < g && block * span < std::max(gpus, span); ++block)
+        for (long long offset = 0; offset < s; ++offset) {
+            const long long start = (block * span + offset) % g;
+            const long long lastNode = (start + (n - 1) * s) / g;
+            if (lastNode == 0)
+                continue;
+            out.crosses = true;
+            const auto before = [&](long long rank) { // members below `rank`
+                return std::clamp((rank - start + s - 1) / s, 0LL, n);
+            };
+            const auto on = [&](long long node) {
+                return before((node + 1) * g) - before(node * g);
+            };
+            const auto count = [&](long long node) {
+                out.fewest = int(std::min<long long>(out.fewest, on(node)));
+            };
+            const long long walk = std::min(lastNode, s); // the pattern repeats within `s` nodes
+            for (long long node = 0; node <= walk; ++node)
+                count(node);
+            if (lastNode > walk)
+                count(lastNode);
+        }
+    return out;
 }
 
 } // namespace
@@ -74,15 +101,15 @@ GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int 
     GroupPlacement g;
     g.size = std::max(1, size);
     g.stride = std::max(1, stride);
-    g.crossesNodes = double(g.size) * g.stride > cluster.gpusPerNode;
+    const NodeSpan nodes = spanNodes(g.size, g.stride, cluster.gpusPerNode,
+                                     std::int64_t(cluster.gpusPerNode) * cluster.nodes);
+    g.crossesNodes = nodes.crosses;
     double link = cluster.intraBandwidth;
     if (g.crossesNodes) {
         // NCCL runs a ring (channel) per NIC: a collective whose group has k members on each node
         // crosses between nodes over those k GPUs' NICs at once, as fast as NVLink allows. A
         // point-to-point send goes out through the sender's own NIC.
-        const int members = traffic == Traffic::Collective
-                                ? fewestMembersOnANode(g.size, g.stride, cluster.gpusPerNode)
-                                : 1;
+        const int members = traffic == Traffic::Collective ? nodes.fewest : 1;
         link = std::min(cluster.intraBandwidth > 0 ? cluster.intraBandwidth : 1e300,
                         members * cluster.interBandwidth);
     }

@@ -182,10 +182,11 @@ PublishedRun parseRow(const Row& r, int line) {
     p.vpp = r.integer("vpp", 1);
     p.cp = r.integer("cp", 1);
     p.dp = r.integer("dp");
-    p.zero = int(r.number("zero", 1)); // Megatron's distributed optimizer unless stated
-    if (p.zero != r.number("zero", 1) || p.zero > 3)
+    const double zero = r.number("zero", 1); // Megatron's distributed optimizer unless stated
+    if (zero != std::floor(zero) || zero > 3)
         throw InputError("published runs, line " + std::to_string(line) +
                          ": column 'zero' should be 0, 1, 2 or 3, got '" + r.text("zero") + "'");
+    p.zero = int(zero);
     p.microBatch = r.integer("micro_batch", 1);
     p.globalBatch = r.integer("global_batch");
     // ZeRO's states sharded over groups of this many ranks (hybrid sharding); empty: all of dp.

@@ -39,7 +39,7 @@ const char* firstBrokenRule(const ModelSpec& m, const ParallelConfig& p, int gpu
         return "tp-ffn";
     if (tpWithinNode && p.tp > gpusPerNode)
         return "tp-crosses-node";
-    if (p.pp * p.vpp > m.layers)
+    if (p.pp * p.vpp > p.pipelineSlots(m.layers))
         return "pp-layers";
     if (p.cp > 1 && m.seqLen % (2 * p.cp) != 0)
         return "cp-seq";
@@ -78,7 +78,7 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
             // Divisors of up to ten million GPUs: their products need 64 bits (a product that
             // wrapped to 0 was once a division by zero).
             const std::int64_t tpPp = std::int64_t(tp) * pp;
-            if (pp > model.layers || world % tpPp != 0)
+            if (pp > base.pipelineSlots(model.layers) || world % tpPp != 0)
                 continue;
             for (int cp : worldDivisors) {
                 if (cp > 1 && !space.tryContextParallel)

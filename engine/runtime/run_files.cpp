@@ -57,23 +57,31 @@ std::int64_t metaCount(const CheckpointInfo& ck, const char* key, std::int64_t a
 void checkResumable(const RunConfig& c, const std::string& data, const json& meta,
                     const fs::path& dir) {
     std::vector<std::string> diffs;
-    auto compare = [&](const char* key, const json& now) {
-        if (!meta.contains(key) || meta[key] != now)
+    auto compare = [&](const char* key, const json& now, const json& was) {
+        if (!meta.contains(key) || was != now)
             diffs.push_back(std::string(key) + " was " +
                             (meta.contains(key) ? meta[key].dump() : "absent") + ", now " +
                             now.dump());
     };
-    compare("model", modelForResume(c.model));
-    compare("parallel", json(c.parallel));
-    compare("train", trajectoryOf(c.train));
-    compare("total_steps", c.totalSteps());
-    compare("data", data);
+    const auto stored = [&](const char* key) { return meta.contains(key) ? meta[key] : json(); };
+    // A layout written before a setting existed reads with that setting's default, as a config
+    // file would: read it back before comparing.
+    json parallelWas = stored("parallel");
+    try {
+        parallelWas = json(parallelWas.get<ParallelConfig>());
+    } catch (const std::exception&) { // not a layout at all: compared raw, and differs
+    }
+    compare("model", modelForResume(c.model), stored("model"));
+    compare("parallel", json(c.parallel), parallelWas);
+    compare("train", trajectoryOf(c.train), stored("train"));
+    compare("total_steps", c.totalSteps(), stored("total_steps"));
+    compare("data", data, stored("data"));
     if (!diffs.empty()) {
         std::string text =
             "cannot resume from " + dir.string() + ": it was written for another run (";
         for (std::size_t i = 0; i < diffs.size(); ++i)
             text += (i ? "; " : "") + diffs[i];
-        if (meta.contains("parallel") && meta["parallel"] != json(c.parallel))
+        if (meta.contains("parallel") && parallelWas != json(c.parallel))
             text += "; checkpoints are sharded by the layout that wrote them, so a run resumes "
                     "only with that layout (" +
                     layoutSummary(c.parallel) + " now)";

@@ -474,6 +474,23 @@ TEST(Estimate, Fp8CastsCostMemoryBoundTime) {
     EXPECT_LT(fp8.elementwiseSeconds - bf16.elementwiseSeconds, 0.5 * bf16.gemmSeconds);
 }
 
+// With the embedding in the pipeline split, the second stage holds the most layers: 10 layers +
+// the embedding over pp 4 give 2, 3, 3, 2. It is then the slowest (a cheap head: vocabulary 512)
+// and, with 3 layers x 3 microbatches in flight against the first stage's 2 x 4, the most loaded.
+TEST(Estimate, TheSecondStageCanBeTheHeaviest) {
+    PlanInputs in;
+    in.model = test::gptStyle(10, 1024, 16, 1024, 512);
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 1);
+    in.parallel = test::layout(2, 1, 4, 64);
+    in.parallel.embeddingInPipelineSplit = true;
+    const Estimate e = estimate(in);
+    ASSERT_TRUE(e.valid());
+    EXPECT_EQ(e.worstStage, 1);
+    EXPECT_NEAR(e.microbatchCompute, stageCompute(in, 1).seconds(), 1e-15);
+    EXPECT_GT(stageCompute(in, 1).seconds(), stageCompute(in, 0).seconds());
+    EXPECT_GT(stageCompute(in, 1).seconds(), stageCompute(in, 3).seconds());
+}
+
 TEST(Estimate, InvalidLayoutIsReportedNotCrashing) {
     PlanInputs in = llama70b();
     in.parallel.tp = 3;

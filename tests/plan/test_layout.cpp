@@ -46,10 +46,11 @@ TEST(RankCoordinate, EveryCoordinateOccursExactlyOnce) {
 }
 
 // A collective crossing nodes uses the NICs of all its members on a node at once (a ring per
-// NIC), as many as the node holding the fewest of them has; a pipeline or ring-attention send
-// uses one. Members per node counted here by walking the group's ranks.
+// NIC), as many as the node holding the fewest of them has, over every group of the axis; a
+// pipeline or ring-attention send uses one. Counted here by walking every group's ranks: groups
+// side by side (offsets below the stride), then in blocks of size x stride.
 TEST(PlaceGroup, ACollectiveCrossesNodesOverItsMembersNics) {
-    const ClusterSpec cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 64);
+    const ClusterSpec cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 8); // 64 GPUs
     const Assumptions a;
     for (const auto& [size, stride] : {std::pair{64, 1},
                                        {32, 2},
@@ -60,17 +61,30 @@ TEST(PlaceGroup, ACollectiveCrossesNodesOverItsMembersNics) {
                                        {5, 3},
                                        {4, 3},
                                        {9, 6},
-                                       {2, 16}}) {
-        std::map<int, int> perNode;
-        for (int i = 0; i < size; ++i)
-            ++perNode[i * stride / cluster.gpusPerNode];
+                                       {2, 16},
+                                       {4, 5},
+                                       {3, 3},
+                                       {2, 5},
+                                       {6, 1},
+                                       {4, 2},
+                                       {3, 1}}) {
+        bool crosses = false;
         int fewest = size;
-        for (const auto& [node, members] : perNode)
-            fewest = std::min(fewest, members);
+        for (int block = 0; block * size * stride < 64; ++block)
+            for (int offset = 0; offset < stride; ++offset) {
+                std::map<int, int> perNode;
+                for (int i = 0; i < size; ++i)
+                    ++perNode[(block * size * stride + offset + i * stride) / 8];
+                if (perNode.size() < 2)
+                    continue;
+                crosses = true;
+                for (const auto& [node, members] : perNode)
+                    fewest = std::min(fewest, members);
+            }
         const GroupPlacement g = placeGroup(cluster, a, size, stride);
         SCOPED_TRACE(std::to_string(size) + " every " + std::to_string(stride));
-        ASSERT_EQ(g.crossesNodes, perNode.size() > 1);
-        if (g.crossesNodes) {
+        ASSERT_EQ(g.crossesNodes, crosses);
+        if (crosses) {
             EXPECT_DOUBLE_EQ(g.bandwidth,
                              std::min(cluster.intraBandwidth, fewest * cluster.interBandwidth) *
                                  a.commEfficiency);

@@ -33,6 +33,11 @@ struct PrecisionPolicy {
     double masterBytes() const;     // 4 when an fp32 master copy is kept, else 0
     double activationBytes() const; // bytes per stored activation element
     std::string name() const;       // "bf16 mixed (fp32 grads)", ...
+    // Whether GEMMs run in FP8 on this GPU: an FP8 policy on a GPU without FP8 tensor cores
+    // (A100) runs them in bf16 and keeps no FP8 weight copies.
+    bool fp8On(const GpuSpec& gpu) const {
+        return compute == Precision::Fp8 && gpu.runs(Precision::Fp8);
+    }
 };
 // Every precision policy by the name the CLI, run configs and sessions give it, with what it
 // keeps, including the lessons' conventions: bf16-nomaster is 2 + 2 + 8 = 12 bytes a parameter

@@ -52,8 +52,7 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     const Assumptions& a = in.assume;
     // FP8 runs the layers' projections in FP8 and everything else (attention's core, the head)
     // in bf16; other policies run every GEMM at their compute precision.
-    // A GPU without FP8 tensor cores (A100) runs the policy's GEMMs in bf16, as it falls back.
-    const bool fp8 = p.precision.compute == Precision::Fp8 && in.cluster.gpu.runs(Precision::Fp8);
+    const bool fp8 = p.precision.fp8On(in.cluster.gpu);
     const double peak =
         in.cluster.gpu.peak(fp8 ? Precision::Bf16 : p.precision.compute) * a.gemmEfficiency;
     const double projectionPeak =

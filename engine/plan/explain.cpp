@@ -480,7 +480,7 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                         " (peak " + formatRate(peak) + " x " + n(in.assume.gemmEfficiency) +
                         ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) + " GB/s x " +
                         n(in.assume.memoryEfficiency) + ") = " + s(e.computeTime);
-        if (p.precision.compute == Precision::Fp8 && cl.gpu.runs(Precision::Fp8)) {
+        if (p.precision.fp8On(cl.gpu)) {
             // Only the projections run in FP8; attention's core and the head stay bf16.
             x.formula = "microbatches x (projection_flops / (fp8_peak x fp8_gemm_efficiency) + "
                         "attention_and_head_flops / (bf16_peak x gemm_efficiency) + (elementwise "

@@ -101,7 +101,7 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
         mem.gradBuckets = 2.0 * a.gradBucketBytes;
     if (last && !m.isBare())
         mem.logits = 4.0 * T * double(m.vocab) / t; // fp32 logits for the cross-entropy
-    if (prec.compute == Precision::Fp8 && in.cluster.gpu.runs(Precision::Fp8))
+    if (prec.fp8On(in.cluster.gpu))
         mem.fp8WeightCache = params / (p.zero >= 3 ? shards : 1.0);
     if (p.recompute == Recompute::Full && !m.isBare()) {
         ParallelConfig none = p;

@@ -249,7 +249,9 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
              {"GPipe", "gpipe"},
              {"1F1B", "1f1b"},
              {"Interleaved 1F1B", "interleaved"},
-             {"Zero bubble", "zero-bubble"}},
+             {"Zero bubble ZB-H1", "zero-bubble"},
+             {"Zero bubble ZB-1p (1F1B's memory)", "zb-1p"},
+             {"Zero bubble ZB-2p (twice 1F1B's memory)", "zb-2p"}},
             [](const Session& s) { return q(toString(s.parallel.schedule)); },
             [](Session& s, const QString& k) {
                 s.parallel.schedule = scheduleFromString(k.toStdString());
@@ -298,6 +300,20 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
         "Fused attention: no s x s scores stored, no memory-bound softmax passes",
         [](const Session& s) { return s.parallel.flashAttention; },
         [](Session& s, bool on) { s.parallel.flashAttention = on; });
+    QComboBox* kernel = form.addChoice(
+        "attention-kernel", "Attention kernel",
+        "Which fused attention kernel runs attention's core, at its published speed on this GPU "
+        "(FlashAttention-2 and -3 papers). Auto: the fastest measured on the GPU, as Megatron-Core "
+        "and Transformer Engine pick; FlashAttention-3 runs on Hopper only",
+        {{"Auto", "auto"},
+         {"FlashAttention-2", "flash2"},
+         {"FlashAttention-3", "flash3"},
+         {"cuDNN fused", "cudnn"}},
+        [](const Session& s) { return q(toString(s.parallel.attentionKernel)); },
+        [](Session& s, const QString& k) {
+            s.parallel.attentionKernel = attentionKernelFromString(k.toStdString());
+        });
+    form.setEnabledWhen(kernel, [](const Session& s) { return s.parallel.flashAttention; });
 }
 
 void addOverlapControls(SessionForm& form) {

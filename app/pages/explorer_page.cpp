@@ -490,9 +490,11 @@ QString ExplorerPage::reportHtml() const {
                 qs(x.display).toHtmlEscaped() + "</td><td>" + qs(x.substituted).toHtmlEscaped() +
                 QString("</td><td>[%1]</td></tr>").arg(cite + 1);
     }
+    // Fixed column widths: a value printed a few characters longer must not reflow the table.
     html += "<h3>Every figure, with its formula and source</h3><table border=\"1\" "
-            "cellspacing=\"0\" cellpadding=\"3\"><tr><th>Figure</th><th>Value</th><th>Formula "
-            "with the plan's numbers</th><th>Source</th></tr>" +
+            "cellspacing=\"0\" cellpadding=\"3\" width=\"100%\"><tr><th width=\"22%\">Figure"
+            "</th><th width=\"11%\">Value</th><th width=\"60%\">Formula with the plan's "
+            "numbers</th><th width=\"7%\">Source</th></tr>" +
             rows + "</table><p><small>";
     for (qsizetype i = 0; i < sources.size(); ++i)
         html += QString("[%1] %2<br>").arg(i + 1).arg(sources[i].toHtmlEscaped());

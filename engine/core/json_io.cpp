@@ -636,6 +636,7 @@ void to_json(json& j, const ParallelConfig& p) {
              {"optimizer", toString(p.optimizer)},
              {"offload_optimizer", p.offloadOptimizer},
              {"flash_attention", p.flashAttention},
+             {"attention_kernel", toString(p.attentionKernel)},
              {"overlap_grad_reduce", p.overlapGradReduce},
              {"overlap_param_gather", p.overlapParamGather},
              {"tp_comm_overlap", p.tpCommOverlap},
@@ -672,6 +673,7 @@ void from_json(const json& j, ParallelConfig& out) {
     r.choice("optimizer", p.optimizer, optimizerFromString);
     r.boolean("offload_optimizer", p.offloadOptimizer);
     r.boolean("flash_attention", p.flashAttention);
+    r.choice("attention_kernel", p.attentionKernel, attentionKernelFromString);
     r.boolean("overlap_grad_reduce", p.overlapGradReduce);
     r.boolean("overlap_param_gather", p.overlapParamGather);
     r.boolean("tp_comm_overlap", p.tpCommOverlap);

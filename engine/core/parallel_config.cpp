@@ -115,6 +115,10 @@ std::string toString(PipelineSchedule s) {
         return "interleaved";
     case PipelineSchedule::ZeroBubble:
         return "zero-bubble";
+    case PipelineSchedule::ZeroBubble1p:
+        return "zb-1p";
+    case PipelineSchedule::ZeroBubble2p:
+        return "zb-2p";
     }
     return "?";
 }
@@ -135,10 +139,25 @@ std::string toString(Optimizer o) {
     return o == Optimizer::AdamW ? "adamw" : "sgd";
 }
 
+std::string toString(AttentionKernel k) {
+    switch (k) {
+    case AttentionKernel::Auto:
+        return "auto";
+    case AttentionKernel::Flash2:
+        return "flash2";
+    case AttentionKernel::Flash3:
+        return "flash3";
+    case AttentionKernel::Cudnn:
+        return "cudnn";
+    }
+    return "?";
+}
+
 PipelineSchedule scheduleFromString(const std::string& s) {
     static constexpr PipelineSchedule all[] = {
-        PipelineSchedule::Naive, PipelineSchedule::GPipe, PipelineSchedule::OneFOneB,
-        PipelineSchedule::Interleaved, PipelineSchedule::ZeroBubble};
+        PipelineSchedule::Naive,       PipelineSchedule::GPipe,      PipelineSchedule::OneFOneB,
+        PipelineSchedule::Interleaved, PipelineSchedule::ZeroBubble, PipelineSchedule::ZeroBubble1p,
+        PipelineSchedule::ZeroBubble2p};
     return fromString(s, all, "pipeline schedule");
 }
 
@@ -150,6 +169,12 @@ Recompute recomputeFromString(const std::string& s) {
 Optimizer optimizerFromString(const std::string& s) {
     static constexpr Optimizer all[] = {Optimizer::AdamW, Optimizer::SgdMomentum};
     return fromString(s, all, "optimizer");
+}
+
+AttentionKernel attentionKernelFromString(const std::string& s) {
+    static constexpr AttentionKernel all[] = {AttentionKernel::Auto, AttentionKernel::Flash2,
+                                              AttentionKernel::Flash3, AttentionKernel::Cudnn};
+    return fromString(s, all, "attention kernel");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -539,6 +564,10 @@ std::string layoutSummary(const ParallelConfig& p) {
         s << " no-gather-overlap";
     if (p.tpCommOverlap && p.tpOverlapMatters())
         s << " tp-overlap";
+    if (!p.flashAttention)
+        s << " unfused-attention";
+    else if (p.attentionKernel != AttentionKernel::Auto)
+        s << " attention-" << toString(p.attentionKernel);
     if (p.pp > 1 && p.embeddingInPipelineSplit)
         s << " pp-embedding";
     if (p.pp > 1 && p.lossInPipelineSplit)

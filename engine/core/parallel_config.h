@@ -11,9 +11,24 @@
 
 namespace shardscope {
 
-enum class PipelineSchedule { Naive, GPipe, OneFOneB, Interleaved, ZeroBubble };
+// ZeroBubble is the handcrafted ZB-H1 (Qi et al. 2024, Figure 3 top); ZeroBubble1p and
+// ZeroBubble2p are the paper's automatic schedules, holding at most p and 2p microbatches a rank.
+enum class PipelineSchedule {
+    Naive,
+    GPipe,
+    OneFOneB,
+    Interleaved,
+    ZeroBubble,
+    ZeroBubble1p,
+    ZeroBubble2p
+};
 enum class Recompute { None, Selective, Full };
 enum class Optimizer { AdamW, SgdMomentum };
+// Which fused attention kernel runs attention's core (when flashAttention is on): its speed is
+// its own, measured per GPU architecture (engine/plan/attention_kernels.h). Auto is what current
+// frameworks pick: cuDNN's fused attention on Hopper (Transformer Engine's first choice),
+// FlashAttention-2 on earlier GPUs.
+enum class AttentionKernel { Auto, Flash2, Flash3, Cudnn };
 
 // Which dtypes hold weights, gradients and optimizer state. Compute precision selects the peak
 // FLOP/s the planner uses; fp32Master keeps an fp32 copy of weights beside low-precision ones.
@@ -78,6 +93,7 @@ struct ParallelConfig {
     // Fused (Flash) attention never materialises the s x s scores: no score activations are
     // stored and no memory-bound softmax/dropout passes run. Runs before 2022 did not have it.
     bool flashAttention = true;
+    AttentionKernel attentionKernel = AttentionKernel::Auto;
     // Which communication the framework runs beside compute (Megatron-LM's --overlap-grad-reduce,
     // --overlap-param-gather and --tp-comm-overlap). Gradient reduction and parameter gathers
     // overlap by default, as PyTorch DDP and FSDP and Megatron-Core's recipes do; runs before
@@ -136,14 +152,17 @@ std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& co
 // One line: "dp2 tp8 pp4 cp1 zero1 sp mb1 1f1b recompute-selective" ("pp4x2" when interleaved,
 // "zero3 shard8" when ZeRO's states are sharded over groups of 8 of the dp x cp ranks), with
 // the overlap settings that differ from the defaults where they matter: "no-grad-overlap",
-// "no-gather-overlap", "tp-overlap".
+// "no-gather-overlap", "tp-overlap"; and the attention when it is not the default fused kernel:
+// "unfused-attention", "attention-flash2".
 std::string layoutSummary(const ParallelConfig& p);
 
 std::string toString(PipelineSchedule s);
 std::string toString(Recompute r);
 std::string toString(Optimizer o);
+std::string toString(AttentionKernel k);
 PipelineSchedule scheduleFromString(const std::string& s);
 Recompute recomputeFromString(const std::string& s);
 Optimizer optimizerFromString(const std::string& s);
+AttentionKernel attentionKernelFromString(const std::string& s);
 
 } // namespace shardscope

@@ -46,6 +46,30 @@ double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c) {
     return 0.0;
 }
 
+AttentionSpeed attentionSpeedFor(const PlanInputs& in) {
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    // Fused kernels run in 16 bits (FP8 policies keep attention in bf16); an fp32 or unfused
+    // layout runs the core as batched GEMMs.
+    const Precision c = p.precision.compute;
+    if (!p.flashAttention || m.isBare() ||
+        (c != Precision::Bf16 && c != Precision::Fp16 && c != Precision::Fp8))
+        return {};
+    return attentionSpeed(p.attentionKernel, in.cluster.gpu, double(m.seqLen) / std::max(1, p.cp),
+                          m.effectiveHeadDim(), in.assume.causalAttention);
+}
+
+std::string describeAttentionSpeedFor(const PlanInputs& in) {
+    const Precision c = in.parallel.precision.compute;
+    if (!in.parallel.flashAttention)
+        return "unfused attention: the scores are GEMMs and memory passes";
+    if (c != Precision::Bf16 && c != Precision::Fp16 && c != Precision::Fp8)
+        return "no fused attention kernel in " + toString(c);
+    if (in.model.isBare())
+        return "a bare model has no attention";
+    return describeAttentionSpeed(attentionSpeedFor(in), in.cluster.gpu);
+}
+
 StageCompute stageCompute(const PlanInputs& in, int stage) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
@@ -77,10 +101,20 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     const double coreFlops = layers * coreRuns * f.attentionCore * share;
     const double headFlops = stage == p.pp - 1 ? 3.0 * f.lmHead * share : 0.0;
     s.flops = projectionFlops + coreFlops + headFlops;
-    if (peak > 0 && projectionPeak > 0) {
-        s.gemmSeconds = projectionFlops / projectionPeak + (coreFlops + headFlops) / peak;
+    // A fused kernel runs attention's core at its own measured speed, forward (again where
+    // recomputed) and backward, whose 2.5 x the forward FLOPs count the recomputed scores; a CP
+    // rank's kernel sees its slice of the sequence. Elsewhere the core runs as GEMMs.
+    const AttentionSpeed kernel = attentionSpeedFor(in);
+    const double bf16Peak = in.cluster.gpu.peak(Precision::Bf16);
+    if (kernel.measured) {
+        const double forwardRuns = coreRuns - 2.0;
+        s.attentionSeconds = layers * f.attentionCore * share / bf16Peak *
+                             (forwardRuns / kernel.forward + 2.5 / kernel.backward);
+    } else if (peak > 0) {
         s.attentionSeconds = coreFlops / peak;
     }
+    if (peak > 0 && projectionPeak > 0)
+        s.gemmSeconds = projectionFlops / projectionPeak + headFlops / peak + s.attentionSeconds;
 
     // Memory-bound kernels: norms and adds on the hidden state (split by TP only under SP) and
     // the activation function on the FFN width (split by TP), forward once and backward twice.

@@ -1,6 +1,7 @@
 // FLOPs per token and compute time per microbatch.
 #pragma once
 
+#include "attention_kernels.h"
 #include "estimate.h"
 
 namespace shardscope {
@@ -31,5 +32,9 @@ struct StageCompute {
 };
 
 StageCompute stageCompute(const PlanInputs& in, int stage);
+// The fused attention kernel a plan runs and its speed; `measured` false where attention's core
+// runs as GEMMs (unfused, fp32, or a GPU with no measurement).
+AttentionSpeed attentionSpeedFor(const PlanInputs& in);
+std::string describeAttentionSpeedFor(const PlanInputs& in); // for explanations
 
 } // namespace shardscope

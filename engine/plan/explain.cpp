@@ -78,9 +78,13 @@ std::string count(double v) {
 }
 constexpr const char* kBubbleFormula =
     "bubble / (m x t_mb + bubble); bubble = (p-1) t_mb (GPipe, 1F1B), (p-1) t_mb / v "
-    "(interleaved), (p-1) t_mb / 3 (zero bubble ZB-H1), (p-1) m t_mb (naive)";
+    "(interleaved), (p-1) t_mb / 3 (zero bubble ZB-H1), (p-1) m t_mb (naive); ZB-1p and ZB-2p: "
+    "(span - 3m) t_mb / 3 of their programs with F = B = W, span the longest rank's time from its "
+    "first pass to its last (the ranks' staggered starts overlap the previous step under "
+    "optimizer post-validation)";
 constexpr const char* kBubbleSource =
-    "Huang et al. 2019 (GPipe); Narayanan et al. 2021 (interleaved); Qi et al. 2023 (zero bubble)";
+    "Huang et al. 2019 (GPipe); Narayanan et al. 2021 (interleaved); Qi et al. 2023, 2024 (zero "
+    "bubble)";
 
 std::string s(double v) {
     return formatSeconds(v);
@@ -492,9 +496,17 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                             n(in.assume.gemmEfficiency) + ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) +
                             " GB/s x " + n(in.assume.memoryEfficiency) + ") = " + s(e.computeTime);
         }
-        x.source = "Roofline model (Williams et al. 2009); peak from " +
-                   (cl.gpu.sources.count("peak_tflops") ? cl.gpu.sources.at("peak_tflops")
-                                                        : std::string("the GPU preset"));
+        {
+            // Attention's core runs at its kernel's measured speed where one is held.
+            const AttentionSpeed kernel = attentionSpeedFor(in);
+            if (kernel.measured)
+                x.formula += " + attention_core_flops x (forward_runs / fused_forward_rate + "
+                             "2.5 / fused_backward_rate), the core taken out of the GEMM term";
+            x.substituted += "; attention: " + describeAttentionSpeedFor(in);
+            x.source = "Roofline model (Williams et al. 2009); peak from " +
+                       (cl.gpu.sources.count("peak_tflops") ? cl.gpu.sources.at("peak_tflops")
+                                                            : std::string("the GPU preset"));
+        }
         break;
     case FigureId::CommDP:
         explainComm(x, in, e, Axis::DP);

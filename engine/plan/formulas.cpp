@@ -1,9 +1,47 @@
 #include "formulas.h"
 
+#include "sched/zero_bubble_auto.h"
+
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace shardscope {
+
+namespace {
+
+// What the planner needs of an automatic zero-bubble schedule (ZB-1p, ZB-2p): its bubble and each
+// rank's peak, from the same program the engine runs and the Pipeline page draws (F, B and W of
+// equal time). Beyond m = 4p more microbatches only lengthen the steady state, which has no
+// bubble, so (p, min(m, 4p)) stands for (p, m); results are kept, since a search asks for the same
+// few pairs many times.
+struct AutomaticSchedule {
+    double bubbleMicrobatches = 0; // (span - 3m) / 3, one microbatch's F + B + W being 3
+    std::vector<int> peakHeld;
+};
+
+constexpr int kMostSimulatedStages = 128;
+
+AutomaticSchedule automaticSchedule(PipelineSchedule s, int p, int m) {
+    const int limit = s == PipelineSchedule::ZeroBubble2p ? 2 * p : p;
+    const int simulated = std::min(m, 4 * p);
+    static std::mutex mutex;
+    static std::map<std::pair<int, int>, AutomaticSchedule> kept[2];
+    auto& cache = kept[s == PipelineSchedule::ZeroBubble2p ? 1 : 0];
+    const std::lock_guard lock(mutex);
+    if (const auto it = cache.find({p, simulated}); it != cache.end())
+        return it->second;
+    const ZeroBubbleOrder order = zeroBubbleOrder(p, simulated, limit);
+    AutomaticSchedule a{(order.span - 3.0 * simulated) / 3.0, order.peakHeld};
+    if (cache.size() > 4096)
+        cache.clear();
+    cache.emplace(std::make_pair(p, simulated), a);
+    return a;
+}
+
+} // namespace
 
 double trainingFlops6ND(double params, double tokens) {
     return 6.0 * params * tokens;
@@ -54,6 +92,13 @@ double pipelineBubbleMicrobatches(PipelineSchedule s, int p, int m, int v) {
         return (p - 1.0) / std::max(1, v);
     case PipelineSchedule::ZeroBubble:
         return (p - 1.0) / 3.0;
+    case PipelineSchedule::ZeroBubble1p:
+    case PipelineSchedule::ZeroBubble2p:
+        // More stages than are worth simulating: the unit-time results, ZB-H1's (p-1)/3, and
+        // none for ZB-2p once m >= 2p fills its warm-up.
+        if (p > kMostSimulatedStages)
+            return s == PipelineSchedule::ZeroBubble2p && m >= 2 * p ? 0.0 : (p - 1.0) / 3.0;
+        return automaticSchedule(s, p, std::max(1, m)).bubbleMicrobatches;
     }
     return p - 1.0;
 }
@@ -73,6 +118,14 @@ double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v, int
         return std::min(p - stage, m);
     case PipelineSchedule::ZeroBubble: // later stages defer their W passes, holding up to p
         return std::min(p, m);
+    case PipelineSchedule::ZeroBubble1p:
+    case PipelineSchedule::ZeroBubble2p: {
+        const int limit = s == PipelineSchedule::ZeroBubble2p ? 2 * p : p;
+        if (p > kMostSimulatedStages || p <= 1)
+            return std::min(limit, std::max(1, m));
+        const auto& peaks = automaticSchedule(s, p, std::max(1, m)).peakHeld;
+        return peaks[std::size_t(std::clamp(stage, 0, p - 1))];
+    }
     case PipelineSchedule::Interleaved:
         return std::min<double>(m, (p - stage) + (p - 1.0) / std::max(1, v));
     }

@@ -28,14 +28,18 @@ double ringAllGatherSeconds(double bytes, int n, double bandwidth, double latenc
 // --- Pipeline -------------------------------------------------------------------------------
 // Idle fraction of a pipeline step: bubble / (useful + bubble).
 // naive (p-1)/p; GPipe and 1F1B (p-1)/(m+p-1); interleaved (p-1)/(v m + p-1);
-// zero bubble ZB-H1 (p-1)/(3m + p-1) (Qi et al. 2023, with equal F, B and W times).
+// zero bubble ZB-H1 (p-1)/(3m + p-1) (Qi et al. 2023, with equal F, B and W times); ZB-1p and
+// ZB-2p from their programs' longest rank (engine/sched/zero_bubble_auto.h), equal times again:
+// ZB-1p ZB-H1's, ZB-2p none once m >= 2p (each rank from its first pass to its last; the ranks'
+// staggered starts overlap the previous step under the paper's optimizer post-validation).
 double pipelineBubbleFraction(PipelineSchedule s, int p, int m, int v = 1);
 // Bubble time in units of one microbatch's forward+backward on one stage: (p-1)/v, etc.
 double pipelineBubbleMicrobatches(PipelineSchedule s, int p, int m, int v = 1);
 // Microbatches whose activations pipeline rank `stage` holds at its peak (Korthikanti et al.
 // 2022: GPipe m, 1F1B p - stage, interleaved (p - stage) + (p-1)/v, i.e. p (1 + (p-1)/(p v)) on
 // the first stage; ZB-H1 p on every stage, since deferred W passes keep their inputs: Qi et al.
-// 2023 keep the peak, stage 0's, equal to 1F1B's), never more than the m microbatches of the step.
+// 2023 keep the peak, stage 0's, equal to 1F1B's; ZB-1p and ZB-2p their programs' peak on that
+// rank, at most p and 2p), never more than the m microbatches of the step.
 double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v = 1, int stage = 0);
 
 // --- Model state ----------------------------------------------------------------------------

@@ -219,6 +219,10 @@ PublishedRun parseRow(const Row& r, int line) {
                          ": column 'peak_precision': " + gpu.id + " has no " +
                          toString(run.peakPrecision) + " peak to divide by");
     p.flashAttention = r.flag("flash_attention", false);
+    // The fused kernel the run's framework used; empty: the fastest on the GPU (Auto).
+    const std::string kernel = r.text("attention_kernel");
+    p.attentionKernel = kernel.empty() ? AttentionKernel::Auto
+                                       : word("attention_kernel", attentionKernelFromString);
     // Empty: what current frameworks do (ParallelConfig's defaults).
     p.overlapGradReduce = r.flag("overlap_grad_reduce", true);
     p.overlapParamGather = r.flag("overlap_param_gather", true);

@@ -1,6 +1,7 @@
 #include "pipeline_program.h"
 
 #include "core/error.h"
+#include "zero_bubble_auto.h"
 
 #include <algorithm>
 #include <map>
@@ -184,6 +185,12 @@ void buildZeroBubbleH1(const ScheduleSpec& s, int r, RankProgram& prog) {
         prog.add(OpKind::BackwardWeight, nextW++);
 }
 
+// ZB-1p and ZB-2p: the automatic schedule's order for each rank (zero_bubble_auto.h), found with
+// F, B and W of equal time as the paper's analysis takes them, so one (p, m) gives one program.
+int heldLimitOf(const ScheduleSpec& s) {
+    return s.kind == PipelineSchedule::ZeroBubble2p ? 2 * s.stages : s.stages;
+}
+
 // Interleaved 1F1B (Narayanan et al. 2021; Megatron-LM's schedule): rank r holds chunks c of
 // stages c*p + r. Microbatches go through in groups of p; the k-th forward of a rank runs chunk
 // (k / p) % v of microbatch (k / (p v)) p + k % p, backwards visit the chunks in reverse.
@@ -215,6 +222,11 @@ PipelineProgram buildPipelineProgram(const ScheduleSpec& spec) {
     PipelineProgram program;
     program.spec = spec;
     program.ranks.resize(std::size_t(spec.stages));
+    const bool automatic =
+        spec.kind == PipelineSchedule::ZeroBubble1p || spec.kind == PipelineSchedule::ZeroBubble2p;
+    const ZeroBubbleOrder order =
+        automatic ? zeroBubbleOrder(spec.stages, spec.microbatches, heldLimitOf(spec))
+                  : ZeroBubbleOrder{};
     for (int r = 0; r < spec.stages; ++r) {
         auto& ops = program.ranks[std::size_t(r)];
         ops.reserve(std::size_t(3 * spec.microbatches * spec.virtualStages));
@@ -234,6 +246,11 @@ PipelineProgram buildPipelineProgram(const ScheduleSpec& spec) {
             break;
         case PipelineSchedule::ZeroBubble:
             buildZeroBubbleH1(spec, r, prog);
+            break;
+        case PipelineSchedule::ZeroBubble1p:
+        case PipelineSchedule::ZeroBubble2p:
+            for (const ScheduledPass& pass : order.ranks[std::size_t(r)])
+                prog.add(pass.kind, pass.microbatch);
             break;
         }
     }

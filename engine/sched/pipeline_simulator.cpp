@@ -163,6 +163,12 @@ PipelineTimeline simulate(const PipelineProgram& program, const PipelineCosts& c
         t.peakActivations.push_back(peak);
         t.peakAwaitingBackward.push_back(peakAwaiting);
         idle += t.makespan - busy;
+        const auto& ops = t.ranks[std::size_t(r)];
+        const double span = ops.empty() ? 0.0 : ops.back().end - ops.front().start;
+        if (span > t.longestRankSpan) {
+            t.longestRankSpan = span;
+            t.spanBubbleFraction = 1.0 - busy / span;
+        }
     }
     t.bubbleFraction = t.makespan > 0 ? idle / (p * t.makespan) : 0.0;
     return t;

@@ -46,6 +46,11 @@ struct PipelineTimeline {
     std::vector<double> busy;   // seconds of compute per rank
     std::vector<double> bubble; // idle fraction of the makespan per rank
     double bubbleFraction = 0;  // idle fraction over all ranks
+    // Each rank counted from its first op to its last instead (the automatic zero-bubble
+    // schedules' measure: their staggered starts overlap the previous step): the longest such
+    // span, and that rank's idle fraction of it.
+    double longestRankSpan = 0;
+    double spanBubbleFraction = 0;
     // Peak activations per rank, in microbatches (one chunk of an interleaved rank counts 1/v):
     std::vector<double> peakActivations;   // held between F and B, plus weightGradMemory until W
     std::vector<int> peakAwaitingBackward; // (microbatch, chunk) pairs between F and B, at peak

@@ -382,6 +382,11 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
     expectSame(roundTrip(p), p);
     p.optimizer = Optimizer::SgdMomentum;
     expectSame(roundTrip(p), p);
+    for (auto k : {AttentionKernel::Flash2, AttentionKernel::Flash3, AttentionKernel::Cudnn}) {
+        p.attentionKernel = k;
+        expectSame(roundTrip(p), p);
+    }
+    EXPECT_EQ(json(p)["attention_kernel"], "cudnn");
 }
 
 TEST(ParallelConfigJson, ReadsStringsAndRejectsBadValues) {

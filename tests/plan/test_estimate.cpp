@@ -77,6 +77,25 @@ TEST(Estimate, InterleavingAndZeroBubbleBeat1F1B) {
     EXPECT_LT(zb, interleaved);
 }
 
+// Qi et al. 2024: ZB-1p keeps 1F1B's memory (p microbatches on the first stage) with ZB-H1's
+// bubble, (p-1)/3 of a microbatch; ZB-2p holds 2p and, with m >= 2p, has none.
+TEST(Estimate, ZeroBubbleTwoPTradesMemoryForTheBubble) {
+    PlanInputs in = llama70b(); // pp 4
+    in.parallel.globalBatch = 32;
+    const Estimate oneF = estimate(in);
+    in.parallel.schedule = PipelineSchedule::ZeroBubble1p;
+    const Estimate one = estimate(in);
+    in.parallel.schedule = PipelineSchedule::ZeroBubble2p;
+    const Estimate two = estimate(in);
+    ASSERT_GE(in.parallel.microbatches(), 8);
+    EXPECT_NEAR(one.bubbleTime, oneF.bubbleTime / 3, 1e-9 * oneF.bubbleTime);
+    EXPECT_DOUBLE_EQ(two.bubbleTime, 0);
+    EXPECT_DOUBLE_EQ(one.memory.inflightMicrobatches, 4);
+    EXPECT_DOUBLE_EQ(two.memory.inflightMicrobatches, 8);
+    EXPECT_GT(two.memory.activations, 1.9 * one.memory.activations);
+    EXPECT_LT(two.stepTime, one.stepTime);
+}
+
 TEST(Estimate, RecomputeCostsComputeAndSavesMemory) {
     PlanInputs in = llama70b();
     in.parallel.recompute = Recompute::None;

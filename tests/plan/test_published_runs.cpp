@@ -147,6 +147,23 @@ TEST(PublishedRuns, MalformedCsvIsAnInputError) {
                   .find("column 'precision'"),
               std::string::npos);
     EXPECT_THROW(parsePublishedRuns(more + good + "validation,fp7,src\n"), InputError);
+    // The attention kernel a run used: empty is the planner's default, a word it does not know
+    // is refused with its column.
+    const std::string withKernel = "name,gpu,gpus,layers,hidden,heads,kv_heads,ffn_hidden,vocab,"
+                                   "seq_len,activation,tied,tp,pp,vpp,cp,dp,zero,micro_batch,"
+                                   "global_batch,recompute,reported_mfu,flash_attention,"
+                                   "attention_kernel,flops_convention,source\n";
+    const std::string kernelRow =
+        "x,h100-sxm,8,2,64,2,2,256,10,8,gelu,true,1,1,,1,8,0,1,8,none,0.4,"
+        "true,";
+    EXPECT_EQ(parsePublishedRuns(withKernel + kernelRow + "flash2,palm,src\n")[0]
+                  .parallel.attentionKernel,
+              AttentionKernel::Flash2);
+    EXPECT_EQ(
+        parsePublishedRuns(withKernel + kernelRow + ",palm,src\n")[0].parallel.attentionKernel,
+        AttentionKernel::Auto);
+    EXPECT_NE(refusal(withKernel + kernelRow + "flash4,palm,src\n").find("'attention_kernel'"),
+              std::string::npos);
     // A layout the planner refuses (tp 3 does not divide 2 heads) is refused with its rule.
     try {
         parsePublishedRuns(more +

@@ -35,6 +35,8 @@ const std::vector<Layout> kTiedLayouts = {
     {"--pp 4 --schedule 1f1b", 4},
     {"--pp 4 --schedule interleaved --vpp 2", 4},
     {"--pp 4 --schedule zero-bubble", 4},
+    {"--pp 2 --schedule zb-1p", 2},
+    {"--pp 4 --schedule zb-2p", 4},
     {"--pp 4 --schedule 1f1b --embedding-in-pipeline-split --loss-in-pipeline-split", 4},
     {"--pp 2 --dp 2 --schedule 1f1b --bucket-mb 0.05", 4},
     {"--pp 4 --dp 2 --schedule zero-bubble", 8},

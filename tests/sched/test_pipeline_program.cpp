@@ -22,13 +22,17 @@ std::string joined(const std::vector<std::string>& problems) {
 
 TEST(PipelineProgram, EveryScheduleIsSoundOverAGrid) {
     for (PipelineSchedule kind : {PipelineSchedule::Naive, PipelineSchedule::GPipe,
-                                  PipelineSchedule::OneFOneB, PipelineSchedule::ZeroBubble}) {
+                                  PipelineSchedule::OneFOneB, PipelineSchedule::ZeroBubble,
+                                  PipelineSchedule::ZeroBubble1p, PipelineSchedule::ZeroBubble2p}) {
         for (int p : {1, 2, 3, 4, 8}) {
             for (int m : {1, 2, 3, 4, 7, 8, 16}) {
                 const PipelineProgram prog = buildPipelineProgram(spec(kind, p, m));
                 EXPECT_EQ(joined(verifyProgram(prog)), "")
                     << toString(kind) << " p" << p << " m" << m;
-                const std::size_t perRank = kind == PipelineSchedule::ZeroBubble ? 3 : 2;
+                const bool split = kind == PipelineSchedule::ZeroBubble ||
+                                   kind == PipelineSchedule::ZeroBubble1p ||
+                                   kind == PipelineSchedule::ZeroBubble2p;
+                const std::size_t perRank = split ? 3 : 2;
                 EXPECT_EQ(prog.opCount(), perRank * std::size_t(p * m));
             }
         }

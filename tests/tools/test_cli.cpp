@@ -456,6 +456,37 @@ TEST(CliPlan, OverlapFlagsMoveTheStepAndAreExplained) {
     EXPECT_NE(refused.err.find("[tp-comm-overlap]"), std::string::npos) << refused.err;
 }
 
+// The attention kernel (--attention-kernel): on H100 at 8K tokens FlashAttention-3 runs the
+// attention core faster than FlashAttention-2 (Shah et al. 2024, Figs. 5-6), so the step is
+// shorter; the explanation names the kernel; on an A100, which has no measured rates, the choice
+// leaves the step alone; an unknown kernel is refused with exit 2.
+TEST(CliPlan, TheAttentionKernelSetsTheAttentionCoresSpeed) {
+    const std::vector<std::string> layout = {"--model", "llama3-8b", "--seq", "8192"};
+    auto step = [&](const std::vector<std::string>& extra) {
+        std::vector<std::string> flags = layout;
+        flags.insert(flags.end(), extra.begin(), extra.end());
+        const json j = planJsonWith(flags);
+        return std::make_pair(j.at("summary").at("step_time_s").get<double>(),
+                              j.at("parallel").at("attention_kernel").get<std::string>());
+    };
+    const auto fa2 = step({"--attention-kernel", "flash2"});
+    const auto fa3 = step({"--attention-kernel", "flash3"});
+    EXPECT_EQ(fa2.second, "flash2");
+    EXPECT_EQ(fa3.second, "flash3");
+    EXPECT_LT(fa3.first, fa2.first);
+    EXPECT_EQ(step({}).second, "auto");
+    EXPECT_DOUBLE_EQ(step({"--gpu", "a100-80gb", "--attention-kernel", "flash2"}).first,
+                     step({"--gpu", "a100-80gb", "--attention-kernel", "flash3"}).first);
+
+    std::vector<std::string> explainArgs = {"explain", "time.compute", "--attention-kernel",
+                                            "flash3"};
+    explainArgs.insert(explainArgs.end(), layout.begin(), layout.end());
+    const CliResult explained = shardscope::testing::runCliWith(explainArgs);
+    ASSERT_EQ(explained.code, 0) << explained.err;
+    EXPECT_NE(explained.out.find("FlashAttention-3"), std::string::npos) << explained.out;
+    EXPECT_EQ(run({"plan", "--attention-kernel", "flash4"}).code, 2);
+}
+
 // The network across nodes comes with the GPU (one 200 Gb/s HDR NIC per A100, 400 Gb/s NDR
 // per H100) unless --inter-bw sets it.
 TEST(CliPlan, TheNetworkFollowsTheGpuUnlessGiven) {

@@ -67,6 +67,11 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
     app.add_option("--flash-attention", f.flashAttention,
                    "Fused attention: no stored or re-read attention scores (true/false)")
         ->capture_default_str();
+    app.add_option("--attention-kernel", f.attentionKernel,
+                   "Which fused attention kernel runs (with --flash-attention): flash2, flash3 "
+                   "(Hopper only), cudnn, or auto, the fastest measured on the GPU; its speed is "
+                   "the kernel's published one (docs/validation.md)")
+        ->capture_default_str();
     app.add_option("--overlap-grad-reduce", f.overlapGradReduce,
                    "Reduce gradients during the last backward, bucket by bucket, as PyTorch DDP, "
                    "FSDP and Megatron's --overlap-grad-reduce do; false: after it (true/false)")
@@ -184,6 +189,7 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.optimizer = optimizerFromString(f.optimizer);
     p.offloadOptimizer = f.offload;
     p.flashAttention = f.flashAttention;
+    p.attentionKernel = attentionKernelFromString(f.attentionKernel);
     p.overlapGradReduce = f.overlapGradReduce;
     p.overlapParamGather = f.overlapParamGather;
     p.tpCommOverlap = f.tpCommOverlap;

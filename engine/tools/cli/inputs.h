@@ -40,6 +40,7 @@ struct LayoutFlags {
     std::string optimizer = "adamw";
     bool offload = false;
     bool flashAttention = true;
+    std::string attentionKernel = "auto";
     bool embeddingInPipelineSplit = false, lossInPipelineSplit = false;
     bool overlapGradReduce = true, overlapParamGather = true, tpCommOverlap = false;
     double trainTokens = 15e12;

@@ -66,7 +66,11 @@ void printSchedule(std::ostream& out, const PipelineProgram& program, const Pipe
     const double closed = pipelineBubbleFraction(s.kind, s.stages, s.microbatches, s.virtualStages);
     out << "makespan " << number(t.makespan) << ", bubble " << formatPercent(t.bubbleFraction)
         << " simulated; closed form " << formatPercent(closed)
-        << " (equal op costs, no point-to-point time)\n\n";
+        << " (equal op costs, no point-to-point time)\n";
+    out << "longest rank from its first op to its last " << number(t.longestRankSpan) << ", bubble "
+        << formatPercent(t.spanBubbleFraction)
+        << " (ZB-1p and ZB-2p count this way: their staggered starts overlap the previous step)"
+           "\n\n";
     out << "rank   busy        bubble   peak activations (microbatches)   awaiting backward\n";
     for (std::size_t r = 0; r < t.ranks.size(); ++r)
         out << std::setw(4) << r << "   " << std::left << std::setw(10) << number(t.busy[r]) << "  "
@@ -113,6 +117,8 @@ nlohmann::json scheduleJson(const PipelineProgram& program, const PipelineCosts&
               {"backward_weight", c.backwardWeight}}},
             {"makespan", t.makespan},
             {"bubble_fraction", t.bubbleFraction},
+            {"longest_rank_span", t.longestRankSpan},
+            {"span_bubble_fraction", t.spanBubbleFraction},
             {"closed_form_bubble_fraction",
              pipelineBubbleFraction(s.kind, s.stages, s.microbatches, s.virtualStages)},
             {"ranks", ranks}};

@@ -265,6 +265,8 @@ nlohmann::json sessionToJson(const Session& s) {
     if (s.assumedMfu > 0)
         j["assumed_mfu"] = s.assumedMfu;
     j["flops_convention"] = toString(s.flopsConvention);
+    if (s.optimizerPostValidation)
+        j["optimizer_post_validation"] = true;
     return j;
 }
 
@@ -312,6 +314,8 @@ Session sessionFromJson(const nlohmann::json& j) {
             throw InputError(std::string("session: ") + e.what());
         }
     }
+    if (j.contains("optimizer_post_validation"))
+        s.optimizerPostValidation = readPart<bool>(j, "optimizer_post_validation");
     return s;
 }
 

@@ -97,11 +97,14 @@ struct Session {
     double assumedMfu = 0;
     // How MFU counts model FLOPs (Assumptions::flopsConvention), the Explorer's "FLOP count".
     FlopsConvention flopsConvention = FlopsConvention::Causal;
+    // The Explorer's "Optimizer post-validation" (Assumptions::optimizerPostValidation).
+    bool optimizerPostValidation = false;
 
     PlanInputs planInputs() const {
         Assumptions assume;
         assume.assumedMfu = assumedMfu;
         assume.flopsConvention = flopsConvention;
+        assume.optimizerPostValidation = optimizerPostValidation;
         return {model, cluster, parallel, train, assume};
     }
 };

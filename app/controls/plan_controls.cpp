@@ -303,8 +303,8 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
     QComboBox* kernel = form.addChoice(
         "attention-kernel", "Attention kernel",
         "Which fused attention kernel runs attention's core, at its published speed on this GPU "
-        "(FlashAttention-2 and -3 papers). Auto: the fastest measured on the GPU, as Megatron-Core "
-        "and Transformer Engine pick; FlashAttention-3 runs on Hopper only",
+        "(FlashAttention-3 paper, H100). Auto: cuDNN on Hopper, as Transformer Engine picks for "
+        "Megatron-Core and NeMo, FlashAttention-2 before it; FlashAttention-3 runs on Hopper only",
         {{"Auto", "auto"},
          {"FlashAttention-2", "flash2"},
          {"FlashAttention-3", "flash3"},
@@ -412,6 +412,14 @@ void addTrainingControls(SessionForm& form, bool withTokens) {
         [](Session& s, const QString& k) {
             s.flopsConvention = flopsConventionFromString(k.toStdString());
         });
+    form.addBool(
+        "post-validation", "Optimizer post-validation",
+        "The framework checks the gradient norm and NaNs after the optimizer step and rolls back "
+        "when needed (Qi et al. 2024, zbpp), instead of synchronising every pipeline rank before "
+        "it: the ranks' staggered starts then overlap, and ZB-1p and ZB-2p count each rank's span "
+        "(ZB-2p: no bubble once m >= 2p). Megatron-LM and Shardscope's engine synchronise.",
+        [](const Session& s) { return s.optimizerPostValidation; },
+        [](Session& s, bool on) { s.optimizerPostValidation = on; });
 }
 
 } // namespace shardscope

@@ -147,7 +147,9 @@ QWidget* ExplorerPage::buildSearchView() {
     progress_->setTextVisible(false);
     tpInNode_->setChecked(true);
     tpInNode_->setToolTip("Reject layouts whose TP groups span nodes");
-    zeroBubble_->setToolTip("Also try the zero-bubble schedule (ZB-H1)");
+    zeroBubble_->setToolTip("Try ZB-H1 in 1F1B's place (1F1B's memory, a third of its bubble), "
+                            "and ZB-2p with \"Optimizer post-validation\" on (twice the "
+                            "activations, no bubble once there are 2p microbatches)");
     bar->addWidget(searchButton_);
     bar->addWidget(cancelButton_);
     bar->addWidget(tpInNode_);

@@ -292,9 +292,9 @@ void PipelinePage::refresh() {
                                    "Simulated: idle time of all ranks / (p x makespan)"),
                         figureItem(qs(formatPercent(t->spanBubbleFraction)), t->spanBubbleFraction,
                                    "Simulated, each rank from its first op to its last: the "
-                                   "longest rank's idle share. ZB-1p and ZB-2p count this way "
-                                   "(Qi et al. 2024): with optimizer post-validation the ranks' "
-                                   "staggered starts overlap the previous step"),
+                                   "longest rank's idle share, the step's when the optimizer is "
+                                   "post-validated (Qi et al. 2024) and the ranks' staggered "
+                                   "starts overlap the previous step"),
                         figureItem(qs(closed.display), closed.value, explanationTooltip(closed)),
                         figureItem(QString::number(peak, 'g', 3), peak,
                                    "Most microbatches' activations any rank holds at once (an "
@@ -332,15 +332,10 @@ void PipelinePage::refresh() {
         panel_->setVerdict(problem.trimmed().toHtmlEscaped().replace("\n", "<br>"),
                            VerdictLevel::Bad);
     } else {
-        // The automatic zero-bubble schedules count each rank from its own first op.
-        const bool perRank = l.schedule == PipelineSchedule::ZeroBubble1p ||
-                             l.schedule == PipelineSchedule::ZeroBubble2p;
-        QString text = QString(perRank ? "%1 idles %2 of its longest rank's span (closed form %3)."
-                                       : "%1 idles %2 of the time (closed form %3).")
-                           .arg(scheduleName(l.schedule),
-                                qs(formatPercent(perRank ? timelineA_->spanBubbleFraction
-                                                         : timelineA_->bubbleFraction)),
-                                qs(explanations.front().display));
+        QString text =
+            QString("%1 idles %2 of the time (closed form %3).")
+                .arg(scheduleName(l.schedule), qs(formatPercent(timelineA_->bubbleFraction)),
+                     qs(explanations.front().display));
         if (timelineB_) {
             const double saved = timelineA_->makespan - timelineB_->makespan;
             text += QString(" %1 takes %2 time units %3 (%4).")

@@ -49,6 +49,13 @@ struct Assumptions {
     // step = model_flops_per_step / (gpus x peak x MFU), and throughput, time, GPU-hours and
     // cost follow from it; the modelled step and MFU are kept beside it. 0: the model's own.
     double assumedMfu = 0;
+    // The framework validates the optimizer step after taking it instead of synchronising every
+    // pipeline rank before it (Qi et al. 2024, section 4: zbpp's --enable-optimizer-post-
+    // validation), so each rank's staggered start overlaps its previous step and a step lasts
+    // the longest rank's span, not the makespan. Only the automatic zero-bubble schedules gain:
+    // ZB-2p's bubble goes from ZB-H1's to none once m >= 2p. Megatron-LM and this engine
+    // synchronise (the default); --post-validation assumes otherwise.
+    bool optimizerPostValidation = false;
     // How MFU and model FLOP/s count a token's FLOPs (--flops-convention); the compute time
     // counts what runs whatever the convention.
     FlopsConvention flopsConvention = FlopsConvention::Causal;

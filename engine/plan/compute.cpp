@@ -106,7 +106,7 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     // rank's kernel sees its slice of the sequence. Elsewhere the core runs as GEMMs.
     const AttentionSpeed kernel = attentionSpeedFor(in);
     const double bf16Peak = in.cluster.gpu.peak(Precision::Bf16);
-    if (kernel.measured) {
+    if (kernel.measured && peak > 0 && projectionPeak > 0 && bf16Peak > 0) {
         const double forwardRuns = coreRuns - 2.0;
         s.attentionSeconds = layers * f.attentionCore * share / bf16Peak *
                              (forwardRuns / kernel.forward + 2.5 / kernel.backward);

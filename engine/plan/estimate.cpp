@@ -318,7 +318,9 @@ Estimate evaluate(const PlanInputs& in) {
     // pipeline bubble at that pace, then the exposed PP and DP transfers and the optimizer.
     const double perMicrobatchWait = (e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed) / mbs;
     const double paced = e.microbatchCompute + perMicrobatchWait;
-    e.bubbleTime = pipelineBubbleMicrobatches(p.schedule, p.pp, int(mbs), p.vpp) * paced;
+    e.bubbleTime = pipelineBubbleMicrobatches(p.schedule, p.pp, int(mbs), p.vpp,
+                                              in.assume.optimizerPostValidation) *
+                   paced;
     e.bubbleFraction = e.bubbleTime / (mbs * paced + e.bubbleTime);
     e.exposedComm = 0;
     for (const AxisComm& c : e.comm)

@@ -79,9 +79,9 @@ std::string count(double v) {
 constexpr const char* kBubbleFormula =
     "bubble / (m x t_mb + bubble); bubble = (p-1) t_mb (GPipe, 1F1B), (p-1) t_mb / v "
     "(interleaved), (p-1) t_mb / 3 (zero bubble ZB-H1), (p-1) m t_mb (naive); ZB-1p and ZB-2p: "
-    "(span - 3m) t_mb / 3 of their programs with F = B = W, span the longest rank's time from its "
-    "first pass to its last (the ranks' staggered starts overlap the previous step under "
-    "optimizer post-validation)";
+    "(makespan - 3m) t_mb / 3 of their programs with F = B = W, or under optimizer "
+    "post-validation (span - 3m) t_mb / 3, span the longest rank's time from its first pass to its "
+    "last";
 constexpr const char* kBubbleSource =
     "Huang et al. 2019 (GPipe); Narayanan et al. 2021 (interleaved); Qi et al. 2023, 2024 (zero "
     "bubble)";
@@ -214,7 +214,8 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
                         b(m.activations) + " (recompute " + toString(p.recompute) + ", schedule " +
                         toString(p.schedule) + ")";
         x.source = std::string(kKorthikanti) + "; in-flight microbatches: GPipe m, 1F1B p, "
-                                               "interleaved p(1 + (p-1)/(p v))";
+                                               "interleaved p(1 + (p-1)/(p v)), ZB-H1 p, ZB-1p "
+                                               "and ZB-2p their programs' peak (Qi et al.)";
         if (in.model.isBare())
             x.substituted = "not computed: a bare parameter count has no architecture (give a "
                             "preset or a config.json)";
@@ -527,6 +528,13 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.substituted = "p=" + std::to_string(p.pp) + ", m=" + std::to_string(p.microbatches()) +
                         ", v=" + std::to_string(p.vpp) + ", " + toString(p.schedule) + ": " +
                         s(e.bubbleTime) + " idle per step = " + formatPercent(e.bubbleFraction);
+        if (p.schedule == PipelineSchedule::ZeroBubble1p ||
+            p.schedule == PipelineSchedule::ZeroBubble2p)
+            x.substituted += in.assume.optimizerPostValidation
+                                 ? " (each rank from its first pass to its last: optimizer "
+                                   "post-validation assumed)"
+                                 : " (the makespan: the optimizer step waits for every rank; "
+                                   "--post-validation assumes it does not)";
         x.source = kBubbleSource;
         break;
     case FigureId::StepTime:

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 namespace shardscope {
@@ -18,23 +19,33 @@ namespace {
 // bubble, so (p, min(m, 4p)) stands for (p, m); results are kept, since a search asks for the same
 // few pairs many times.
 struct AutomaticSchedule {
-    double bubbleMicrobatches = 0; // (span - 3m) / 3, one microbatch's F + B + W being 3
+    // In microbatches (one microbatch's F + B + W is 3): (makespan - 3m) / 3 when the optimizer
+    // waits for every rank, (span - 3m) / 3 under post-validation.
+    double bubbleMakespan = 0;
+    double bubbleSpan = 0;
     std::vector<int> peakHeld;
 };
 
-constexpr int kMostSimulatedStages = 128;
+constexpr int kMostSimulatedPasses = 300'000; // zeroBubbleOrder's limit on p x m
 
-AutomaticSchedule automaticSchedule(PipelineSchedule s, int p, int m) {
+std::optional<AutomaticSchedule> automaticSchedule(PipelineSchedule s, int p, int m) {
     const int limit = s == PipelineSchedule::ZeroBubble2p ? 2 * p : p;
     const int simulated = std::min(m, 4 * p);
+    if (double(p) * simulated > kMostSimulatedPasses)
+        return std::nullopt;
     static std::mutex mutex;
     static std::map<std::pair<int, int>, AutomaticSchedule> kept[2];
     auto& cache = kept[s == PipelineSchedule::ZeroBubble2p ? 1 : 0];
-    const std::lock_guard lock(mutex);
-    if (const auto it = cache.find({p, simulated}); it != cache.end())
-        return it->second;
+    {
+        const std::lock_guard lock(mutex);
+        if (const auto it = cache.find({p, simulated}); it != cache.end())
+            return it->second;
+    }
+    // Scheduled outside the lock: other threads' estimates go on meanwhile.
     const ZeroBubbleOrder order = zeroBubbleOrder(p, simulated, limit);
-    AutomaticSchedule a{(order.span - 3.0 * simulated) / 3.0, order.peakHeld};
+    const AutomaticSchedule a{(order.makespan - 3.0 * simulated) / 3.0,
+                              (order.span - 3.0 * simulated) / 3.0, order.peakHeld};
+    const std::lock_guard lock(mutex);
     if (cache.size() > 4096)
         cache.clear();
     cache.emplace(std::make_pair(p, simulated), a);
@@ -79,7 +90,7 @@ double ringAllGatherSeconds(double bytes, int n, double bandwidth, double latenc
     return (n - 1) * latency + ringAllGatherBytesPerRank(bytes, n) / bandwidth;
 }
 
-double pipelineBubbleMicrobatches(PipelineSchedule s, int p, int m, int v) {
+double pipelineBubbleMicrobatches(PipelineSchedule s, int p, int m, int v, bool postValidation) {
     if (p <= 1)
         return 0.0;
     switch (s) {
@@ -94,17 +105,19 @@ double pipelineBubbleMicrobatches(PipelineSchedule s, int p, int m, int v) {
         return (p - 1.0) / 3.0;
     case PipelineSchedule::ZeroBubble1p:
     case PipelineSchedule::ZeroBubble2p:
-        // More stages than are worth simulating: the unit-time results, ZB-H1's (p-1)/3, and
-        // none for ZB-2p once m >= 2p fills its warm-up.
-        if (p > kMostSimulatedStages)
-            return s == PipelineSchedule::ZeroBubble2p && m >= 2 * p ? 0.0 : (p - 1.0) / 3.0;
-        return automaticSchedule(s, p, std::max(1, m)).bubbleMicrobatches;
+        if (const auto a = automaticSchedule(s, p, std::max(1, m)))
+            return postValidation ? a->bubbleSpan : a->bubbleMakespan;
+        // Too many passes to schedule: ZB-H1's (p-1)/3, which both reach by their makespan, and
+        // which ZB-2p's span loses entirely once m >= 2p fills its warm-up.
+        return postValidation && s == PipelineSchedule::ZeroBubble2p && m >= 2 * p
+                   ? 0.0
+                   : (p - 1.0) / 3.0;
     }
     return p - 1.0;
 }
 
-double pipelineBubbleFraction(PipelineSchedule s, int p, int m, int v) {
-    const double bubble = pipelineBubbleMicrobatches(s, p, m, v);
+double pipelineBubbleFraction(PipelineSchedule s, int p, int m, int v, bool postValidation) {
+    const double bubble = pipelineBubbleMicrobatches(s, p, m, v, postValidation);
     return bubble / (m + bubble);
 }
 
@@ -121,10 +134,10 @@ double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v, int
     case PipelineSchedule::ZeroBubble1p:
     case PipelineSchedule::ZeroBubble2p: {
         const int limit = s == PipelineSchedule::ZeroBubble2p ? 2 * p : p;
-        if (p > kMostSimulatedStages || p <= 1)
+        const auto a = p > 1 ? automaticSchedule(s, p, std::max(1, m)) : std::nullopt;
+        if (!a)
             return std::min(limit, std::max(1, m));
-        const auto& peaks = automaticSchedule(s, p, std::max(1, m)).peakHeld;
-        return peaks[std::size_t(std::clamp(stage, 0, p - 1))];
+        return a->peakHeld[std::size_t(std::clamp(stage, 0, p - 1))];
     }
     case PipelineSchedule::Interleaved:
         return std::min<double>(m, (p - stage) + (p - 1.0) / std::max(1, v));

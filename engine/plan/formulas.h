@@ -29,12 +29,15 @@ double ringAllGatherSeconds(double bytes, int n, double bandwidth, double latenc
 // Idle fraction of a pipeline step: bubble / (useful + bubble).
 // naive (p-1)/p; GPipe and 1F1B (p-1)/(m+p-1); interleaved (p-1)/(v m + p-1);
 // zero bubble ZB-H1 (p-1)/(3m + p-1) (Qi et al. 2023, with equal F, B and W times); ZB-1p and
-// ZB-2p from their programs' longest rank (engine/sched/zero_bubble_auto.h), equal times again:
-// ZB-1p ZB-H1's, ZB-2p none once m >= 2p (each rank from its first pass to its last; the ranks'
-// staggered starts overlap the previous step under the paper's optimizer post-validation).
-double pipelineBubbleFraction(PipelineSchedule s, int p, int m, int v = 1);
+// ZB-2p from their programs (engine/sched/zero_bubble_auto.h), equal times again: ZB-H1's for
+// both, by the makespan; with `postValidation` (the paper's optimizer post-validation, which lets
+// each rank's staggered start overlap its previous step) by the longest rank's span instead,
+// where ZB-2p has none once m >= 2p. The other schedules' first rank spans the makespan anyway.
+double pipelineBubbleFraction(PipelineSchedule s, int p, int m, int v = 1,
+                              bool postValidation = false);
 // Bubble time in units of one microbatch's forward+backward on one stage: (p-1)/v, etc.
-double pipelineBubbleMicrobatches(PipelineSchedule s, int p, int m, int v = 1);
+double pipelineBubbleMicrobatches(PipelineSchedule s, int p, int m, int v = 1,
+                                  bool postValidation = false);
 // Microbatches whose activations pipeline rank `stage` holds at its peak (Korthikanti et al.
 // 2022: GPipe m, 1F1B p - stage, interleaved (p - stage) + (p-1)/v, i.e. p (1 + (p-1)/(p v)) on
 // the first stage; ZB-H1 p on every stage, since deferred W passes keep their inputs: Qi et al.

@@ -219,7 +219,8 @@ PublishedRun parseRow(const Row& r, int line) {
                          ": column 'peak_precision': " + gpu.id + " has no " +
                          toString(run.peakPrecision) + " peak to divide by");
     p.flashAttention = r.flag("flash_attention", false);
-    // The fused kernel the run's framework used; empty: the fastest on the GPU (Auto).
+    // The fused kernel the run's framework used; empty: Auto (cuDNN on Hopper, as Transformer
+    // Engine picks).
     const std::string kernel = r.text("attention_kernel");
     p.attentionKernel = kernel.empty() ? AttentionKernel::Auto
                                        : word("attention_kernel", attentionKernelFromString);

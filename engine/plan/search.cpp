@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <queue>
+#include <span>
 #include <utility>
 
 namespace shardscope {
@@ -48,6 +49,25 @@ const char* firstBrokenRule(const ModelSpec& m, const ParallelConfig& p, int gpu
     if (p.schedule == PipelineSchedule::Interleaved && p.microbatches() % p.pp != 0)
         return "interleaved-microbatches";
     return nullptr;
+}
+
+// The pipeline schedules a layout is tried with: 1F1B, interleaved when it has virtual stages,
+// and, when asked, ZB-H1 (1F1B's memory, a third of its bubble) in 1F1B's place, with ZB-2p
+// (twice the memory, no bubble once m >= 2p) where the optimizer is post-validated.
+std::span<const PipelineSchedule> schedulesFor(int pp, int vpp, const SearchSpace& space,
+                                               const Assumptions& assume) {
+    static constexpr PipelineSchedule kOneFOneB[] = {PipelineSchedule::OneFOneB};
+    static constexpr PipelineSchedule kInterleaved[] = {PipelineSchedule::Interleaved};
+    static constexpr PipelineSchedule kZeroBubble[] = {PipelineSchedule::ZeroBubble};
+    static constexpr PipelineSchedule kBothZeroBubbles[] = {PipelineSchedule::ZeroBubble,
+                                                            PipelineSchedule::ZeroBubble2p};
+    if (pp > 1 && vpp > 1)
+        return kInterleaved;
+    // Without post-validation ZB-2p has ZB-H1's bubble with more memory: not worth a try.
+    if (pp > 1 && space.tryZeroBubble)
+        return assume.optimizerPostValidation ? std::span<const PipelineSchedule>(kBothZeroBubbles)
+                                              : kZeroBubble;
+    return kOneFOneB;
 }
 
 } // namespace
@@ -106,54 +126,54 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                             for (int sp = 0; sp <= (tp > 1 && space.trySequenceParallel ? 1 : 0);
                                  ++sp) {
                                 for (Recompute rc : space.recompute) {
-                                    if (options.cancel &&
-                                        options.cancel->load(std::memory_order_relaxed)) {
-                                        r.cancelled = true;
-                                        goto done;
+                                    for (PipelineSchedule schedule :
+                                         schedulesFor(pp, vpp, space, assume)) {
+                                        if (options.cancel &&
+                                            options.cancel->load(std::memory_order_relaxed)) {
+                                            r.cancelled = true;
+                                            goto done;
+                                        }
+                                        ParallelConfig& p = in.parallel;
+                                        p = base;
+                                        p.tp = tp;
+                                        p.pp = pp;
+                                        p.cp = cp;
+                                        p.dp = dp;
+                                        p.vpp = vpp;
+                                        p.microBatch = mb;
+                                        p.zero = zero;
+                                        p.shardGroup = shardGroup;
+                                        p.sequenceParallel = sp != 0;
+                                        // TP overlap needs SP: without it the TP traffic waits.
+                                        p.tpCommOverlap = base.tpCommOverlap && p.sequenceParallel;
+                                        p.recompute = rc;
+                                        p.schedule = schedule;
+                                        ++r.considered;
+                                        if (const char* rule =
+                                                firstBrokenRule(model, p, cluster.gpusPerNode,
+                                                                space.tpWithinNode)) {
+                                            ++r.rejected[rule];
+                                            continue;
+                                        }
+                                        const Estimate e = evaluate(in);
+                                        ++r.evaluated;
+                                        Candidate c{p,
+                                                    e.memory.total(),
+                                                    e.tokensPerSecond,
+                                                    e.stepTime,
+                                                    e.mfu,
+                                                    e.fits};
+                                        if (options.keepAll)
+                                            r.all.push_back(c);
+                                        if (!e.fits) {
+                                            ++r.rejected["memory"];
+                                            continue;
+                                        }
+                                        ++r.fitting;
+                                        best.push(c);
+                                        if (int(best.size()) > options.topK)
+                                            best.pop();
                                     }
-                                    ParallelConfig& p = in.parallel;
-                                    p = base;
-                                    p.tp = tp;
-                                    p.pp = pp;
-                                    p.cp = cp;
-                                    p.dp = dp;
-                                    p.vpp = vpp;
-                                    p.microBatch = mb;
-                                    p.zero = zero;
-                                    p.shardGroup = shardGroup;
-                                    p.sequenceParallel = sp != 0;
-                                    // TP overlap needs SP: without it the TP traffic waits.
-                                    p.tpCommOverlap = base.tpCommOverlap && p.sequenceParallel;
-                                    p.recompute = rc;
-                                    p.schedule = pp == 1   ? PipelineSchedule::OneFOneB
-                                                 : vpp > 1 ? PipelineSchedule::Interleaved
-                                                 : space.tryZeroBubble
-                                                     ? PipelineSchedule::ZeroBubble
-                                                     : PipelineSchedule::OneFOneB;
-                                    ++r.considered;
-                                    if (const char* rule = firstBrokenRule(
-                                            model, p, cluster.gpusPerNode, space.tpWithinNode)) {
-                                        ++r.rejected[rule];
-                                        continue;
-                                    }
-                                    const Estimate e = evaluate(in);
-                                    ++r.evaluated;
-                                    Candidate c{p,
-                                                e.memory.total(),
-                                                e.tokensPerSecond,
-                                                e.stepTime,
-                                                e.mfu,
-                                                e.fits};
-                                    if (options.keepAll)
-                                        r.all.push_back(c);
-                                    if (!e.fits) {
-                                        ++r.rejected["memory"];
-                                        continue;
-                                    }
-                                    ++r.fitting;
-                                    best.push(c);
-                                    if (int(best.size()) > options.topK)
-                                        best.pop();
                                 }
                             }
                         }

@@ -18,6 +18,8 @@ struct SearchSpace {
     bool trySequenceParallel = true;
     bool tryContextParallel = true;
     bool tryInterleaved = true;
+    // ZB-H1 in 1F1B's place (pp > 1, no virtual stages), and ZB-2p beside it under
+    // Assumptions::optimizerPostValidation.
     bool tryZeroBubble = false;
     // ZeRO stages 1-3 also with their states sharded inside a node and replicated across nodes
     // (hybrid sharding, shard group = the dp x cp ranks of one node), where dp x cp spans more.

@@ -66,13 +66,19 @@ void checkResumable(const RunConfig& c, const std::string& data, const json& met
     const auto stored = [&](const char* key) { return meta.contains(key) ? meta[key] : json(); };
     // A layout written before a setting existed reads with that setting's default, as a config
     // file would: read it back before comparing.
+    // The attention kernel is the planner's: the engine runs its own attention whatever it says.
+    const auto engineRuns = [](ParallelConfig p) {
+        p.attentionKernel = AttentionKernel::Auto;
+        return p;
+    };
     json parallelWas = stored("parallel");
     try {
-        parallelWas = json(parallelWas.get<ParallelConfig>());
+        parallelWas = json(engineRuns(parallelWas.get<ParallelConfig>()));
     } catch (const std::exception&) { // not a layout at all: compared raw, and differs
     }
+    const json parallelNow = json(engineRuns(c.parallel));
     compare("model", modelForResume(c.model), stored("model"));
-    compare("parallel", json(c.parallel), parallelWas);
+    compare("parallel", parallelNow, parallelWas);
     compare("train", trajectoryOf(c.train), stored("train"));
     compare("total_steps", c.totalSteps(), stored("total_steps"));
     compare("data", data, stored("data"));
@@ -81,7 +87,7 @@ void checkResumable(const RunConfig& c, const std::string& data, const json& met
             "cannot resume from " + dir.string() + ": it was written for another run (";
         for (std::size_t i = 0; i < diffs.size(); ++i)
             text += (i ? "; " : "") + diffs[i];
-        if (meta.contains("parallel") && parallelWas != json(c.parallel))
+        if (meta.contains("parallel") && parallelWas != parallelNow)
             text += "; checkpoints are sharded by the layout that wrote them, so a run resumes "
                     "only with that layout (" +
                     layoutSummary(c.parallel) + " now)";

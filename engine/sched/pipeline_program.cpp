@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <tuple>
 
 namespace shardscope {
@@ -191,6 +192,26 @@ int heldLimitOf(const ScheduleSpec& s) {
     return s.kind == PipelineSchedule::ZeroBubble2p ? 2 * s.stages : s.stages;
 }
 
+// The heuristic takes up to a second on the largest shapes; the Pipeline page and the engine ask
+// for the same few again and again, so the last few orders are kept.
+ZeroBubbleOrder automaticOrder(const ScheduleSpec& s) {
+    using Key = std::tuple<int, int, int>;
+    static std::mutex mutex;
+    static std::map<Key, ZeroBubbleOrder> kept;
+    const Key key{s.stages, s.microbatches, heldLimitOf(s)};
+    {
+        const std::lock_guard lock(mutex);
+        if (const auto it = kept.find(key); it != kept.end())
+            return it->second;
+    }
+    ZeroBubbleOrder order = zeroBubbleOrder(s.stages, s.microbatches, heldLimitOf(s));
+    const std::lock_guard lock(mutex);
+    if (kept.size() >= 8)
+        kept.clear();
+    kept.emplace(key, order);
+    return order;
+}
+
 // Interleaved 1F1B (Narayanan et al. 2021; Megatron-LM's schedule): rank r holds chunks c of
 // stages c*p + r. Microbatches go through in groups of p; the k-th forward of a rank runs chunk
 // (k / p) % v of microbatch (k / (p v)) p + k % p, backwards visit the chunks in reverse.
@@ -224,9 +245,7 @@ PipelineProgram buildPipelineProgram(const ScheduleSpec& spec) {
     program.ranks.resize(std::size_t(spec.stages));
     const bool automatic =
         spec.kind == PipelineSchedule::ZeroBubble1p || spec.kind == PipelineSchedule::ZeroBubble2p;
-    const ZeroBubbleOrder order =
-        automatic ? zeroBubbleOrder(spec.stages, spec.microbatches, heldLimitOf(spec))
-                  : ZeroBubbleOrder{};
+    const ZeroBubbleOrder order = automatic ? automaticOrder(spec) : ZeroBubbleOrder{};
     for (int r = 0; r < spec.stages; ++r) {
         auto& ops = program.ranks[std::size_t(r)];
         ops.reserve(std::size_t(3 * spec.microbatches * spec.virtualStages));

@@ -72,6 +72,7 @@ public:
         ZeroBubbleOrder out;
         for (auto& r : ranks_) {
             out.span = std::max(out.span, r.clock - r.first);
+            out.makespan = std::max(out.makespan, r.clock);
             out.peakHeld.push_back(r.peak);
             out.ranks.push_back(std::move(r.order));
         }

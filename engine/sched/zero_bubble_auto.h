@@ -21,6 +21,9 @@ struct ZeroBubbleOrder {
     // when the optimizer does not wait for every rank at once (the paper's post-validation,
     // section 4), so that each rank's staggered start overlaps its previous step's end.
     double span = 0;
+    // From the first rank's first pass to the last pass anywhere: the step when the optimizer
+    // waits for every rank, as it does unless the framework validates after stepping.
+    double makespan = 0;
     std::vector<int> peakHeld; // per rank: most microbatches between F and W at once
 };
 

@@ -91,6 +91,25 @@ private slots:
         QCOMPARE(f.value("Time to train"), time);
     }
 
+    // ZB-2p from the schedule control: with "Optimizer post-validation" its bubble goes and the
+    // step shortens; ZB-H1's does not move.
+    void postValidationRemovesZeroBubble2psBubble() {
+        Fixture f;
+        QVERIFY(f.doc.session().parallel.pp > 1);
+        choose(f.form(), "schedule", "zb-2p");
+        QVERIFY(f.doc.session().parallel.schedule == PipelineSchedule::ZeroBubble2p);
+        const double step = f.value("Step time"), bubble = f.value("Pipeline bubble");
+        QVERIFY(bubble > 0);
+        setBool(f.form(), "post-validation", true);
+        QVERIFY(f.doc.session().optimizerPostValidation);
+        QCOMPARE(f.value("Pipeline bubble"), 0.0);
+        QVERIFY(f.value("Step time") < step);
+        choose(f.form(), "schedule", "zero-bubble");
+        const double h1 = f.value("Step time");
+        setBool(f.form(), "post-validation", false);
+        QCOMPARE(f.value("Step time"), h1);
+    }
+
     // Counting FLOPs as PaLM does (the whole attention square) raises MFU, not the step time.
     void flopCountMovesMfuNotTheStep() {
         Fixture f;

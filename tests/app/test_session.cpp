@@ -221,6 +221,20 @@ TEST(Session, FlopsConventionRoundTripsAndIsChecked) {
     }
 }
 
+// The post-validation what-if travels with the session; one written before it reads as off.
+TEST(Session, PostValidationRoundTrips) {
+    Session s = defaultSession();
+    EXPECT_FALSE(s.planInputs().assume.optimizerPostValidation);
+    s.optimizerPostValidation = true;
+    nlohmann::json j = sessionToJson(s);
+    EXPECT_EQ(j["optimizer_post_validation"], true);
+    EXPECT_TRUE(sessionFromJson(j).planInputs().assume.optimizerPostValidation);
+    j.erase("optimizer_post_validation");
+    EXPECT_FALSE(sessionFromJson(j).optimizerPostValidation);
+    j["optimizer_post_validation"] = "yes";
+    EXPECT_THROW(sessionFromJson(j), InputError);
+}
+
 TEST(Session, FailedSaveKeepsThePreviousFile) {
     QTemporaryDir dir;
     const std::string path = QDir(dir.path()).filePath("keep.shardscope").toStdString();

@@ -156,6 +156,55 @@ TEST(Search, TriesHybridShardingOverEachNode) {
     EXPECT_EQ(searchLlama8b(o, without, 4).evaluated + hybrid, r.evaluated);
 }
 
+// Asked to, the search tries ZB-H1 in 1F1B's place, and ZB-2p beside it when the optimizer is
+// post-validated (without, ZB-2p has ZB-H1's bubble and more memory): every pipelined layout
+// without virtual stages once or twice, none with 1F1B; each as fast as that layout with 1F1B
+// or faster, ZB-2p with at least ZB-H1's memory; and the best layout no slower than without.
+TEST(Search, TriesTheZeroBubbleSchedulesInPlaceOf1F1B) {
+    const ModelSpec m = findModelPreset("llama3-8b");
+    const ClusterSpec cl = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
+    ParallelConfig base;
+    base.globalBatch = 256;
+    SearchOptions o;
+    o.keepAll = true;
+    for (bool validated : {false, true}) {
+        Assumptions assume;
+        assume.optimizerPostValidation = validated;
+        const SearchResult plain = searchLayouts(m, cl, base, {}, assume, {}, o);
+        SearchSpace space;
+        space.tryZeroBubble = true;
+        const SearchResult zb = searchLayouts(m, cl, base, {}, assume, space, o);
+        long long oneF = 0, h1 = 0, twoP = 0;
+        for (const Candidate& c : plain.all)
+            oneF += c.config.schedule == PipelineSchedule::OneFOneB && c.config.pp > 1;
+        for (const Candidate& c : zb.all) {
+            const ParallelConfig& p = c.config;
+            EXPECT_FALSE(p.schedule == PipelineSchedule::OneFOneB && p.pp > 1) << layoutSummary(p);
+            const bool two = p.schedule == PipelineSchedule::ZeroBubble2p;
+            if (p.schedule != PipelineSchedule::ZeroBubble && !two)
+                continue;
+            (two ? twoP : h1) += 1;
+            ParallelConfig asOneF = p;
+            asOneF.schedule = PipelineSchedule::OneFOneB;
+            EXPECT_GE(c.tokensPerSecond,
+                      estimate(PlanInputs{m, cl, asOneF, {}, assume}).tokensPerSecond * (1 - 1e-12))
+                << layoutSummary(p);
+            if (two) {
+                ParallelConfig asH1 = p;
+                asH1.schedule = PipelineSchedule::ZeroBubble;
+                EXPECT_GE(c.memory, estimate(PlanInputs{m, cl, asH1, {}, assume}).memory.total())
+                    << layoutSummary(p);
+            }
+        }
+        EXPECT_GT(oneF, 0);
+        EXPECT_EQ(h1, oneF);
+        EXPECT_EQ(twoP, validated ? oneF : 0);
+        EXPECT_EQ(zb.evaluated, plain.evaluated + (validated ? oneF : 0));
+        ASSERT_FALSE(zb.top.empty());
+        EXPECT_GE(zb.top.front().tokensPerSecond, plain.top.front().tokensPerSecond);
+    }
+}
+
 TEST(Search, CancelStopsEarly) {
     std::atomic<bool> cancel{true};
     SearchOptions o;

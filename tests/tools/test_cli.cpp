@@ -487,6 +487,28 @@ TEST(CliPlan, TheAttentionKernelSetsTheAttentionCoresSpeed) {
     EXPECT_EQ(run({"plan", "--attention-kernel", "flash4"}).code, 2);
 }
 
+// ZB-2p from the command line: by the makespan its bubble is ZB-H1's (Qi et al.: (p-1)/3 of a
+// microbatch against 1F1B's p-1); with --post-validation, m >= 2p, it has none, and JSON and the
+// explanation say what was assumed.
+TEST(CliPlan, ZeroBubble2pLosesItsBubbleUnderPostValidation) {
+    const std::vector<std::string> layout = {"--pp", "4", "--schedule", "zb-2p"};
+    std::vector<std::string> validated = layout;
+    validated.push_back("--post-validation");
+    const json plain = planJsonWith(layout), post = planJsonWith(validated);
+    EXPECT_EQ(plain.at("parallel").at("schedule"), "zb-2p");
+    EXPECT_EQ(plain.at("summary").at("optimizer_post_validation"), false);
+    EXPECT_EQ(post.at("summary").at("optimizer_post_validation"), true);
+    EXPECT_GT(plain.at("summary").at("bubble_fraction").get<double>(), 0);
+    EXPECT_DOUBLE_EQ(post.at("summary").at("bubble_fraction").get<double>(), 0);
+    EXPECT_LT(post.at("summary").at("step_time_s").get<double>(),
+              plain.at("summary").at("step_time_s").get<double>());
+    std::vector<std::string> explainArgs = {"explain", "pipeline.bubble"};
+    explainArgs.insert(explainArgs.end(), validated.begin(), validated.end());
+    const CliResult explained = shardscope::testing::runCliWith(explainArgs);
+    ASSERT_EQ(explained.code, 0) << explained.err;
+    EXPECT_NE(explained.out.find("post-validation assumed"), std::string::npos) << explained.out;
+}
+
 // The network across nodes comes with the GPU (one 200 Gb/s HDR NIC per A100, 400 Gb/s NDR
 // per H100) unless --inter-bw sets it.
 TEST(CliPlan, TheNetworkFollowsTheGpuUnlessGiven) {

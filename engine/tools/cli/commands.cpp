@@ -31,7 +31,9 @@ struct Options {
     std::string figure;
     int topK = 10;
     bool tpWithinNode = false;
-    std::optional<double> mfu; // --mfu: the step time from an assumed MFU
+    bool tryZeroBubble = false;
+    bool postValidation = false; // Assumptions::optimizerPostValidation
+    std::optional<double> mfu;   // --mfu: the step time from an assumed MFU
     std::string flopsConvention = "causal";
 };
 
@@ -41,6 +43,7 @@ PlanInputs buildInputs(const Options& o) {
     in.cluster = buildCluster(o.cluster);
     in.parallel = buildLayout(o.layout, in.cluster);
     in.train = buildTrain(o.layout);
+    in.assume.optimizerPostValidation = o.postValidation;
     if (o.mfu) {
         if (!std::isfinite(*o.mfu) || *o.mfu <= 0 || *o.mfu > 1)
             throw InputError("--mfu must be a fraction above 0 and at most 1, e.g. --mfu 0.4 for "
@@ -103,6 +106,7 @@ int runSearch(const Options& o, std::ostream& out, std::ostream& err) {
     }
     SearchSpace space;
     space.tpWithinNode = o.tpWithinNode;
+    space.tryZeroBubble = o.tryZeroBubble;
     SearchOptions options;
     options.topK = o.topK;
     const SearchResult r =
@@ -249,6 +253,11 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
         "megatron: Narayanan et al. 2021 with recompute; 6n: 6 x all params)";
     plan->add_option("--flops-convention", o.flopsConvention, conventionHelp)
         ->capture_default_str();
+    static const char* postValidationHelp =
+        "Assume the framework validates the optimizer step after taking it (Qi et al. 2024), so "
+        "the pipeline ranks' staggered starts overlap: ZB-1p and ZB-2p then count each rank's "
+        "span, not the makespan";
+    plan->add_flag("--post-validation", o.postValidation, postValidationHelp);
 
     auto* search = app.add_subcommand("search", "Rank every valid layout by predicted throughput");
     addModelFlags(*search, o.model);
@@ -256,6 +265,10 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     addLayoutFlags(*search, o.layout, true);
     search->add_option("--top", o.topK, "How many layouts to show")->capture_default_str();
     search->add_flag("--tp-within-node", o.tpWithinNode, "Reject TP groups larger than a node");
+    search->add_flag("--try-zero-bubble", o.tryZeroBubble,
+                     "Try ZB-H1 in 1F1B's place, and ZB-2p with --post-validation (as the "
+                     "Explorer's \"Try zero-bubble\")");
+    search->add_flag("--post-validation", o.postValidation, postValidationHelp);
     search->add_flag("--json", o.json, "Machine-readable output");
     search->add_option("--flops-convention", o.flopsConvention, conventionHelp)
         ->capture_default_str();
@@ -266,6 +279,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     explainCmd->add_option("--mfu", o.mfu, mfuHelp);
     explainCmd->add_option("--flops-convention", o.flopsConvention, conventionHelp)
         ->capture_default_str();
+    explainCmd->add_flag("--post-validation", o.postValidation, postValidationHelp);
     addModelFlags(*explainCmd, o.model);
     addClusterFlags(*explainCmd, o.cluster);
     addLayoutFlags(*explainCmd, o.layout);
@@ -282,7 +296,8 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     auto* scheduleCmd = app.add_subcommand(
         "schedule", "A pipeline schedule's op lists per rank and its simulated timeline");
     scheduleCmd
-        ->add_option("--schedule", so.schedule, "naive, gpipe, 1f1b, interleaved, zero-bubble")
+        ->add_option("--schedule", so.schedule,
+                     "naive, gpipe, 1f1b, interleaved, zero-bubble (ZB-H1), zb-1p, zb-2p")
         ->capture_default_str();
     scheduleCmd->add_option("--pp", so.pp, "Pipeline ranks p")->capture_default_str();
     scheduleCmd->add_option("--microbatches,-m", so.microbatches, "Microbatches per step m")

@@ -49,7 +49,8 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
                        "of this many dp*cp ranks and all-reduces across them (0 = all dp*cp)")
             ->capture_default_str();
         app.add_option("--sp", f.sp, "Sequence parallelism (true/false)")->capture_default_str();
-        app.add_option("--schedule", f.schedule, "naive, gpipe, 1f1b, interleaved, zero-bubble")
+        app.add_option("--schedule", f.schedule,
+                       "naive, gpipe, 1f1b, interleaved, zero-bubble (ZB-H1), zb-1p, zb-2p")
             ->capture_default_str();
         app.add_option("--micro-batch", f.microBatch, "Sequences per microbatch")
             ->capture_default_str();
@@ -69,8 +70,9 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
         ->capture_default_str();
     app.add_option("--attention-kernel", f.attentionKernel,
                    "Which fused attention kernel runs (with --flash-attention): flash2, flash3 "
-                   "(Hopper only), cudnn, or auto, the fastest measured on the GPU; its speed is "
-                   "the kernel's published one (docs/validation.md)")
+                   "(Hopper only), cudnn, or auto (cuDNN on Hopper, as Transformer Engine picks; "
+                   "FlashAttention-2 before it); its speed is the kernel's published one "
+                   "(docs/validation.md)")
         ->capture_default_str();
     app.add_option("--overlap-grad-reduce", f.overlapGradReduce,
                    "Reduce gradients during the last backward, bucket by bucket, as PyTorch DDP, "

@@ -72,6 +72,7 @@ nlohmann::json planJson(const PlanInputs& in, const Estimate& e) {
                     {"hardware_flops_per_token", e.hardwareFlopsPerToken},
                     {"mfu", e.mfu},
                     {"flops_convention", toString(in.assume.flopsConvention)},
+                    {"optimizer_post_validation", in.assume.optimizerPostValidation},
                     {"hfu", e.hfu},
                     {"mfu_assumed", e.mfuAssumed},
                     {"modelled_step_time_s", e.modelledStepTime},

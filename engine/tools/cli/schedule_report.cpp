@@ -69,8 +69,7 @@ void printSchedule(std::ostream& out, const PipelineProgram& program, const Pipe
         << " (equal op costs, no point-to-point time)\n";
     out << "longest rank from its first op to its last " << number(t.longestRankSpan) << ", bubble "
         << formatPercent(t.spanBubbleFraction)
-        << " (ZB-1p and ZB-2p count this way: their staggered starts overlap the previous step)"
-           "\n\n";
+        << " (the step's under optimizer post-validation, plan --post-validation)\n\n";
     out << "rank   busy        bubble   peak activations (microbatches)   awaiting backward\n";
     for (std::size_t r = 0; r < t.ranks.size(); ++r)
         out << std::setw(4) << r << "   " << std::left << std::setw(10) << number(t.busy[r]) << "  "

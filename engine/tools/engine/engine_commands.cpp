@@ -102,8 +102,9 @@ struct Overrides {
         app.add_option("--precision", precision,
                        "fp32, bf16 (bf16 weights and activations, fp32 gradients and master "
                        "weights) or bf16-bf16grads");
-        app.add_option("--schedule", schedule,
-                       "pipeline schedule: naive, gpipe, 1f1b, interleaved, zero-bubble");
+        app.add_option(
+            "--schedule", schedule,
+            "pipeline schedule: naive, gpipe, 1f1b, interleaved, zero-bubble, zb-1p, zb-2p");
         app.add_option("--device", device,
                        "the backend each rank computes on: cpu, or cuda (each rank on the GPU of "
                        "its local rank)")

@@ -290,12 +290,12 @@ void PipelinePage::refresh() {
                                    "Simulated: when the last op ends (engine/sched simulator)"),
                         figureItem(qs(formatPercent(t->bubbleFraction)), t->bubbleFraction,
                                    "Simulated: idle time of all ranks / (p x makespan)"),
+                        figureItem(qs(closed.display), closed.value, explanationTooltip(closed)),
                         figureItem(qs(formatPercent(t->spanBubbleFraction)), t->spanBubbleFraction,
                                    "Simulated, each rank from its first op to its last: the "
                                    "longest rank's idle share, the step's when the optimizer is "
                                    "post-validated (Qi et al. 2024) and the ranks' staggered "
                                    "starts overlap the previous step"),
-                        figureItem(qs(closed.display), closed.value, explanationTooltip(closed)),
                         figureItem(QString::number(peak, 'g', 3), peak,
                                    "Most microbatches' activations any rank holds at once (an "
                                    "interleaved chunk counts 1/v; awaiting only W counts 32/34, "
@@ -307,7 +307,7 @@ void PipelinePage::refresh() {
         show(viewB_, timelineB_, *l.compare);
     setRows(
         figures_,
-        {"Schedule", "Makespan", "Bubble", "Bubble per rank span", "Formula", "Peak activations"},
+        {"Schedule", "Makespan", "Bubble", "Formula", "Bubble per rank span", "Peak activations"},
         std::move(rows));
     memory_->setSeries(std::move(series));
 

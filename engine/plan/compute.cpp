@@ -46,27 +46,35 @@ double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c) {
     return 0.0;
 }
 
+namespace {
+
+// Why attention's core runs as batched GEMMs rather than a fused kernel, or nothing when a fused
+// kernel runs it: fused kernels run in 16 bits (FP8 policies keep attention in bf16).
+const char* whyNoFusedKernel(const PlanInputs& in) {
+    const Precision c = in.parallel.precision.compute;
+    if (!in.parallel.flashAttention)
+        return "unfused attention: the scores are GEMMs and memory passes";
+    if (c != Precision::Bf16 && c != Precision::Fp16 && c != Precision::Fp8)
+        return "no fused attention kernel outside 16-bit and FP8 training";
+    if (in.model.isBare())
+        return "a bare model has no attention";
+    return nullptr;
+}
+
+} // namespace
+
 AttentionSpeed attentionSpeedFor(const PlanInputs& in) {
+    if (whyNoFusedKernel(in))
+        return {};
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
-    // Fused kernels run in 16 bits (FP8 policies keep attention in bf16); an fp32 or unfused
-    // layout runs the core as batched GEMMs.
-    const Precision c = p.precision.compute;
-    if (!p.flashAttention || m.isBare() ||
-        (c != Precision::Bf16 && c != Precision::Fp16 && c != Precision::Fp8))
-        return {};
     return attentionSpeed(p.attentionKernel, in.cluster.gpu, double(m.seqLen) / std::max(1, p.cp),
                           m.effectiveHeadDim(), in.assume.causalAttention);
 }
 
 std::string describeAttentionSpeedFor(const PlanInputs& in) {
-    const Precision c = in.parallel.precision.compute;
-    if (!in.parallel.flashAttention)
-        return "unfused attention: the scores are GEMMs and memory passes";
-    if (c != Precision::Bf16 && c != Precision::Fp16 && c != Precision::Fp8)
-        return "no fused attention kernel in " + toString(c);
-    if (in.model.isBare())
-        return "a bare model has no attention";
+    if (const char* why = whyNoFusedKernel(in))
+        return why;
     return describeAttentionSpeed(attentionSpeedFor(in), in.cluster.gpu);
 }
 

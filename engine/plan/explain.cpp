@@ -5,6 +5,7 @@
 #include "core/units.h"
 #include "formulas.h"
 #include "layout.h"
+#include "sched/zero_bubble_auto.h"
 
 #include <algorithm>
 #include <array>
@@ -528,8 +529,7 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.substituted = "p=" + std::to_string(p.pp) + ", m=" + std::to_string(p.microbatches()) +
                         ", v=" + std::to_string(p.vpp) + ", " + toString(p.schedule) + ": " +
                         s(e.bubbleTime) + " idle per step = " + formatPercent(e.bubbleFraction);
-        if (p.schedule == PipelineSchedule::ZeroBubble1p ||
-            p.schedule == PipelineSchedule::ZeroBubble2p)
+        if (isAutomaticZeroBubble(p.schedule))
             x.substituted += in.assume.optimizerPostValidation
                                  ? " (each rank from its first pass to its last: optimizer "
                                    "post-validation assumed)"

@@ -29,7 +29,7 @@ struct AutomaticSchedule {
 constexpr int kMostSimulatedPasses = 300'000; // zeroBubbleOrder's limit on p x m
 
 std::optional<AutomaticSchedule> automaticSchedule(PipelineSchedule s, int p, int m) {
-    const int limit = s == PipelineSchedule::ZeroBubble2p ? 2 * p : p;
+    const int limit = zeroBubbleHeldLimit(s, p);
     const int simulated = std::min(m, 4 * p);
     if (double(p) * simulated > kMostSimulatedPasses)
         return std::nullopt;
@@ -133,7 +133,7 @@ double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v, int
         return std::min(p, m);
     case PipelineSchedule::ZeroBubble1p:
     case PipelineSchedule::ZeroBubble2p: {
-        const int limit = s == PipelineSchedule::ZeroBubble2p ? 2 * p : p;
+        const int limit = zeroBubbleHeldLimit(s, p);
         const auto a = p > 1 ? automaticSchedule(s, p, std::max(1, m)) : std::nullopt;
         if (!a)
             return std::min(limit, std::max(1, m));

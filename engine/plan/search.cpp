@@ -91,6 +91,30 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
     for (int mb = 1; mb <= space.maxMicroBatch; mb *= 2)
         microBatches.push_back(mb);
 
+    // The layout in `in`: counted, checked against the structural rules, estimated, and kept
+    // when it fits among the best.
+    const auto consider = [&] {
+        const ParallelConfig& p = in.parallel;
+        ++r.considered;
+        if (const char* rule = firstBrokenRule(model, p, cluster.gpusPerNode, space.tpWithinNode)) {
+            ++r.rejected[rule];
+            return;
+        }
+        const Estimate e = evaluate(in);
+        ++r.evaluated;
+        Candidate c{p, e.memory.total(), e.tokensPerSecond, e.stepTime, e.mfu, e.fits};
+        if (options.keepAll)
+            r.all.push_back(c);
+        if (!e.fits) {
+            ++r.rejected["memory"];
+            return;
+        }
+        ++r.fitting;
+        best.push(c);
+        if (int(best.size()) > options.topK)
+            best.pop();
+    };
+
     std::vector<std::pair<int, int>> shardings; // (ZeRO stage, shard group) for one tp, cp
     std::size_t tpDone = 0;
     for (int tp : worldDivisors) {
@@ -148,31 +172,7 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                                         p.tpCommOverlap = base.tpCommOverlap && p.sequenceParallel;
                                         p.recompute = rc;
                                         p.schedule = schedule;
-                                        ++r.considered;
-                                        if (const char* rule =
-                                                firstBrokenRule(model, p, cluster.gpusPerNode,
-                                                                space.tpWithinNode)) {
-                                            ++r.rejected[rule];
-                                            continue;
-                                        }
-                                        const Estimate e = evaluate(in);
-                                        ++r.evaluated;
-                                        Candidate c{p,
-                                                    e.memory.total(),
-                                                    e.tokensPerSecond,
-                                                    e.stepTime,
-                                                    e.mfu,
-                                                    e.fits};
-                                        if (options.keepAll)
-                                            r.all.push_back(c);
-                                        if (!e.fits) {
-                                            ++r.rejected["memory"];
-                                            continue;
-                                        }
-                                        ++r.fitting;
-                                        best.push(c);
-                                        if (int(best.size()) > options.topK)
-                                            best.pop();
+                                        consider();
                                     }
                                 }
                             }

@@ -188,23 +188,20 @@ void buildZeroBubbleH1(const ScheduleSpec& s, int r, RankProgram& prog) {
 
 // ZB-1p and ZB-2p: the automatic schedule's order for each rank (zero_bubble_auto.h), found with
 // F, B and W of equal time as the paper's analysis takes them, so one (p, m) gives one program.
-int heldLimitOf(const ScheduleSpec& s) {
-    return s.kind == PipelineSchedule::ZeroBubble2p ? 2 * s.stages : s.stages;
-}
-
 // The heuristic takes up to a second on the largest shapes; the Pipeline page and the engine ask
 // for the same few again and again, so the last few orders are kept.
 ZeroBubbleOrder automaticOrder(const ScheduleSpec& s) {
     using Key = std::tuple<int, int, int>;
     static std::mutex mutex;
     static std::map<Key, ZeroBubbleOrder> kept;
-    const Key key{s.stages, s.microbatches, heldLimitOf(s)};
+    const int limit = zeroBubbleHeldLimit(s.kind, s.stages);
+    const Key key{s.stages, s.microbatches, limit};
     {
         const std::lock_guard lock(mutex);
         if (const auto it = kept.find(key); it != kept.end())
             return it->second;
     }
-    ZeroBubbleOrder order = zeroBubbleOrder(s.stages, s.microbatches, heldLimitOf(s));
+    ZeroBubbleOrder order = zeroBubbleOrder(s.stages, s.microbatches, limit);
     const std::lock_guard lock(mutex);
     if (kept.size() >= 8)
         kept.clear();
@@ -243,9 +240,8 @@ PipelineProgram buildPipelineProgram(const ScheduleSpec& spec) {
     PipelineProgram program;
     program.spec = spec;
     program.ranks.resize(std::size_t(spec.stages));
-    const bool automatic =
-        spec.kind == PipelineSchedule::ZeroBubble1p || spec.kind == PipelineSchedule::ZeroBubble2p;
-    const ZeroBubbleOrder order = automatic ? automaticOrder(spec) : ZeroBubbleOrder{};
+    const ZeroBubbleOrder order =
+        isAutomaticZeroBubble(spec.kind) ? automaticOrder(spec) : ZeroBubbleOrder{};
     for (int r = 0; r < spec.stages; ++r) {
         auto& ops = program.ranks[std::size_t(r)];
         ops.reserve(std::size_t(3 * spec.microbatches * spec.virtualStages));

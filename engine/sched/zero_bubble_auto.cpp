@@ -194,6 +194,14 @@ constexpr int kMostPasses = 300'000;
 
 } // namespace
 
+bool isAutomaticZeroBubble(PipelineSchedule s) {
+    return s == PipelineSchedule::ZeroBubble1p || s == PipelineSchedule::ZeroBubble2p;
+}
+
+int zeroBubbleHeldLimit(PipelineSchedule s, int p) {
+    return s == PipelineSchedule::ZeroBubble2p ? 2 * p : p;
+}
+
 ZeroBubbleOrder zeroBubbleOrder(int p, int m, int heldLimit, const OpCosts& costs, double p2p) {
     if (p < 1 || p > 1024)
         throw InputError("pipeline stages p = " + std::to_string(p) + ": use 1 to 1024");

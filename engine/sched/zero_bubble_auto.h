@@ -27,6 +27,11 @@ struct ZeroBubbleOrder {
     std::vector<int> peakHeld; // per rank: most microbatches between F and W at once
 };
 
+// ZB-1p and ZB-2p, the schedules built by this heuristic, and the microbatches each lets a rank
+// hold: p (1F1B's memory) and 2p.
+bool isAutomaticZeroBubble(PipelineSchedule s);
+int zeroBubbleHeldLimit(PipelineSchedule s, int p);
+
 // The greedy schedule of p ranks and m microbatches holding at most `heldLimit` microbatches a
 // rank, with these per-pass costs (the same on every rank) and point-to-point time. Throws
 // InputError when p, m, the limit or a cost is out of range (p x m at most 300,000).

@@ -52,6 +52,21 @@ private slots:
         QCOMPARE(f.page.memoryChart()->series()[0].y.front(), 4.0); // rank 0 holds p
     }
 
+    // ZB-2p at p 4, m 8 (Qi et al. 2024): no rank idles between its first op and its last, but
+    // the last rank starts p - 1 forwards late, so the makespan is ZB-H1's 3m + p - 1 = 27: a
+    // bubble of 3/27 over the makespan (the closed form agrees) and none over a rank's span.
+    void zeroBubble2pIdlesOnlyBeforeAndAfterEachRanksSpan() {
+        Fixture f;
+        choose(f.form(), "schedule", "zb-2p");
+        QVERIFY(f.page.timelineA());
+        QCOMPARE(f.page.timelineA()->makespan, 27.0);
+        const QString name = "Zero bubble ZB-2p (automatic, twice the memory)";
+        QCOMPARE(figure(f.page.figures(), name, 2), 3.0 / 27);
+        QCOMPARE(figure(f.page.figures(), name, 3), 3.0 / 27);
+        QCOMPARE(figure(f.page.figures(), name, 4) + 1.0, 1.0);
+        QCOMPARE(f.page.timelineA()->longestRankSpan, 24.0);
+    }
+
     void controlsDriveTheSimulation() {
         Fixture f;
         choose(f.form(), "compare", "none");

@@ -246,6 +246,26 @@ TEST(EngineLayouts, AStoppedRunResumesBitIdenticallyFromItsShards) {
                   "pp1-tp0-dp0.params.f32", "pp1-tp0-dp0.adam_m.f32", "pp1-tp0-dp0.adam_v.f32",
                   "pp1-tp0-dp1.params.f32", "pp1-tp0-dp1.adam_m.f32", "pp1-tp0-dp1.adam_v.f32"}));
 
+    // The attention kernel is the planner's alone: a run stopped under one resumes under another.
+    {
+        const auto part = dir / "kernel-part";
+        ASSERT_EQ(
+            runEngine("--config " + config + " --out " + part.string() +
+                          " --pp 2 --dp 2 --zero 1 --schedule zero-bubble --ranks 4 --stop-after 3",
+                      dir / "log"),
+            0)
+            << readText(dir / "log");
+        json flash3 = c;
+        flash3["parallel"]["attention_kernel"] = "flash3";
+        EXPECT_EQ(runEngine("--resume --out " + part.string() + " --config " +
+                                writeConfig(dir, "flash3", flash3) +
+                                " --pp 2 --dp 2 --zero 1 --schedule zero-bubble --ranks 4",
+                            dir / "log"),
+                  0)
+            << readText(dir / "log");
+        EXPECT_EQ(lossesOf(part), lossesOf(dir / "zero1-whole"));
+    }
+
     // Another layout (here: without ZeRO) cannot read these shards, and says so before touching
     // anything.
     const int code = runEngine("--resume --out " + (dir / "zero1-part").string() + " --config " +

@@ -975,6 +975,23 @@ TEST(CliSchedule, JsonCarriesTheTimeline) {
     EXPECT_EQ(first["send"]["tensor"], "activation");
     EXPECT_TRUE(first["recv"].is_null());
     EXPECT_GT(j["makespan"].get<double>(), 6.0);
+    // Each rank from its first op to its last: never longer than the makespan.
+    EXPECT_GT(j["longest_rank_span"].get<double>(), 0.0);
+    EXPECT_LE(j["longest_rank_span"].get<double>(), j["makespan"].get<double>());
+    EXPECT_GE(j["span_bubble_fraction"].get<double>(), 0.0);
+}
+
+// ZB-2p from the command line (p 4, m 8): the last rank starts three forwards late, so the
+// makespan is ZB-H1's 27 while no rank idles inside its own span of 24 (Qi et al. 2024).
+TEST(CliSchedule, ZeroBubble2pSpansThreeMicrobatchesOfWorkWithoutIdling) {
+    const CliResult r = run({"schedule", "--schedule", "zb-2p", "--pp", "4", "-m", "8", "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["schedule"], "zb-2p");
+    EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 27.0);
+    EXPECT_DOUBLE_EQ(j["longest_rank_span"].get<double>(), 24.0);
+    EXPECT_DOUBLE_EQ(j["span_bubble_fraction"].get<double>(), 0.0);
+    EXPECT_EQ(j["ranks"][0]["peak_awaiting_backward"], 7); // ZB-H2's warm-up: 2p - 1 forwards
 }
 
 TEST(CliSchedule, InterleavingTheSameModelIsShorterThan1F1BByTheBubbleItSaves) {

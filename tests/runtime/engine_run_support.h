@@ -42,9 +42,16 @@ inline std::string writeConfig(const TempDir& dir, const std::string& name, cons
 }
 
 #ifdef SHARDSCOPE_ENGINE_EXE
+// The engine built beside the test, or SHARDSCOPE_TEST_ENGINE's where the test program was moved
+// away from its build (scripts/device-bundle.sh carries both to a GPU machine).
+inline std::string engineExecutable() {
+    const char* moved = std::getenv("SHARDSCOPE_TEST_ENGINE");
+    return moved && *moved ? moved : SHARDSCOPE_ENGINE_EXE;
+}
+
 inline int runEngine(const std::string& args, const std::filesystem::path& log) {
     const std::string cmd =
-        std::string(SHARDSCOPE_ENGINE_EXE) + " train -q " + args + " > " + log.string() + " 2>&1";
+        engineExecutable() + " train -q " + args + " > " + log.string() + " 2>&1";
     return std::system(cmd.c_str());
 }
 #endif

@@ -17,8 +17,13 @@ using namespace testing::engine_runs;
 using testing::TempDir;
 
 const std::vector<Layout> kLayouts = {
-    {"--dp 2", 2},      {"--dp 2 --zero 3", 2},        {"--tp 2", 2},
-    {"--tp 2 --sp", 2}, {"--pp 2 --schedule 1f1b", 2}, {"--pp 2 --schedule zero-bubble", 2},
+    {"--dp 2", 2},
+    {"--dp 2 --zero 3", 2},
+    {"--tp 2", 2},
+    {"--tp 2 --sp", 2},
+    {"--pp 2 --schedule 1f1b", 2},
+    {"--pp 2 --schedule zero-bubble", 2},
+    {"--pp 2 --schedule zb-2p", 2},
 };
 
 json onTheGpu(json config) {

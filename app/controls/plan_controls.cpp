@@ -8,6 +8,7 @@
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QSpinBox>
+#include <algorithm>
 
 namespace shardscope {
 
@@ -118,6 +119,43 @@ QComboBox* addModelControls(SessionForm& form) {
     archInt("kv-heads", "KV heads", "Key/value heads (fewer than heads: grouped-query attention)",
             1024, &ModelSpec::kvHeads);
     archInt("ffn", "FFN hidden", "Width of the MLP's inner layer", 1 << 20, &ModelSpec::ffnHidden);
+    // Mixture of experts, kept valid as a session file requires: no routed experts is a dense
+    // model (no top-k, no shared experts); otherwise 1 <= top-k <= experts.
+    const auto moeInt = [&](const char* name, const QString& label, const QString& tip, int min,
+                            int max, auto setter, auto getter) {
+        QSpinBox* box =
+            form.addInt(name, label, tip, min, max, getter, [setter](Session& s, int v) {
+                makeCustom(s);
+                setter(s.model.moe, v);
+            });
+        form.setEnabledWhen(box, [routed = std::string(name) == "experts"](const Session& s) {
+            return !s.model.isBare() && (routed || s.model.moe.enabled());
+        });
+    };
+    moeInt(
+        "experts", "Routed experts",
+        "Experts in each MoE layer's MLP (0: a dense model); expert parallelism (ep) splits them",
+        0, 1 << 14,
+        [](MoeSpec& moe, int v) {
+            moe.experts = v;
+            moe.topK = v > 0 ? std::clamp(moe.topK, 1, v) : 0;
+            if (v == 0)
+                moe.sharedExperts = 0;
+        },
+        [](const Session& s) { return s.model.moe.experts; });
+    moeInt(
+        "top-k", "Experts per token", "Routed experts each token is sent to (top-k)", 1, 1 << 14,
+        [](MoeSpec& moe, int v) { moe.topK = std::min(v, std::max(1, moe.experts)); },
+        [](const Session& s) { return std::max(1, s.model.moe.topK); });
+    moeInt(
+        "shared-experts", "Shared experts",
+        "Experts every token passes through, beside its routed ones (DeepSeek, Qwen-MoE)", 0, 64,
+        [](MoeSpec& moe, int v) { moe.sharedExperts = v; },
+        [](const Session& s) { return s.model.moe.sharedExperts; });
+    moeInt(
+        "expert-ffn", "Expert FFN", "Width of one expert's MLP (0: the FFN hidden size)", 0,
+        1 << 20, [](MoeSpec& moe, int v) { moe.expertFfn = v; },
+        [](const Session& s) { return int(s.model.moe.expertFfn); });
     archInt("vocab", "Vocabulary", "Tokens in the vocabulary (embedding and LM head rows)", 1 << 22,
             &ModelSpec::vocab);
     architecture(form.addChoice(
@@ -238,6 +276,14 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
            follows);
     degree("cp", "Context parallel (cp)", "The sequence split over cp GPUs (ring attention)",
            &ParallelConfig::cp, follows);
+    // ep adds no GPUs: it splits the experts over ranks of the dp x cp group.
+    QSpinBox* ep = form.addInt(
+        "ep", "Expert parallel (ep)",
+        "Each MoE layer's routed experts split over ep of the dp x cp GPUs (they must divide "
+        "both); tokens reach their experts and come back by all-to-all",
+        1, 1 << 16, [](const Session& s) { return s.parallel.ep; },
+        [](Session& s, int v) { s.parallel.ep = v; });
+    form.setEnabledWhen(ep, [](const Session& s) { return s.model.moe.enabled(); });
     form.addBool(
         "sp", "Sequence parallel", "Shard the norm and dropout activations across the TP group",
         [](const Session& s) { return s.parallel.sequenceParallel; },

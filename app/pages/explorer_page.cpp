@@ -304,7 +304,8 @@ void ExplorerPage::refresh() {
 
     rows.clear();
     const FigureId commFigures[] = {FigureId::CommDP, FigureId::CommTP, FigureId::CommPP,
-                                    FigureId::CommCP};
+                                    FigureId::CommCP, FigureId::CommEP};
+    static_assert(std::size(commFigures) == kAxes.size(), "a figure for every axis");
     for (Axis a : kAxes) {
         const AxisComm& c = e.axis(a);
         const QString tip = explanationTooltip(explain(in, e, commFigures[int(a)]));
@@ -421,7 +422,7 @@ void ExplorerPage::showResult(int serial, const SearchResultPtr& result) {
 
     results_->clear();
     results_->setHorizontalHeaderLabels({"#", "Layout", "Memory per GPU", "Tokens/s", "MFU",
-                                         "Step time", "dp", "tp", "pp", "cp", "ZeRO"});
+                                         "Step time", "dp", "tp", "pp", "cp", "ep", "ZeRO"});
     for (std::size_t i = 0; i < result->top.size(); ++i) {
         const Candidate& c = result->top[i];
         QList<QStandardItem*> row = {
@@ -435,6 +436,7 @@ void ExplorerPage::showResult(int serial, const SearchResultPtr& result) {
             figureItem(QString::number(c.config.tp), c.config.tp),
             figureItem(QString::number(c.config.pp), c.config.pp),
             figureItem(QString::number(c.config.cp), c.config.cp),
+            figureItem(QString::number(c.config.ep), c.config.ep),
             figureItem(QString::number(c.config.zero), c.config.zero)};
         row[0]->setData(qulonglong(i), kCandidateRole);
         results_->appendRow(row);

@@ -45,6 +45,7 @@ ParamCount countParameters(const ModelSpec& m) {
         const double router = h * m.moe.experts;
         c.mlpPerLayer = expert * (m.moe.experts + m.moe.sharedExperts) + router;
         c.mlpActivePerLayer = expert * (m.moe.topK + m.moe.sharedExperts) + router;
+        c.routedExpertsPerLayer = expert * m.moe.experts;
     } else {
         c.mlpPerLayer = c.mlpActivePerLayer = mlpParams(m, double(m.ffnHidden));
     }

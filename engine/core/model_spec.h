@@ -70,8 +70,9 @@ struct ParamCount {
     double active = 0; // parameters touched per token (MoE: top-k + shared experts only)
 
     double attentionPerLayer = 0;
-    double mlpPerLayer = 0;       // all experts
-    double mlpActivePerLayer = 0; // top-k + shared experts
+    double mlpPerLayer = 0;           // all experts
+    double mlpActivePerLayer = 0;     // top-k + shared experts
+    double routedExpertsPerLayer = 0; // the routed experts of mlpPerLayer (what EP splits)
     double normsPerLayer = 0;
     double finalNorm = 0;
     double layer() const { return attentionPerLayer + mlpPerLayer + normsPerLayer; }

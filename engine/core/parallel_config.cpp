@@ -247,10 +247,12 @@ public:
             return std::move(out_); // every remaining rule divides by a degree
         batch();
         pipelineSchedule();
-        if (m_.isBare())
+        if (m_.isBare()) {
             bareModel();
-        else
+        } else {
             architecture();
+            experts();
+        }
         flags();
         return std::move(out_);
     }
@@ -282,8 +284,8 @@ private:
 
     bool degrees() {
         bool ok = true;
-        const std::pair<const char*, int> all[] = {
-            {"dp", c_.dp}, {"tp", c_.tp}, {"pp", c_.pp}, {"vpp", c_.vpp}, {"cp", c_.cp}};
+        const std::pair<const char*, int> all[] = {{"dp", c_.dp},   {"tp", c_.tp}, {"pp", c_.pp},
+                                                   {"vpp", c_.vpp}, {"cp", c_.cp}, {"ep", c_.ep}};
         for (const auto& [name, value] : all) {
             if (value >= 1)
                 continue;
@@ -395,12 +397,56 @@ private:
     }
 
     void bareModel() {
-        if (c_.tp == 1 && c_.pp == 1 && c_.cp == 1)
+        if (c_.tp == 1 && c_.pp == 1 && c_.cp == 1 && c_.ep == 1)
             return;
         add("bare-model",
             "the model is given only as a parameter count, which cannot be split by tp = " +
-                to_string(c_.tp) + ", pp = " + to_string(c_.pp) + ", cp = " + to_string(c_.cp),
-            "give the architecture (a model preset or --hf-config), or use tp = pp = cp = 1");
+                to_string(c_.tp) + ", pp = " + to_string(c_.pp) + ", cp = " + to_string(c_.cp) +
+                (c_.ep > 1 ? ", ep = " + to_string(c_.ep) : std::string()),
+            "give the architecture (a model preset or --hf-config), or use tp = pp = cp = ep = 1");
+    }
+
+    // Expert parallelism (Megatron-Core's rules): the routed experts split evenly over ep ranks
+    // of the dp x cp group; with tp it needs sequence parallelism.
+    void experts() {
+        if (c_.ep == 1)
+            return;
+        if (!m_.moe.enabled()) {
+            add("ep-moe",
+                "ep = " + to_string(c_.ep) +
+                    " splits a mixture-of-experts layer's experts, but the model has none",
+                "use ep = 1 for a dense model");
+            return;
+        }
+        const std::int64_t ranks = product({c_.dp, c_.cp});
+        const auto fits = [&](std::int64_t ep) {
+            return m_.moe.experts % ep == 0 && ranks % ep == 0;
+        };
+        const std::string hint =
+            "use ep = " + to_string(largestFittingDivisor(m_.moe.experts, c_.ep, fits)) +
+            " (it must divide both " + to_string(m_.moe.experts) +
+            " experts and dp*cp = " + to_string(ranks) + ")";
+        if (m_.moe.experts % c_.ep != 0)
+            add("ep-experts",
+                "ep = " + to_string(c_.ep) + " does not divide " + to_string(m_.moe.experts) +
+                    " routed experts",
+                hint);
+        if (ranks % c_.ep != 0)
+            add("ep-dp",
+                "expert parallelism splits the experts over ep of the dp*cp = " + to_string(ranks) +
+                    " ranks that share the other weights, and ep = " + to_string(c_.ep) +
+                    " does not divide them",
+                hint + ", or raise dp");
+        if (c_.tp > 1 && !c_.sequenceParallel)
+            add("ep-sp",
+                "expert parallelism with tp = " + to_string(c_.tp) +
+                    " needs sequence parallelism (Megatron-Core refuses it without)",
+                "turn sequence_parallel on, or use tp = 1");
+        if (c_.shardGroup > 0)
+            add("ep-shard-group",
+                "a ZeRO shard group with expert parallelism is not modelled (the experts' "
+                "states would shard over a sub-group of the expert data-parallel ranks)",
+                "use shard_group = 0, or ep = 1");
     }
 
     void architecture() {
@@ -553,7 +599,10 @@ std::string layoutSummary(const ParallelConfig& p) {
     s << "dp" << p.dp << " tp" << p.tp << " pp" << p.pp;
     if (p.vpp > 1)
         s << "x" << p.vpp;
-    s << " cp" << p.cp << " zero" << p.zero;
+    s << " cp" << p.cp;
+    if (p.ep > 1)
+        s << " ep" << p.ep;
+    s << " zero" << p.zero;
     if (p.hybridShard())
         s << " shard" << p.zeroShards();
     s << (p.sequenceParallel ? " sp" : "") << " mb" << p.microBatch << " " << toString(p.schedule)

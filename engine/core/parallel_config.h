@@ -77,6 +77,11 @@ struct ParallelConfig {
     int pp = 1;
     int vpp = 1; // virtual stages (model chunks) per pipeline rank; > 1 only when interleaved
     int cp = 1;
+    // Expert parallelism: each MoE layer's routed experts split over ep of the dp x cp ranks
+    // (Megatron-Core's EP; expert tensor parallelism follows tp). Tokens reach their experts by an
+    // all-to-all in the EP group; the expert weights' gradients and ZeRO shards span the
+    // dp x cp / ep ranks that hold the same experts (expert data parallelism). It adds no GPUs.
+    int ep = 1;
     int zero = 0; // ZeRO stage 0-3 across the data-parallel group (3 == FSDP full shard)
     // ZeRO's states sharded over groups of this many of the dp x cp ranks and replicated across
     // the groups (hybrid sharding: FSDP's HYBRID_SHARD / HSDP, DeepSpeed's MiCS); 0 = one group of
@@ -113,6 +118,8 @@ struct ParallelConfig {
 
     // At most kMaxWorldSize once validate() has passed (before, the product may not fit an int).
     int worldSize() const { return dp * tp * pp * cp; }
+    // The ranks that hold the same experts and reduce their gradients together.
+    int expertDataParallel() const { return std::max(1, dp * cp / std::max(1, ep)); }
     // The ranks one copy of ZeRO's sharded states spans, and how many copies there are.
     int zeroShards() const { return shardGroup > 0 ? shardGroup : dp * cp; }
     int zeroReplicas() const { return zeroShards() > 0 ? std::max(1, dp * cp / zeroShards()) : 1; }
@@ -150,6 +157,7 @@ std::vector<Violation> validate(const ModelSpec& model, const ClusterSpec& clust
 std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& config);
 
 // One line: "dp2 tp8 pp4 cp1 zero1 sp mb1 1f1b recompute-selective" ("pp4x2" when interleaved,
+// "cp1 ep8" with expert parallelism,
 // "zero3 shard8" when ZeRO's states are sharded over groups of 8 of the dp x cp ranks), with
 // the overlap settings that differ from the defaults where they matter: "no-grad-overlap",
 // "no-gather-overlap", "tp-overlap"; and the attention when it is not the default fused kernel:

@@ -20,6 +20,8 @@ std::string toString(Axis a) {
         return "PP";
     case Axis::CP:
         return "CP";
+    case Axis::EP:
+        return "EP";
     }
     return "?";
 }
@@ -92,6 +94,32 @@ AxisComm cpComm(const PlanInputs& in, int layers, double attentionTime) {
     return c;
 }
 
+// Expert parallelism: per MoE layer and microbatch, the router's choices are dispatched to the
+// experts' ranks and their outputs combined back, an all-to-all each, forward and backward (six
+// under full recompute). Each rank sends its tokens (s*b/cp, over tp under the SP that EP with
+// tp needs) x top-k x h x a_bytes, (ep-1)/ep of it to other ranks. Megatron-Core runs them
+// between the router and the experts, not overlapped by default: all of it is exposed.
+AxisComm epComm(const PlanInputs& in, int layers) {
+    const ParallelConfig& p = in.parallel;
+    const ModelSpec& m = in.model;
+    AxisComm c;
+    const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::EP);
+    setPlacement(c, g);
+    if (p.ep <= 1 || m.isBare() || !m.moe.enabled())
+        return c;
+    const double message = epMessageBytes(in);
+    const double calls =
+        double(p.microbatches()) * layers * (p.recompute == Recompute::Full ? 6.0 : 4.0);
+    const double each = allToAllSeconds(in.cluster, in.assume, p.ep, p.tp, message);
+    const double sent = message * (p.ep - 1) / p.ep;
+    c.collectives = int(calls);
+    c.bytes = calls * sent;
+    c.seconds = calls * each;
+    c.bandwidth = each > g.latency ? sent / (each - g.latency) : g.bandwidth; // as achieved
+    c.exposed = c.seconds;
+    return c;
+}
+
 // Pipeline parallelism: each microbatch crosses each chunk boundary once forward (activations)
 // and once backward (their gradients). Only the fill and drain hops wait on the wire.
 AxisComm ppComm(const PlanInputs& in, double computeTime) {
@@ -117,60 +145,120 @@ AxisComm ppComm(const PlanInputs& in, double computeTime) {
     return c;
 }
 
-// Data parallelism over dp x cp ranks. ZeRO-0: all-reduce gradients once per step. ZeRO-1/2
-// (shardedComm): reduce-scatter gradients, all-gather updated parameters. ZeRO-3: every
-// microbatch gathers parameters for forward and again for backward, and reduce-scatters its
-// gradients.
+// Data parallelism over dp x cp ranks. ZeRO-0: all-reduce gradients once per step. ZeRO-1/2:
+// reduce-scatter gradients, all-gather updated parameters. ZeRO-3: every microbatch gathers
+// parameters for forward and again for backward, and reduce-scatters its gradients.
 //
 // ZeRO shards over groups of s consecutive dp x cp ranks (inside a node when tp x s fits one),
 // r = dp x cp / s copies of them at stride tp x s: s = dp x cp (r = 1) unless hybrid. In each group
 // as above; across the copies (hybrid sharding: PyTorch's HYBRID_SHARD, DeepSpeed's MiCS), each
 // rank all-reduces its 1/s of the gradients once per step with the ranks holding the same shard.
-AxisComm shardedComm(const PlanInputs& in, double grads, double weights, double m,
-                     double microbatchTime, double computeTime) {
-    const ParallelConfig& p = in.parallel;
-    const int s = p.zeroShards(), r = p.zeroReplicas();
-    const GroupPlacement group = placeGroup(in.cluster, in.assume, s, p.tp);
-    const GroupPlacement copies = placeGroup(in.cluster, in.assume, r, p.tp * s);
-    AxisComm c;
-    setPlacement(c, group);
-    if (r > 1) { // the slower of the two groups
-        c.groupSize = s * r;
-        c.crossesNodes = group.crossesNodes || copies.crossesNodes;
-        c.bandwidth = std::min(group.bandwidth, copies.bandwidth);
-        c.latency = std::max(group.latency, copies.latency);
+// With expert parallelism the routed experts' state takes the same path over the dp x cp / ep
+// ranks that hold the same experts (tp x ep ranks apart), beside the dense weights'.
+struct DpPart {
+    double grads = 0, weights = 0; // bytes of this part on one rank before sharding
+    int shards = 1, copies = 1, stride = 1;
+};
+
+struct DpTraffic {
+    double allReduce = 0, gather = 0, scatter = 0, across = 0; // seconds of one call each
+    double allReduceBytes = 0, gatherBytes = 0, scatterBytes = 0, acrossBytes = 0;
+    int inGroup = 0, acrossGroups = 0; // collectives that move data
+    void add(const DpTraffic& o) {
+        allReduce += o.allReduce;
+        gather += o.gather;
+        scatter += o.scatter;
+        across += o.across;
+        allReduceBytes += o.allReduceBytes;
+        gatherBytes += o.gatherBytes;
+        scatterBytes += o.scatterBytes;
+        acrossBytes += o.acrossBytes;
+        inGroup = std::max(inGroup, o.inGroup);
+        acrossGroups = std::max(acrossGroups, o.acrossGroups);
     }
-    const double gather = ringAllGatherSeconds(weights, s, group.bandwidth, group.latency);
-    const double scatter = ringAllGatherSeconds(grads, s, group.bandwidth, group.latency);
-    const double across = ringAllReduceSeconds(grads / s, r, copies.bandwidth, copies.latency);
-    const double gatherBytes = ringAllGatherBytesPerRank(weights, s);
-    const double scatterBytes = ringAllGatherBytesPerRank(grads, s);
-    const double acrossBytes = ringAllReduceBytesPerRank(grads / s, r);
-    const int inGroup = s > 1 ? 1 : 0, acrossGroups = r > 1 ? 1 : 0; // collectives that move data
+};
+
+DpTraffic dpTraffic(const PlanInputs& in, const DpPart& part, AxisComm& placement) {
+    const int s = part.shards, r = part.copies;
+    const GroupPlacement group = placeGroup(in.cluster, in.assume, s, part.stride);
+    const GroupPlacement copies = placeGroup(in.cluster, in.assume, r, part.stride * s);
+    setPlacement(placement, group);
+    if (r > 1) { // the slower of the two groups
+        placement.groupSize = s * r;
+        placement.crossesNodes = group.crossesNodes || copies.crossesNodes;
+        placement.bandwidth = std::min(group.bandwidth, copies.bandwidth);
+        placement.latency = std::max(group.latency, copies.latency);
+    }
+    DpTraffic t;
+    if (in.parallel.zero == 0) {
+        t.allReduce = ringAllReduceSeconds(part.grads, s, group.bandwidth, group.latency);
+        t.allReduceBytes = ringAllReduceBytesPerRank(part.grads, s);
+        t.inGroup = s > 1 ? 1 : 0;
+        return t;
+    }
+    t.gather = ringAllGatherSeconds(part.weights, s, group.bandwidth, group.latency);
+    t.scatter = ringAllGatherSeconds(part.grads, s, group.bandwidth, group.latency);
+    t.across = ringAllReduceSeconds(part.grads / s, r, copies.bandwidth, copies.latency);
+    t.gatherBytes = ringAllGatherBytesPerRank(part.weights, s);
+    t.scatterBytes = ringAllGatherBytesPerRank(part.grads, s);
+    t.acrossBytes = ringAllReduceBytesPerRank(part.grads / s, r);
+    t.inGroup = s > 1 ? 1 : 0;
+    t.acrossGroups = r > 1 ? 1 : 0;
+    return t;
+}
+
+AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double microbatchTime,
+                double computeTime) {
+    const ParallelConfig& p = in.parallel;
+    AxisComm c;
+    setPlacement(c, placeAxis(in.cluster, p, in.assume, Axis::DP));
+    if (c.groupSize <= 1)
+        return c;
+    const double gb = p.precision.gradBytes(), wb = p.precision.weightBytes();
+    const double dense = params - expertParams;
+    DpTraffic t = dpTraffic(in,
+                            {dense * gb, dense * wb, p.zero >= 1 ? p.zeroShards() : p.dp * p.cp,
+                             p.zero >= 1 ? p.zeroReplicas() : 1, p.tp},
+                            c);
+    if (expertParams > 0) {
+        AxisComm expertPlacement;
+        t.add(dpTraffic(in,
+                        {expertParams * gb, expertParams * wb, p.expertDataParallel(), 1,
+                         p.tp * std::max(1, p.ep)},
+                        expertPlacement));
+    }
     const double k = in.assume.overlapSlowdown;
     const double lastBackward = microbatchTime * 2.0 / 3.0;
     const bool overlapGrads = p.overlapGradReduce, overlapParams = p.overlapParamGather;
-    if (p.zero <= 2) {
-        c.collectives = 2 * inGroup + acrossGroups;
-        c.bytes = scatterBytes + acrossBytes + gatherBytes;
-        c.seconds = scatter + across + gather;
+    if (p.zero == 0) {
+        c.collectives = t.inGroup;
+        c.bytes = t.allReduceBytes;
+        c.seconds = t.allReduce;
+        // The last backward, bucket by bucket; or after it (Megatron-LM before 2023, DeepSpeed PP).
+        c.window = overlapGrads ? lastBackward : 0.0;
+        c.exposed = overlapGrads ? exposedBeside(c.seconds, c.window, k) : c.seconds;
+    } else if (p.zero <= 2) {
+        c.collectives = 2 * t.inGroup + t.acrossGroups;
+        c.bytes = t.scatterBytes + t.acrossBytes + t.gatherBytes;
+        c.seconds = t.scatter + t.across + t.gather;
         // Gradients reduce bucket by bucket during the last backward; the updated parameters
         // are gathered bucket by bucket as the next step's first forward reaches them.
         c.window =
             (overlapGrads ? lastBackward : 0.0) + (overlapParams ? microbatchTime / 3.0 : 0.0);
-        c.exposed =
-            (overlapGrads ? exposedBeside(scatter + across, lastBackward, k) : scatter + across) +
-            (overlapParams ? exposedBeside(gather, microbatchTime / 3.0, k) : gather);
+        c.exposed = (overlapGrads ? exposedBeside(t.scatter + t.across, lastBackward, k)
+                                  : t.scatter + t.across) +
+                    (overlapParams ? exposedBeside(t.gather, microbatchTime / 3.0, k) : t.gather);
     } else {
-        c.collectives = int(3 * m) * inGroup + acrossGroups;
-        c.bytes = m * (2.0 * gatherBytes + scatterBytes) + acrossBytes;
-        c.seconds = m * (2.0 * gather + scatter) + across;
+        const double m = std::max(1, p.microbatches());
+        c.collectives = int(3 * m) * t.inGroup + t.acrossGroups;
+        c.bytes = m * (2.0 * t.gatherBytes + t.scatterBytes) + t.acrossBytes;
+        c.seconds = m * (2.0 * t.gather + t.scatter) + t.across;
         // Prefetching hides each gather behind the previous layer, over all the compute; each
         // reduce-scatter can hide only behind the backward (2/3 of it), which also holds the
         // backward's own gathers (half of them): with both, the step is the longer of the two
         // shared windows. The all-reduce across groups waits for the last backward, and only
         // that can hide it (as ZeRO-0's all-reduce: with a group of one rank this is ZeRO-0).
-        const double gathers = m * 2.0 * gather, scatters = m * scatter;
+        const double gathers = m * 2.0 * t.gather, scatters = m * t.scatter;
         const double backward = computeTime * 2.0 / 3.0;
         c.window = overlapParams ? computeTime : overlapGrads ? backward : 0.0;
         if (overlapParams && overlapGrads)
@@ -182,45 +270,28 @@ AxisComm shardedComm(const PlanInputs& in, double grads, double weights, double 
             c.exposed = gathers + exposedBeside(scatters, backward, k);
         else
             c.exposed = gathers + scatters;
-        c.exposed += overlapGrads ? exposedBeside(across, lastBackward, k) : across;
+        c.exposed += overlapGrads ? exposedBeside(t.across, lastBackward, k) : t.across;
     }
     return c;
 }
 
-AxisComm dpComm(const PlanInputs& in, double params, double microbatchTime, double computeTime) {
-    const ParallelConfig& p = in.parallel;
-    AxisComm c;
-    const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::DP);
-    setPlacement(c, g);
-    const int n = g.size;
-    if (n <= 1)
-        return c;
-    const double grads = params * p.precision.gradBytes();
-    const double weights = params * p.precision.weightBytes();
-    if (p.zero >= 1)
-        return shardedComm(in, grads, weights, std::max(1, p.microbatches()), microbatchTime,
-                           computeTime);
-    c.collectives = 1;
-    c.bytes = ringAllReduceBytesPerRank(grads, n);
-    c.seconds = ringAllReduceSeconds(grads, n, g.bandwidth, g.latency);
-    if (p.overlapGradReduce) {
-        c.window = microbatchTime * 2.0 / 3.0; // the last backward, bucket by bucket
-        c.exposed = exposedBeside(c.seconds, c.window, in.assume.overlapSlowdown);
-    } else {
-        c.exposed = c.seconds; // after the last backward (Megatron-LM before 2023, DeepSpeed PP)
-    }
-    return c;
+// Parameters whose optimizer state one rank updates: the dense ones over ZeRO's shards, the
+// routed experts' over the ranks that hold the same experts.
+double optimizerParamsOnRank(const ParallelConfig& p, double params, double expertParams) {
+    if (p.zero < 1 && !p.offloadOptimizer)
+        return params;
+    return (params - expertParams) / std::max(1, p.zeroShards()) +
+           expertParams / std::max(1, p.zeroShards() / std::max(1, p.ep));
 }
 
 // The optimizer step is memory bound: it reads and writes every state byte it owns once. With
 // offload the GPU's part is moving gradients to the host and weights back.
-double optimizerSeconds(const PlanInputs& in, double params) {
+double optimizerSeconds(const PlanInputs& in, double params, double expertParams) {
     const ParallelConfig& p = in.parallel;
     const PrecisionPolicy& prec = p.precision;
+    const double shard = optimizerParamsOnRank(p, params, expertParams);
     if (p.offloadOptimizer)
-        return params / std::max(1, p.zeroShards()) * (prec.gradBytes() + prec.weightBytes()) /
-               in.assume.hostLinkBandwidth;
-    const double shard = params / (p.zero >= 1 ? std::max(1, p.zeroShards()) : 1);
+        return shard * (prec.gradBytes() + prec.weightBytes()) / in.assume.hostLinkBandwidth;
     const double bytes = 2.0 * shard *
                          (prec.weightBytes() + prec.gradBytes() + prec.masterBytes() +
                           optimizerStateBytes(p.optimizer));
@@ -308,15 +379,18 @@ Estimate evaluate(const PlanInputs& in) {
     // Communication per axis.
     const int layers = layersOnStage(m, p, slowStage);
     const double params = paramsOnStage(m, e.params, p, slowStage);
+    const double expertParams = expertParamsOnStage(m, e.params, p, slowStage);
     e.comm[int(Axis::TP)] = tpComm(in, layers, mbs * (slow.gemmSeconds - slow.attentionSeconds));
     e.comm[int(Axis::CP)] = cpComm(in, layers, mbs * slow.attentionSeconds);
+    e.comm[int(Axis::EP)] = epComm(in, layers);
     e.comm[int(Axis::PP)] = ppComm(in, e.computeTime);
-    e.comm[int(Axis::DP)] = dpComm(in, params, e.microbatchCompute, e.computeTime);
-    e.optimizerTime = optimizerSeconds(in, params);
+    e.comm[int(Axis::DP)] = dpComm(in, params, expertParams, e.microbatchCompute, e.computeTime);
+    e.optimizerTime = optimizerSeconds(in, params, expertParams);
 
-    // Step time: microbatches paced by compute plus the per-microbatch TP/CP waits, the
+    // Step time: microbatches paced by compute plus the per-microbatch TP/CP/EP waits, the
     // pipeline bubble at that pace, then the exposed PP and DP transfers and the optimizer.
-    const double perMicrobatchWait = (e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed) / mbs;
+    const double perMicrobatchWait =
+        (e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed + e.axis(Axis::EP).exposed) / mbs;
     const double paced = e.microbatchCompute + perMicrobatchWait;
     e.bubbleTime = pipelineBubbleMicrobatches(p.schedule, p.pp, int(mbs), p.vpp,
                                               in.assume.optimizerPostValidation) *
@@ -376,7 +450,7 @@ std::vector<StepPart> stepTimeParts(const Estimate& e) {
     if (e.mfuAssumed) // the modelled parts add up to the modelled step, not to this one
         return {{"At the assumed MFU", e.stepTime}};
     std::vector<StepPart> parts = {{"Compute", e.computeTime}};
-    for (Axis a : {Axis::TP, Axis::CP, Axis::PP, Axis::DP})
+    for (Axis a : {Axis::TP, Axis::CP, Axis::EP, Axis::PP, Axis::DP})
         parts.push_back({"Exposed " + toString(a), e.axis(a).exposed});
     parts.push_back({"Bubble", e.bubbleTime});
     parts.push_back({"Optimizer", e.optimizerTime});

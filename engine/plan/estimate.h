@@ -35,7 +35,8 @@ struct MemoryBreakdown {
     }
 
     // What the categories are made of, for explanations and charts.
-    double paramsOnRank = 0; // parameters this rank holds before ZeRO-3 sharding
+    double paramsOnRank = 0;       // parameters this rank holds before ZeRO-3 sharding
+    double expertParamsOnRank = 0; // of which routed experts' (split over ep as well as tp)
     int layersOnRank = 0;
     double activationsPerLayer = 0; // one microbatch, one layer
     double inflightMicrobatches = 0;
@@ -48,8 +49,9 @@ struct MemoryBreakdown {
     double cpuOffloaded = 0;   // optimizer state moved to host memory
 };
 
-enum class Axis { DP, TP, PP, CP };
-inline constexpr std::array<Axis, 4> kAxes = {Axis::DP, Axis::TP, Axis::PP, Axis::CP};
+// EP: expert parallelism's token all-to-alls (its gradient reductions are part of DP's).
+enum class Axis { DP, TP, PP, CP, EP };
+inline constexpr std::array<Axis, 5> kAxes = {Axis::DP, Axis::TP, Axis::PP, Axis::CP, Axis::EP};
 std::string toString(Axis a);
 
 struct AxisComm {
@@ -82,7 +84,7 @@ struct Estimate {
     double microbatchCompute = 0; // one microbatch forward + backward on the slowest stage
     double computeTime = 0;       // all microbatches of a step on one rank, no waiting
     double optimizerTime = 0;
-    std::array<AxisComm, 4> comm; // indexed by Axis
+    std::array<AxisComm, kAxes.size()> comm; // indexed by Axis
     double bubbleFraction = 0;
     double bubbleTime = 0;
     double exposedComm = 0;

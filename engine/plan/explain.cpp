@@ -38,6 +38,7 @@ constexpr std::array kFigures = {
     FigureInfo{FigureId::CommTP, "comm.tp", "Tensor-parallel communication"},
     FigureInfo{FigureId::CommPP, "comm.pp", "Pipeline communication"},
     FigureInfo{FigureId::CommCP, "comm.cp", "Context-parallel communication"},
+    FigureInfo{FigureId::CommEP, "comm.ep", "Expert-parallel communication"},
     FigureInfo{FigureId::Bubble, "pipeline.bubble", "Pipeline bubble"},
     FigureInfo{FigureId::StepTime, "time.step", "Step time"},
     FigureInfo{FigureId::TokensPerSecond, "throughput.tokens_per_s", "Throughput"},
@@ -115,6 +116,8 @@ std::string overlapAssumed(const ParallelConfig& p, Axis axis) {
         return "behind attention";
     case Axis::PP:
         return "2(p-1) hops wait";
+    case Axis::EP:
+        return "not overlapped";
     case Axis::DP:
         break;
     }
@@ -320,8 +323,19 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
             "x a_bytes)";
         x.source += "; Liu et al. 2023 (Ring Attention)";
         break;
+    case Axis::EP:
+        x.formula =
+            "per MoE layer and microbatch: 4 all-to-alls (6 with full recompute: dispatch and "
+            "combine, forward and backward) of s*b/cp [/ tp under SP] x top_k x h x a_bytes, "
+            "(ep-1)/ep of it sent; each takes latency + max(part to the node's other members / "
+            "NVLink, part to other nodes / the rank's NIC); not overlapped (Megatron-Core's "
+            "default), so all of it is exposed";
+        x.source = "Lepikhin et al. 2020 (GShard), Section 3; Megatron-Core MoE (alltoall token "
+                   "dispatcher; expert tensor parallelism = tp, expert data parallelism = "
+                   "dp*cp/ep); link figures from the GPU and cluster presets";
+        break;
     }
-    if (axis != Axis::PP)
+    if (axis != Axis::PP && axis != Axis::EP)
         x.formula += overlapRule;
     x.substituted = std::to_string(c.collectives) + " transfers, " + b(c.bytes) +
                     " sent per rank per step, group of " + std::to_string(c.groupSize) + " " +
@@ -522,6 +536,9 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
     case FigureId::CommCP:
         explainComm(x, in, e, Axis::CP);
         break;
+    case FigureId::CommEP:
+        explainComm(x, in, e, Axis::EP);
+        break;
     case FigureId::Bubble:
         x.value = e.bubbleFraction;
         x.unit = "fraction";
@@ -550,11 +567,12 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                        "Appendix B";
             break;
         }
-        x.formula = "compute + exposed TP/CP + bubble + exposed PP + exposed DP + optimizer";
+        x.formula = "compute + exposed TP/CP/EP + bubble + exposed PP + exposed DP + optimizer";
         x.substituted = s(e.computeTime) + " + " + s(e.axis(Axis::TP).exposed) + " + " +
-                        s(e.axis(Axis::CP).exposed) + " + " + s(e.bubbleTime) + " + " +
-                        s(e.axis(Axis::PP).exposed) + " + " + s(e.axis(Axis::DP).exposed) + " + " +
-                        s(e.optimizerTime) + " = " + s(e.stepTime);
+                        s(e.axis(Axis::CP).exposed) + " + " + s(e.axis(Axis::EP).exposed) + " + " +
+                        s(e.bubbleTime) + " + " + s(e.axis(Axis::PP).exposed) + " + " +
+                        s(e.axis(Axis::DP).exposed) + " + " + s(e.optimizerTime) + " = " +
+                        s(e.stepTime);
         x.source = "Shardscope step model, docs/formulas.md";
         break;
     case FigureId::TokensPerSecond:

@@ -25,6 +25,7 @@ enum class FigureId {
     CommTP,
     CommPP,
     CommCP,
+    CommEP,
     Bubble,
     StepTime,
     TokensPerSecond,

@@ -21,6 +21,15 @@ double cpHopBytes(const PlanInputs& in) {
     return 2.0 * localTokens(m, p) * kvPerRank * p.precision.activationBytes();
 }
 
+double epMessageBytes(const PlanInputs& in) {
+    const ParallelConfig& p = in.parallel;
+    const ModelSpec& m = in.model;
+    if (!m.moe.enabled())
+        return 0.0;
+    const double sp = p.sequenceParallel ? std::max(1, p.tp) : 1.0;
+    return localTokens(m, p) / sp * m.moe.topK * m.hidden * p.precision.activationBytes();
+}
+
 namespace {
 
 LayerOp compute(const std::string& name, bool backward = false) {
@@ -37,6 +46,7 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
     if (in.model.isBare())
         return {};
     const bool tp = p.tp > 1, sp = tp && p.sequenceParallel, cp = p.cp > 1;
+    const bool ep = p.ep > 1 && in.model.moe.enabled();
     const double S = tpMessageBytes(in);
     // All-gather and reduce-scatter each send (tp-1)/tp of S; an all-reduce is the two.
     const double half = ringAllGatherBytesPerRank(S, p.tp);
@@ -70,6 +80,22 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
         return op;
     };
 
+    const auto allToAll = [&](const std::string& what, const std::string& why, bool backward,
+                              bool recompute) {
+        LayerOp op;
+        op.name = "all-to-all " + what + " (EP)";
+        op.backward = backward;
+        op.recompute = recompute;
+        op.collective = true;
+        op.axis = Axis::EP;
+        op.collectiveKind = "all-to-all";
+        op.bytes = epMessageBytes(in);
+        op.sentPerRank = op.bytes * (p.ep - 1) / p.ep;
+        op.why = why;
+        return op;
+    };
+    const std::string experts = std::to_string(in.model.moe.experts / std::max(1, p.ep));
+
     // One forward pass of the layer; under full recompute it runs again in the backward.
     const auto forward = [&](bool recompute) {
         std::vector<LayerOp> ops;
@@ -84,6 +110,15 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
         const auto block = [&](const std::string& norm, const std::string& column,
                                const std::string& inner, const std::string& row, bool ring) {
             add(compute(norm));
+            const bool moe = in.model.moe.enabled() && !ring; // the MLP block of an MoE layer
+            if (moe)
+                add(compute("router (top-" + std::to_string(in.model.moe.topK) + " of " +
+                            std::to_string(in.model.moe.experts) + " experts)"));
+            if (moe && ep)
+                add(allToAll("dispatch",
+                             "sends each token to the ranks holding its experts (" + experts +
+                                 " a rank)",
+                             recompute, recompute));
             if (sp)
                 add(tpCollective("all-gather",
                                  "the column-parallel " + column + " needs the whole sequence",
@@ -98,6 +133,9 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
                                  "sums the tp partial outputs of the row-parallel " + row +
                                      (sp ? " and leaves each rank s/tp tokens" : ""),
                                  recompute, recompute));
+            if (moe && ep)
+                add(allToAll("combine", "brings the experts' outputs back to the tokens' ranks",
+                             recompute, recompute));
         };
         block(sp ? "input LayerNorm (on s/tp tokens)" : "input LayerNorm", "QKV projection",
               "attention", "output projection", true);
@@ -116,6 +154,11 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
     // row-parallel layer passes its gradient through, and the identity before a column-parallel
     // one becomes an all-reduce of its input gradient (Megatron-LM's f and g).
     const auto backward = [&](const std::string& block, const std::string& inputs) {
+        const bool moe = ep && block == "MLP";
+        if (moe)
+            ops.push_back(allToAll("combine backward",
+                                   "sends the output gradients back to the experts' ranks", true,
+                                   false));
         if (sp)
             ops.push_back(tpCollective("all-gather",
                                        "the " + block +
@@ -132,6 +175,10 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
                                        "sums the input gradients of the column-parallel " + inputs +
                                            (sp ? " and leaves each rank s/tp tokens" : ""),
                                        true));
+        if (moe)
+            ops.push_back(allToAll("dispatch backward",
+                                   "returns the tokens' input gradients to their ranks", true,
+                                   false));
     };
     backward("MLP", "MLP up");
     backward("attention", "QKV");

@@ -16,8 +16,9 @@ int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage) {
     return layers;
 }
 
-double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp) {
+double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int ep) {
     const double t = std::max(1, tp);
+    const double notHeld = c.routedExpertsPerLayer * (1.0 - 1.0 / std::max(1, ep));
     double attention = c.attentionPerLayer;
     if (m.kvHeads > 0 && t > m.kvHeads) // each rank keeps a whole KV head: replicas add weights
         attention += 2.0 * m.hidden * double(m.kvDim()) * (t / m.kvHeads - 1.0);
@@ -25,14 +26,15 @@ double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp) {
     // keeps them whole (Megatron-LM's RowParallelLinear).
     const double replicatedBiases =
         m.moe.enabled() ? 0.0 : double(m.hidden) * ((m.outputBias ? 1 : 0) + (m.mlpBias ? 1 : 0));
-    return (attention + c.mlpPerLayer - replicatedBiases) / t + replicatedBiases + c.normsPerLayer;
+    return (attention + c.mlpPerLayer - notHeld - replicatedBiases) / t + replicatedBiases +
+           c.normsPerLayer;
 }
 
 double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage) {
     const double t = std::max(1, p.tp);
     if (m.isBare())
         return c.total / (t * std::max(1, p.pp));
-    double params = layersOnStage(m, p, stage) * layerParamsPerTpRank(m, c, p.tp);
+    double params = layersOnStage(m, p, stage) * layerParamsPerTpRank(m, c, p.tp, p.ep);
     const bool first = stage == 0, last = stage == p.pp - 1;
     if (first) { // the vocabulary is split; learned positions are kept whole on every rank
         const double positions = c.embeddings - double(m.vocab) * m.hidden;
@@ -44,6 +46,14 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
         params += head / t + c.finalNorm;
     }
     return params;
+}
+
+double expertParamsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
+                           int stage) {
+    if (m.isBare())
+        return 0.0;
+    return layersOnStage(m, p, stage) * c.routedExpertsPerLayer /
+           (double(std::max(1, p.tp)) * std::max(1, p.ep));
 }
 
 namespace {
@@ -129,8 +139,24 @@ GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, co
         return placeGroup(cluster, a, p.dp * p.cp, p.tp); // ZeRO shards over dp x cp
     case Axis::PP:
         return placeGroup(cluster, a, p.pp, p.tp * p.cp * p.dp, Traffic::PointToPoint);
+    case Axis::EP: // ep neighbouring ranks of the dp x cp group; an all-to-all sends point to point
+        return placeGroup(cluster, a, p.ep, p.tp, Traffic::PointToPoint);
     }
     return {};
+}
+
+double allToAllSeconds(const ClusterSpec& cluster, const Assumptions& a, int size, int stride,
+                       double bytes) {
+    if (size <= 1 || bytes <= 0)
+        return 0.0;
+    const NodeSpan nodes = spanNodes(size, stride, cluster.gpusPerNode,
+                                     std::int64_t(cluster.gpusPerNode) * cluster.nodes);
+    const double n = size, local = nodes.crosses ? nodes.fewest : size;
+    const double intra = cluster.intraBandwidth * a.commEfficiency;
+    const double inter = cluster.interBandwidth * a.commEfficiency;
+    const double inside = local > 1 && intra > 0 ? bytes * (local - 1) / n / intra : 0.0;
+    const double across = n > local && inter > 0 ? bytes * (n - local) / n / inter : 0.0;
+    return (nodes.crosses ? cluster.interLatency : cluster.intraLatency) + std::max(inside, across);
 }
 
 RankCoordinate rankCoordinate(const ParallelConfig& p, int rank, int gpusPerNode) {

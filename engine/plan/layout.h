@@ -12,11 +12,15 @@ namespace shardscope {
 int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage);
 
 // Parameters of one transformer layer held by one tensor-parallel rank. Norms are replicated;
-// K/V projections are replicated when tp exceeds the KV head count.
-double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp);
+// K/V projections are replicated when tp exceeds the KV head count; the routed experts are split
+// over ep ranks as well (expert tensor parallelism follows tp, as Megatron-Core's default).
+double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int ep = 1);
 
-// Parameters held by one rank of pipeline stage `stage` (before ZeRO-3 sharding).
+// Parameters held by one rank of pipeline stage `stage` (before ZeRO-3 sharding), and the part
+// of them that are routed experts' (sharded by ZeRO over the expert data-parallel ranks).
 double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage);
+double expertParamsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
+                           int stage);
 
 // Ranks are numbered tp fastest, then cp, dp, pp (Megatron's default order), so TP groups are
 // contiguous and a group crosses nodes when its span exceeds a node.
@@ -35,6 +39,13 @@ GroupPlacement placeGroup(const ClusterSpec& cluster, const Assumptions& a, int 
                           Traffic traffic = Traffic::Collective);
 GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, const Assumptions& a,
                          Axis axis);
+
+// One all-to-all in which each of `size` ranks (`stride` apart) holds `bytes` and sends 1/size of
+// them to every other member: the latency, then the slower of the part sent inside the node (over
+// NVLink) and the part sent to other nodes (over the rank's own NIC, as NCCL's all-to-all sends
+// point to point); the rank on the node with the fewest members sends the most across.
+double allToAllSeconds(const ClusterSpec& cluster, const Assumptions& a, int size, int stride,
+                       double bytes);
 
 // Where global rank `rank` sits in each parallel group, in the order placeAxis assumes.
 struct RankCoordinate {

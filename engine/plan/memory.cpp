@@ -55,13 +55,21 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     MemoryBreakdown mem;
     const double params = paramsOnStage(m, c, p, stage);
     mem.paramsOnRank = params;
+    mem.expertParamsOnRank = expertParamsOnStage(m, c, p, stage);
     mem.layersOnRank = layersOnStage(m, p, stage);
 
-    // Model state, sharded by ZeRO stage; offload moves the optimizer's share to the host.
-    mem.parameters = params * prec.weightBytes() / (p.zero >= 3 ? shards : 1.0);
-    const double grads = params * prec.gradBytes() / (p.zero >= 2 ? shards : 1.0);
-    const double optimizer = params * (prec.masterBytes() + optimizerStateBytes(p.optimizer)) /
-                             (p.zero >= 1 ? shards : 1.0);
+    // Model state, sharded by ZeRO stage; offload moves the optimizer's share to the host. The
+    // routed experts' state shards over the ranks holding the same experts (dp x cp / ep).
+    const double expertShards = std::max(1.0, shards / std::max(1, p.ep));
+    const auto held = [&](double bytesPerParam, bool sharded) {
+        const double experts = mem.expertParamsOnRank;
+        return sharded ? ((params - experts) / shards + experts / expertShards) * bytesPerParam
+                       : params * bytesPerParam;
+    };
+    mem.parameters = held(prec.weightBytes(), p.zero >= 3);
+    const double grads = held(prec.gradBytes(), p.zero >= 2);
+    const double optimizer =
+        held(prec.masterBytes() + optimizerStateBytes(p.optimizer), p.zero >= 1);
     if (p.offloadOptimizer) {
         mem.optimizer = 0;
         mem.gradients = p.zero >= 2 ? 0.0 : grads;
@@ -92,7 +100,7 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     if (p.zero >= 3 && shards > 1 && !m.isBare()) {
         // The largest module gathered whole, with its gradient before the reduce-scatter (the
         // 4 x largest-layer term of DeepSpeed's estimate_zero3_model_states_mem_needs).
-        const double largest = std::max(layerParamsPerTpRank(m, c, p.tp), c.embeddings / t);
+        const double largest = std::max(layerParamsPerTpRank(m, c, p.tp, p.ep), c.embeddings / t);
         mem.zero3Gather = largest * 2.0 * prec.weightBytes();
     }
     // Buckets of gradients in flight to an all-reduce or reduce-scatter (under ZeRO-3 the
@@ -102,7 +110,7 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     if (last && !m.isBare())
         mem.logits = 4.0 * T * double(m.vocab) / t; // fp32 logits for the cross-entropy
     if (prec.fp8On(in.cluster.gpu))
-        mem.fp8WeightCache = params / (p.zero >= 3 ? shards : 1.0);
+        mem.fp8WeightCache = held(1.0, p.zero >= 3);
     if (p.recompute == Recompute::Full && !m.isBare()) {
         ParallelConfig none = p;
         none.recompute = Recompute::None;

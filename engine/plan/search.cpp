@@ -44,6 +44,12 @@ const char* firstBrokenRule(const ModelSpec& m, const ParallelConfig& p, int gpu
         return "pp-layers";
     if (p.cp > 1 && m.seqLen % (2 * p.cp) != 0)
         return "cp-seq";
+    if (p.ep > 1 && (m.moe.experts % p.ep != 0 || (p.dp * p.cp) % p.ep != 0))
+        return "ep-experts";
+    if (p.ep > 1 && p.tp > 1 && !p.sequenceParallel)
+        return "ep-sp";
+    if (p.ep > 1 && p.shardGroup > 0)
+        return "ep-shard-group";
     if (p.globalBatch % (std::int64_t(p.microBatch) * p.dp) != 0)
         return "global-batch";
     if (p.schedule == PipelineSchedule::Interleaved && p.microbatches() % p.pp != 0)
@@ -116,6 +122,10 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
     };
 
     std::vector<std::pair<int, int>> shardings; // (ZeRO stage, shard group) for one tp, cp
+    std::vector<int> expertDegrees;             // ep for one dp x cp
+    const std::vector<int> expertDivisors = model.moe.enabled() && space.tryExpertParallel
+                                                ? divisorsOf(model.moe.experts)
+                                                : std::vector<int>{1};
     std::size_t tpDone = 0;
     for (int tp : worldDivisors) {
         for (int pp : worldDivisors) {
@@ -143,6 +153,10 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                     if (zero >= 1 && nodeGroups)
                         shardings.push_back({zero, int(perNode)});
                 }
+                expertDegrees.clear();
+                for (int ep : expertDivisors)
+                    if (std::int64_t(dp) * cp % ep == 0)
+                        expertDegrees.push_back(ep);
                 for (int vpp = 1;
                      vpp <= (pp > 1 && space.tryInterleaved ? space.maxVirtualStages : 1); ++vpp) {
                     for (int mb : microBatches) {
@@ -172,7 +186,10 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                                         p.tpCommOverlap = base.tpCommOverlap && p.sequenceParallel;
                                         p.recompute = rc;
                                         p.schedule = schedule;
-                                        consider();
+                                        for (int ep : expertDegrees) {
+                                            p.ep = ep;
+                                            consider();
+                                        }
                                     }
                                 }
                             }

@@ -2,6 +2,7 @@
 
 #include "core/json_io.h"
 #include "plan/estimate.h"
+#include "process_mesh.h"
 
 #include <algorithm>
 #include <cctype>
@@ -104,7 +105,7 @@ json predictionJson(const RunConfig& config, const ClusterSpec& cluster, int sta
     const PlanInputs in{config.model, cluster, config.parallel, config.train, Assumptions{}};
     const Estimate e = evaluate(in);
     json comm = json::object(), exposed = json::object();
-    for (Axis a : kAxes) {
+    for (Axis a : kMeshAxes) {          // the axes the engine has
         std::string axis = toString(a); // "DP": telemetry spells axes "dp"
         for (char& ch : axis)
             ch = char(std::tolower(static_cast<unsigned char>(ch)));

@@ -17,6 +17,8 @@ std::pair<int, int> strideAndSize(const ParallelConfig& p, Axis axis) {
         return {p.tp * p.cp, p.dp};
     case Axis::PP:
         return {p.tp * p.cp * p.dp, p.pp};
+    case Axis::EP: // the engine has no experts (run_config refuses ep > 1)
+        return {p.tp, 1};
     }
     return {1, 1};
 }
@@ -31,6 +33,8 @@ int indexOn(const RankCoordinate& c, Axis axis) {
         return c.dp;
     case Axis::PP:
         return c.pp;
+    case Axis::EP:
+        return 0;
     }
     return 0;
 }
@@ -53,7 +57,7 @@ ProcessMesh::ProcessMesh(const ParallelConfig& p, Communicator& world)
                          std::to_string(p.worldSize()) + " ranks, and this job has " +
                          std::to_string(world.size()) + ": launch it with --ranks " +
                          std::to_string(p.worldSize()));
-    for (Axis axis : kAxes)
+    for (Axis axis : kMeshAxes)
         groups_.push_back(world.subgroup(groupRanks(p, world.rank(), axis), toString(axis)));
 }
 

@@ -7,10 +7,14 @@
 #include "plan/estimate.h"
 #include "plan/layout.h"
 
+#include <array>
 #include <memory>
 #include <vector>
 
 namespace shardscope {
+
+// The axes the engine runs, in Axis order (the engine has no experts, so no EP group).
+inline constexpr std::array<Axis, 4> kMeshAxes = {Axis::DP, Axis::TP, Axis::PP, Axis::CP};
 
 // The world ranks of `rank`'s group along `axis`, ascending (its own included).
 std::vector<int> groupRanks(const ParallelConfig& p, int rank, Axis axis);

@@ -287,6 +287,10 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     if (p.cp != 1)
         out.push_back("the engine has no context parallelism yet: cp must be 1 (got " +
                       layoutSummary(p) + "); use dp, tp and pp for several ranks");
+    if (p.ep != 1)
+        out.push_back("the engine has no mixture-of-experts layers, so no expert parallelism: ep "
+                      "must be 1 (got " +
+                      layoutSummary(p) + "); expert parallelism is modelled by the planner only");
     if (p.hybridShard())
         out.push_back("the engine shards ZeRO's states over the whole data-parallel group: "
                       "shard_group must be 0 or dp (got " +

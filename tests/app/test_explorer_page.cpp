@@ -43,7 +43,7 @@ private slots:
         for (const Segment& s : f.page.stepBreakdown()->segments())
             sum += s.value;
         QVERIFY(std::abs(sum - f.value("Step time")) < 1e-9 * sum);
-        QCOMPARE(f.page.communication()->rowCount(), 4);
+        QCOMPARE(f.page.communication()->rowCount(), 5); // DP, TP, PP, CP and EP
     }
 
     void clusterControlsMoveThroughputAndCost() {

@@ -245,6 +245,40 @@ TEST(Validate, WorldSizeThatCannotBeFixedWithDp) {
     EXPECT_NE(v->hint.find("divide"), std::string::npos) << v->hint;
 }
 
+// Megatron-Core's expert-parallel rules: the experts split evenly over ep of the dp*cp ranks, SP
+// with tp, no hybrid shard group; a dense model has no experts to split.
+TEST(Validate, ExpertParallelism) {
+    ModelSpec moe = llama3_405b();
+    moe.moe.experts = 16;
+    moe.moe.topK = 2;
+    ParallelConfig p = llama405bLayout(); // tp 8 pp 16 dp 128, SP on
+    p.sequenceParallel = true;
+    p.ep = 8;
+    EXPECT_TRUE(validate(moe, clusterOf(16384), p).empty());
+    EXPECT_TRUE(hasRule(validate(llama3_405b(), p), "ep-moe"));
+    p.ep = 32; // 16 experts
+    const auto tooMany = validate(moe, clusterOf(16384), p);
+    ASSERT_TRUE(hasRule(tooMany, "ep-experts"));
+    EXPECT_NE(tooMany[0].hint.find("ep = 16"), std::string::npos) << tooMany[0].hint;
+    p.ep = 16;
+    p.dp = 8; // 8 ranks cannot hold 16 groups' worth
+    p.tp = 8;
+    EXPECT_TRUE(hasRule(validate(moe, p), "ep-dp"));
+    p.dp = 128;
+    p.sequenceParallel = false;
+    EXPECT_TRUE(hasRule(validate(moe, p), "ep-sp"));
+    p.sequenceParallel = true;
+    p.zero = 1;
+    p.shardGroup = 8;
+    EXPECT_TRUE(hasRule(validate(moe, p), "ep-shard-group"));
+    p.shardGroup = 0;
+    p.ep = 0;
+    EXPECT_TRUE(hasRule(validate(moe, p), "degree"));
+    EXPECT_NE(layoutSummary(ParallelConfig{}).find("cp1 zero0"), std::string::npos);
+    p.ep = 4;
+    EXPECT_NE(layoutSummary(p).find("cp1 ep4 zero1"), std::string::npos) << layoutSummary(p);
+}
+
 TEST(Validate, TensorParallelMustDivideHeads) {
     ParallelConfig p = llama405bLayout();
     p.tp = 6;

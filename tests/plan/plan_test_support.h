@@ -44,4 +44,28 @@ inline ModelSpec gptStyle(int layers, int hidden, int heads, int seq, long long 
     return m;
 }
 
+// Mixtral 8x7B as Jiang et al. 2024 ("Mixtral of Experts", Table 1) give it: dim 4096, 32
+// layers, 32 heads of 128 (8 KV heads), SwiGLU experts of 14336, 8 experts with top-2 routing,
+// vocabulary 32000; RMSNorm, rotary positions, no biases, untied head.
+inline ModelSpec mixtral8x7b(int seq = 4096) {
+    ModelSpec m;
+    m.name = "Mixtral 8x7B";
+    m.layers = 32;
+    m.hidden = 4096;
+    m.heads = 32;
+    m.kvHeads = 8;
+    m.ffnHidden = 14336;
+    m.vocab = 32000;
+    m.seqLen = m.maxPositions = seq;
+    m.activation = Activation::SwiGlu;
+    m.norm = Norm::RmsNorm;
+    m.positions = PositionEmbedding::Rope;
+    m.moe.experts = 8;
+    m.moe.topK = 2;
+    return m;
+}
+
+// The routed experts' weights of that model: 32 layers x 8 experts x 3 matrices of 4096 x 14336.
+inline constexpr double kMixtralRoutedExperts = 32.0 * 8 * 3 * 4096 * 14336;
+
 } // namespace shardscope::test

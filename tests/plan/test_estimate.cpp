@@ -518,6 +518,74 @@ TEST(Estimate, TheSecondStageCanBeTheHeaviest) {
     EXPECT_GT(stageCompute(in, 1).seconds(), stageCompute(in, 3).seconds());
 }
 
+// Mixtral 8x7B, 4,096 tokens a sequence, dp x tp over `nodes` nodes of 8 H100s with ep of the dp
+// ranks, one microbatch a rank (m = 1); SP where tp > 1, as EP with TP needs.
+PlanInputs mixtral(int dp, int ep, int nodes, int zero = 1, int tp = 1) {
+    PlanInputs in;
+    in.model = test::mixtral8x7b();
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, nodes);
+    in.parallel = test::layout(dp, tp, 1, dp, zero);
+    in.parallel.sequenceParallel = tp > 1;
+    in.parallel.ep = ep;
+    return in;
+}
+
+// GShard's dispatch and combine: 4 all-to-alls per layer and microbatch of tokens x top-k x h,
+// each rank keeping 1/ep; inside a node over NVLink, across nodes bound by each rank's NIC.
+TEST(Estimate, ExpertParallelAllToAllsMoveTopKCopiesOfEveryToken) {
+    for (int tp : {1, 2}) {
+        SCOPED_TRACE("tp " + std::to_string(tp));
+        // ep 8 at stride tp: one node with tp 1; with tp 2, 4 members on each of 2 nodes.
+        const PlanInputs in = mixtral(8, 8, tp, 1, tp);
+        const Estimate e = estimate(in);
+        ASSERT_TRUE(e.valid());
+        const AxisComm& c = e.axis(Axis::EP);
+        const double held = 4096.0 / tp * 2 * 4096 * 2; // s/tp (SP) x top-k x h x bf16 bytes
+        EXPECT_EQ(c.groupSize, 8);
+        EXPECT_EQ(c.crossesNodes, tp == 2);
+        EXPECT_EQ(c.collectives, 32 * 4);
+        EXPECT_NEAR(c.bytes, 32 * 4 * held * 7 / 8, 1.0);
+        const ClusterSpec& cl = in.cluster;
+        const double eff = in.assume.commEfficiency;
+        const double each = tp == 1 ? cl.intraLatency + held * 7 / 8 / (cl.intraBandwidth * eff)
+                                    // 4 of 8 peers on the other node, through the rank's own NIC
+                                    // (NVLink's 3/8 to the node's others takes less)
+                                    : cl.interLatency + held * 4 / 8 / (cl.interBandwidth * eff);
+        EXPECT_NEAR(c.seconds, 32 * 4 * each, 1e-9 * c.seconds);
+        EXPECT_DOUBLE_EQ(c.exposed, c.seconds); // not overlapped (Megatron-Core's default)
+    }
+    // Full recompute repeats the forward's dispatch and combine.
+    PlanInputs full = mixtral(8, 8, 1);
+    full.parallel.recompute = Recompute::Full;
+    EXPECT_EQ(estimate(full).axis(Axis::EP).collectives, 32 * 6);
+    // Without EP there is no all-to-all; with it the step is still the sum of its parts.
+    EXPECT_EQ(estimate(mixtral(8, 1, 1)).axis(Axis::EP).bytes, 0);
+    const Estimate e = estimate(mixtral(8, 8, 1));
+    double sum = 0;
+    for (const StepPart& part : stepTimeParts(e))
+        sum += part.seconds;
+    EXPECT_NEAR(sum, e.stepTime, 1e-9 * e.stepTime);
+    EXPECT_GT(e.axis(Axis::EP).exposed, 0);
+}
+
+// The experts' gradients reduce over the ranks that hold the same experts: with dp = ep every
+// rank holds its own, so under ZeRO-0 only the dense weights' gradients are all-reduced.
+TEST(Estimate, ExpertGradientsReduceOnlyOverTheRanksHoldingTheSameExperts) {
+    const ParamCount c = countParameters(test::mixtral8x7b());
+    const double ring = 2.0 * 7 / 8; // a ring all-reduce over 8 ranks sends 2(n-1)/n of it
+    const Estimate whole = estimate(mixtral(8, 1, 1, 0));
+    const Estimate split = estimate(mixtral(8, 8, 1, 0));
+    EXPECT_NEAR(whole.axis(Axis::DP).bytes, ring * c.total * 4, 1e-6 * c.total); // fp32 grads
+    EXPECT_NEAR(split.axis(Axis::DP).bytes, ring * (c.total - test::kMixtralRoutedExperts) * 4,
+                1e-6 * c.total);
+    // ep 4 of dp 8: the experts' gradients are all-reduced in pairs, 4 x tp ranks apart.
+    const Estimate half = estimate(mixtral(8, 4, 1, 0));
+    EXPECT_NEAR(half.axis(Axis::DP).bytes,
+                ring * (c.total - test::kMixtralRoutedExperts) * 4 +
+                    2.0 * 1 / 2 * test::kMixtralRoutedExperts / 4 * 4,
+                1e-6 * c.total);
+}
+
 TEST(Estimate, InvalidLayoutIsReportedNotCrashing) {
     PlanInputs in = llama70b();
     in.parallel.tp = 3;

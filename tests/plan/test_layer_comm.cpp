@@ -78,6 +78,45 @@ TEST(LayerComm, RingAttentionPassesKeysAndValuesAroundTheContextRanks) {
     }
 }
 
+// An MoE layer under expert parallelism: the router, then each token dispatched to its experts'
+// ranks and combined back (GShard), forward and backward, with top-k copies of each token.
+TEST(LayerComm, ExpertParallelismDispatchesAndCombinesEachWay) {
+    PlanInputs in;
+    in.model = test::mixtral8x7b();
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 2);
+    for (const Recompute r : {Recompute::Selective, Recompute::Full}) {
+        in.parallel = test::layout(8, 2, 1, 16, 1);
+        in.parallel.sequenceParallel = true;
+        in.parallel.ep = 4;
+        in.parallel.recompute = r;
+        const Estimate e = estimate(in);
+        ASSERT_TRUE(e.valid());
+        const auto ops = layerOps(in);
+        const bool full = r == Recompute::Full;
+        EXPECT_EQ(countOf(ops, "all-to-all", false), 2);
+        EXPECT_EQ(countOf(ops, "all-to-all", true), full ? 4 : 2);
+        const auto router = std::find_if(ops.begin(), ops.end(), [](const LayerOp& op) {
+            return op.name.find("router") != std::string::npos;
+        });
+        ASSERT_NE(router, ops.end());
+        EXPECT_EQ(std::next(router)->name, "all-to-all dispatch (EP)");
+        for (const LayerOp& op : ops)
+            if (op.collectiveKind == "all-to-all") { // s/tp tokens (SP) x top-2 x h x bf16
+                EXPECT_DOUBLE_EQ(op.sentPerRank, 4096.0 / 2 * 2 * 4096 * 2 * 3 / 4);
+            }
+        const double perLayer = double(in.parallel.microbatches()) * e.memory.layersOnRank;
+        EXPECT_NEAR(sentOn(ops, Axis::EP) * perLayer, e.axis(Axis::EP).bytes,
+                    1e-9 * e.axis(Axis::EP).bytes);
+    }
+    // The router runs without EP too, with no all-to-all.
+    in.parallel.ep = 1;
+    const auto ops = layerOps(in);
+    EXPECT_EQ(countOf(ops, "all-to-all", false) + countOf(ops, "all-to-all", true), 0);
+    EXPECT_TRUE(std::any_of(ops.begin(), ops.end(), [](const LayerOp& op) {
+        return op.name.find("router") != std::string::npos;
+    }));
+}
+
 // The Explorer's TP and CP traffic per step is this list summed over microbatches and layers.
 TEST(LayerComm, ThePlannersAxisTrafficIsTheLayersCollectivesSummed) {
     for (const bool sp : {false, true}) {

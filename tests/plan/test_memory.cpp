@@ -164,5 +164,44 @@ TEST(Estimate, FitVerdictFollowsCapacity) {
     EXPECT_LT(e.memory.total(), e.capacity);
 }
 
+PlanInputs mixtralOnOneNode(int ep, int zero) {
+    PlanInputs in;
+    in.model = test::mixtral8x7b();
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 1);
+    in.parallel = test::layout(8, 1, 1, 64, zero);
+    in.parallel.ep = ep;
+    return in;
+}
+
+// Expert parallelism as Megatron-Core lays it out: each rank holds 1/ep of the routed experts,
+// and ZeRO shards their state over the dp*cp/ep ranks holding the same experts, so a ZeRO-sharded
+// category holds total/dp either way (experts/ep/(dp/ep) = experts/dp).
+TEST(ExpertParallelMemory, EpSplitsTheExpertsAndZeroShardsTheirStateOverTheRest) {
+    const ParamCount c = countParameters(test::mixtral8x7b());
+    EXPECT_NEAR(c.total, 46.7e9, 0.005 * 46.7e9); // the published count, Mixtral's model card
+    EXPECT_DOUBLE_EQ(c.routedExpertsPerLayer * 32, test::kMixtralRoutedExperts);
+
+    for (int zero : {0, 1, 3}) {
+        SCOPED_TRACE("zero " + std::to_string(zero));
+        const MemoryBreakdown whole = memoryForStage(mixtralOnOneNode(1, zero), 0);
+        const MemoryBreakdown split = memoryForStage(mixtralOnOneNode(8, zero), 0);
+        EXPECT_DOUBLE_EQ(whole.paramsOnRank, c.total);
+        EXPECT_NEAR(whole.paramsOnRank - split.paramsOnRank, test::kMixtralRoutedExperts * 7 / 8,
+                    1.0);
+        EXPECT_NEAR(split.expertParamsOnRank, test::kMixtralRoutedExperts / 8, 1.0);
+        // Optimizer state (fp32 master + Adam's two moments, 12 bytes a parameter).
+        const double optimizerWhole = zero >= 1 ? c.total * 12 / 8 : c.total * 12;
+        EXPECT_NEAR(whole.optimizer, optimizerWhole, 1e-9 * optimizerWhole);
+        const double optimizerSplit =
+            zero >= 1 ? c.total * 12 / 8 : (c.total - test::kMixtralRoutedExperts * 7 / 8) * 12;
+        EXPECT_NEAR(split.optimizer, optimizerSplit, 1e-9 * optimizerSplit);
+        // bf16 weights: ZeRO-3 shards them to total/dp either way; otherwise EP saves 7/8 of the
+        // experts' copies.
+        const double weightsSplit =
+            zero >= 3 ? c.total * 2 / 8 : (c.total - test::kMixtralRoutedExperts * 7 / 8) * 2;
+        EXPECT_NEAR(split.parameters, weightsSplit, 1e-9 * weightsSplit);
+    }
+}
+
 } // namespace
 } // namespace shardscope

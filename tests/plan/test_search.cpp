@@ -3,6 +3,7 @@
 #include "plan_test_support.h"
 
 #include <gtest/gtest.h>
+#include <set>
 
 namespace shardscope {
 namespace {
@@ -154,6 +155,39 @@ TEST(Search, TriesHybridShardingOverEachNode) {
     SearchSpace without;
     without.tryHybridShard = false;
     EXPECT_EQ(searchLlama8b(o, without, 4).evaluated + hybrid, r.evaluated);
+}
+
+// A mixture of experts on 16 H100s: every ep that divides the 8 experts and dp x cp is tried
+// (none for a dense model), each layout valid; the best with EP is no slower than without.
+TEST(Search, TriesExpertParallelismForAMixtureOfExperts) {
+    const ModelSpec m = test::mixtral8x7b();
+    const ClusterSpec cl = makeCluster(findGpuPreset("h100-sxm"), 8, 2);
+    ParallelConfig base;
+    base.globalBatch = 64;
+    SearchOptions o;
+    o.keepAll = true;
+    const SearchResult r = searchLayouts(m, cl, base, {}, {}, SearchSpace{}, o);
+    std::set<int> degrees;
+    long long withEp = 0;
+    for (const Candidate& c : r.all) {
+        const ParallelConfig& p = c.config;
+        if (p.ep == 1)
+            continue;
+        ++withEp;
+        degrees.insert(p.ep);
+        EXPECT_EQ(p.dp * p.cp % p.ep, 0) << layoutSummary(p);
+        EXPECT_TRUE(validate(m, cl, p).empty()) << layoutSummary(p);
+    }
+    EXPECT_EQ(degrees, (std::set<int>{2, 4, 8}));
+    SearchSpace without;
+    without.tryExpertParallel = false;
+    const SearchResult dense = searchLayouts(m, cl, base, {}, {}, without, o);
+    EXPECT_EQ(dense.evaluated + withEp, r.evaluated);
+    ASSERT_FALSE(r.top.empty());
+    ASSERT_FALSE(dense.top.empty());
+    EXPECT_GE(r.top[0].tokensPerSecond, dense.top[0].tokensPerSecond);
+    for (const Candidate& c : searchLlama8b(o).all)
+        EXPECT_EQ(c.config.ep, 1);
 }
 
 // Asked to, the search tries ZB-H1 in 1F1B's place, and ZB-2p beside it when the optimizer is

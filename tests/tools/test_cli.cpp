@@ -546,6 +546,36 @@ TEST(CliPlan, ShardGroupShardsOverGroupsOfTheDataParallelRanks) {
     EXPECT_NE(explained.out.find("HYBRID_SHARD"), std::string::npos) << explained.out;
 }
 
+// Mixtral 8x7B from its config.json on 2 nodes: --ep splits its 8 experts, the plan's JSON has
+// the EP all-to-alls, and explain gives their formula and source.
+TEST(CliPlan, ExpertParallelismSplitsTheExpertsAndAddsItsAllToAlls) {
+    const std::string path = dataPath("hf/mixtral-8x7b-v0.1.json");
+    const std::vector<std::string> common = {"plan", "--hf-config", path,   "--nodes", "2",
+                                             "--tp", "2",           "--pp", "1",       "--seq",
+                                             "4096", "--zero",      "0",    "--json"};
+    auto with = [&](const std::string& ep) {
+        std::vector<std::string> args = common;
+        args.insert(args.end(), {"--ep", ep});
+        const CliResult r = shardscope::testing::runCliWith(args);
+        EXPECT_EQ(r.code, 0) << r.err;
+        return parseOrFail(r.out);
+    };
+    const json split = with("8"), whole = with("1");
+    EXPECT_EQ(split.at("parallel").at("ep"), 8);
+    EXPECT_EQ(split.at("comm").at("ep").at("group_size"), 8);
+    EXPECT_GT(split.at("comm").at("ep").at("bytes").get<double>(), 0);
+    EXPECT_EQ(whole.at("comm").at("ep").at("bytes").get<double>(), 0);
+    // bf16 weights of 7/8 of the routed experts (32 x 8 x 3 x 4096 x 14336) over tp 2 are gone.
+    EXPECT_NEAR(whole.at("memory").at("parameters").get<double>() -
+                    split.at("memory").at("parameters").get<double>(),
+                32.0 * 8 * 3 * 4096 * 14336 * 7 / 8 / 2 * 2, 1e3);
+    const CliResult explained = run({"explain", "comm.ep", "--hf-config", path, "--nodes", "2",
+                                     "--tp", "2", "--pp", "1", "--ep", "8"});
+    ASSERT_EQ(explained.code, 0) << explained.err;
+    EXPECT_CONTAINS(explained.out, "all-to-alls");
+    EXPECT_CONTAINS(explained.out, "GShard");
+}
+
 TEST(CliPlan, ClusterFlagsReachTheCluster) {
     const CliResult r = run({"plan", "--gpu", "nvidia h200 sxm 141 GB", "--gpus-per-node", "4",
                              "--nodes", "16", "--inter-bw", "25", "--mtbf-hours", "1000",
@@ -821,6 +851,10 @@ TEST(CliBadInput, LayoutViolationsNameTheRuleAndTheFix) {
                     {"[shard-group]", "does not divide dp*cp = 2", "fix: use shard_group = 2"}});
     expectRejected({{"plan", "--global-batch", "0"}, {"[batch-size]", "global batch 0"}});
     expectRejected({{"explain", "time.step", "--tp", "3"}, {"[tp-heads]"}});
+    expectRejected({{"plan", "--ep", "2"}, {"[ep-moe]", "the model has none"}});
+    expectRejected({{"plan", "--hf-config", dataPath("hf/mixtral-8x7b-v0.1.json"), "--nodes", "2",
+                     "--tp", "2", "--pp", "1", "--ep", "3"},
+                    {"[ep-experts]", "does not divide 8 routed experts", "fix: use ep = "}});
 }
 
 TEST(CliBadInput, OutOfRangeNumbers) {

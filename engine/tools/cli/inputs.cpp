@@ -42,6 +42,10 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
         app.add_option("--vpp", f.vpp, "Virtual stages per pipeline rank (interleaved)")
             ->capture_default_str();
         app.add_option("--cp", f.cp, "Context-parallel degree")->capture_default_str();
+        app.add_option("--ep", f.ep,
+                       "Expert-parallel degree: each MoE layer's experts split over ep of the "
+                       "dp*cp ranks (adds no GPUs)")
+            ->capture_default_str();
         app.add_option("--zero", f.zero, "ZeRO stage 0-3 (3 = FSDP full shard)")
             ->capture_default_str();
         app.add_option("--shard-group", f.shardGroup,
@@ -178,6 +182,7 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.pp = f.pp;
     p.vpp = f.vpp;
     p.cp = f.cp;
+    p.ep = f.ep;
     p.zero = f.zero;
     p.shardGroup = f.shardGroup;
     p.sequenceParallel = f.sp && f.tp > 1;

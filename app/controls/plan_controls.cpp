@@ -284,6 +284,14 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
         1, 1 << 16, [](const Session& s) { return s.parallel.ep; },
         [](Session& s, int v) { s.parallel.ep = v; });
     form.setEnabledWhen(ep, [](const Session& s) { return s.model.moe.enabled(); });
+    QDoubleSpinBox* capacity = form.addDouble(
+        "capacity-factor", "Expert capacity factor",
+        "Token dropping with padding (Megatron's --moe-expert-capacity-factor): each expert "
+        "takes this many times its balanced share of the tokens, its GEMMs and all-to-alls "
+        "padded to it. 0: dropless",
+        0, 1024, 2, "", [](const Session& s) { return s.parallel.expertCapacityFactor; },
+        [](Session& s, double v) { s.parallel.expertCapacityFactor = v; });
+    form.setEnabledWhen(capacity, [](const Session& s) { return s.model.moe.enabled(); });
     form.addBool(
         "sp", "Sequence parallel", "Shard the norm and dropout activations across the TP group",
         [](const Session& s) { return s.parallel.sequenceParallel; },

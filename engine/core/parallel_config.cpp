@@ -184,6 +184,13 @@ namespace {
 
 using std::to_string;
 
+// 1.25, 16: a factor as a user would type it.
+std::string decimal(double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+}
+
 // Products of degrees, saturated: validate promises not to fail on any values, however absurd.
 std::int64_t product(std::initializer_list<std::int64_t> factors) {
     constexpr std::int64_t cap = std::int64_t(1) << 62;
@@ -409,6 +416,18 @@ private:
     // Expert parallelism (Megatron-Core's rules): the routed experts split evenly over ep ranks
     // of the dp x cp group; with tp it needs sequence parallelism.
     void experts() {
+        if (c_.expertCapacityFactor != 0 && !m_.moe.enabled())
+            add("capacity-moe",
+                "an expert capacity factor of " + decimal(c_.expertCapacityFactor) +
+                    " sizes the experts' inputs, but the model has no experts",
+                "set expert_capacity_factor = 0 (--capacity-factor 0) for a dense model");
+        const double most = m_.moe.enabled() ? double(m_.moe.experts) / m_.moe.topK : 0.0;
+        if (m_.moe.enabled() && !(c_.expertCapacityFactor >= 0 && c_.expertCapacityFactor <= most))
+            add("capacity-factor",
+                "an expert capacity factor of " + decimal(c_.expertCapacityFactor) +
+                    " is outside 0 (dropless) to experts / top-k = " + decimal(most) +
+                    " (every token to every expert)",
+                "use 0 for dropless, or a factor such as 1.0 or 1.25");
         if (c_.ep == 1)
             return;
         if (!m_.moe.enabled()) {
@@ -602,6 +621,8 @@ std::string layoutSummary(const ParallelConfig& p) {
     s << " cp" << p.cp;
     if (p.ep > 1)
         s << " ep" << p.ep;
+    if (p.expertCapacityFactor > 0)
+        s << " capacity" << decimal(p.expertCapacityFactor);
     s << " zero" << p.zero;
     if (p.hybridShard())
         s << " shard" << p.zeroShards();

@@ -82,6 +82,12 @@ struct ParallelConfig {
     // all-to-all in the EP group; the expert weights' gradients and ZeRO shards span the
     // dp x cp / ep ranks that hold the same experts (expert data parallelism). It adds no GPUs.
     int ep = 1;
+    // MoE token dropping with padding (Megatron-LM's --moe-expert-capacity-factor with
+    // --moe-pad-expert-input-to-capacity): every expert takes exactly this many times its
+    // balanced share of the routed tokens, dropping the rest or padding with zeros, so its
+    // GEMMs, activations and all-to-alls scale by it. 0: dropless, each expert takes what is
+    // routed to it (balanced, as published benchmarks force it).
+    double expertCapacityFactor = 0;
     int zero = 0; // ZeRO stage 0-3 across the data-parallel group (3 == FSDP full shard)
     // ZeRO's states sharded over groups of this many of the dp x cp ranks and replicated across
     // the groups (hybrid sharding: FSDP's HYBRID_SHARD / HSDP, DeepSpeed's MiCS); 0 = one group of
@@ -118,6 +124,8 @@ struct ParallelConfig {
 
     // At most kMaxWorldSize once validate() has passed (before, the product may not fit an int).
     int worldSize() const { return dp * tp * pp * cp; }
+    // The routed experts' work against dropless balanced routing: the capacity factor, or 1.
+    double expertLoad() const { return expertCapacityFactor > 0 ? expertCapacityFactor : 1.0; }
     // The ranks that hold the same experts and reduce their gradients together.
     int expertDataParallel() const { return std::max(1, dp * cp / std::max(1, ep)); }
     // The ranks one copy of ZeRO's sharded states spans, and how many copies there are.

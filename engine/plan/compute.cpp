@@ -17,13 +17,17 @@ TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumpt
     const ParamCount c = countParameters(m);
     const double causal = a.causalAttention ? 0.5 : 1.0;
     f.layerMatmul = 2.0 * (c.attentionPerLayer + c.mlpActivePerLayer);
+    // Padded to capacity, each routed expert multiplies cf times its share of the tokens.
+    const double routedActive =
+        m.moe.enabled() ? c.routedExpertsPerLayer / m.moe.experts * m.moe.topK : 0.0;
+    f.layerMatmulRun = f.layerMatmul + 2.0 * routedActive * (p.expertLoad() - 1.0);
     f.attentionCore = 4.0 * m.seqLen * double(m.qDim()) * causal;
     f.lmHead = 2.0 * double(m.vocab) * m.hidden;
     const double forward = m.layers * (f.layerMatmul + f.attentionCore) + f.lmHead;
     f.model = 3.0 * forward;
-    f.hardware = f.model;
+    f.hardware = f.model + 3.0 * m.layers * (f.layerMatmulRun - f.layerMatmul);
     if (p.recompute == Recompute::Full)
-        f.hardware += m.layers * (f.layerMatmul + f.attentionCore);
+        f.hardware += m.layers * (f.layerMatmulRun + f.attentionCore);
     else if (p.recompute == Recompute::Selective)
         f.hardware += m.layers * f.attentionCore;
     return f;
@@ -105,7 +109,7 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     const double projectionRuns = 3.0 + (p.recompute == Recompute::Full ? 1.0 : 0.0);
     const double coreRuns = 3.0 + (p.recompute != Recompute::None ? 1.0 : 0.0);
     const double share = tokens / (t * cp);
-    const double projectionFlops = layers * projectionRuns * f.layerMatmul * share;
+    const double projectionFlops = layers * projectionRuns * f.layerMatmulRun * share;
     const double coreFlops = layers * coreRuns * f.attentionCore * share;
     const double headFlops = stage == p.pp - 1 ? 3.0 * f.lmHead * share : 0.0;
     s.flops = projectionFlops + coreFlops + headFlops;
@@ -126,11 +130,16 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
 
     // Memory-bound kernels: norms and adds on the hidden state (split by TP only under SP) and
     // the activation function on the FFN width (split by TP), forward once and backward twice.
+    // An MoE layer also permutes each token into its k expert slots (read h, write k h) and
+    // un-permutes the experts' outputs back (read k h, write h): Megatron-Core's permute and
+    // unpermute, with the slots padded to the capacity factor.
     const double ab = p.precision.activationBytes();
-    const double experts = m.moe.enabled() ? m.moe.topK + m.moe.sharedExperts : 1.0;
+    const double routedCopies = m.moe.enabled() ? m.moe.topK * p.expertLoad() : 0.0;
+    const double experts = m.moe.enabled() ? routedCopies + m.moe.sharedExperts : 1.0;
     const double sp = p.sequenceParallel ? t : 1.0;
+    const double permuteTerms = m.moe.enabled() ? 2.0 * (1.0 + routedCopies) : 0.0;
     const double bytesPerToken = 3.0 * ab *
-                                 (a.elementwiseHiddenTerms * m.hidden / sp +
+                                 ((a.elementwiseHiddenTerms + permuteTerms) * m.hidden / sp +
                                   a.elementwiseFfnTerms * double(m.expertFfn()) * experts / t);
     // Unfused attention writes the scores, then masks, softmaxes and drops them out in separate
     // passes: about six reads or writes of every score, forward once and backward twice.
@@ -140,11 +149,14 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     // element) and its output gradient in the backward; a recomputed forward casts again.
     double castBytesPerToken = 0;
     if (fp8) {
+        // An MoE layer's up projection takes each token once per expert it goes to, and its
+        // down projection's output gradient comes back once per expert.
         const double ffn = double(m.expertFfn()) * experts;
         const double ffnIn = ffn * (m.activation == Activation::Gelu ? 1.0 : 2.0);
-        const double forwardInputs = 2.0 * m.hidden / sp + (double(m.qDim()) + ffn) / t;
+        const double hiddenTerms = 1.0 + experts; // attention's input, the MLP's inputs
+        const double forwardInputs = hiddenTerms * m.hidden / sp + (double(m.qDim()) + ffn) / t;
         const double backwardGrads =
-            2.0 * m.hidden / sp + (double(m.qDim()) + 2.0 * double(m.kvDim()) + ffnIn) / t;
+            hiddenTerms * m.hidden / sp + (double(m.qDim()) + 2.0 * double(m.kvDim()) + ffnIn) / t;
         castBytesPerToken = 3.0 * ((projectionRuns - 2.0) * forwardInputs + backwardGrads);
     }
     const double bandwidth = in.cluster.gpu.hbmBandwidth * a.memoryEfficiency;

@@ -512,6 +512,20 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                             n(in.assume.gemmEfficiency) + ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) +
                             " GB/s x " + n(in.assume.memoryEfficiency) + ") = " + s(e.computeTime);
         }
+        x.source = "Roofline model (Williams et al. 2009); peak from " +
+                   (cl.gpu.sources.count("peak_tflops") ? cl.gpu.sources.at("peak_tflops")
+                                                        : std::string("the GPU preset"));
+        if (m.moe.enabled()) {
+            x.substituted += "; MoE: the routed experts' GEMMs on top-" +
+                             std::to_string(m.moe.topK) + " copies of each token" +
+                             (p.expertCapacityFactor > 0
+                                  ? " padded to capacity factor " + n(p.expertCapacityFactor)
+                                  : std::string(" (dropless, balanced)")) +
+                             ", and the permutation into and out of the expert slots, 2 (1 + "
+                             "top_k) x h elements a token, in the elementwise bytes";
+            x.source += "; Megatron-Core MoE (token permute and unpermute, "
+                        "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity)";
+        }
         {
             // Attention's core runs at its kernel's measured speed where one is held.
             const AttentionSpeed kernel = attentionSpeedFor(in);
@@ -519,9 +533,6 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                 x.formula += " + attention_core_flops x (forward_runs / fused_forward_rate + "
                              "2.5 / fused_backward_rate), the core taken out of the GEMM term";
             x.substituted += "; attention: " + describeAttentionSpeedFor(in);
-            x.source = "Roofline model (Williams et al. 2009); peak from " +
-                       (cl.gpu.sources.count("peak_tflops") ? cl.gpu.sources.at("peak_tflops")
-                                                            : std::string("the GPU preset"));
         }
         break;
     case FigureId::CommDP:

@@ -27,7 +27,8 @@ double epMessageBytes(const PlanInputs& in) {
     if (!m.moe.enabled())
         return 0.0;
     const double sp = p.sequenceParallel ? std::max(1, p.tp) : 1.0;
-    return localTokens(m, p) / sp * m.moe.topK * m.hidden * p.precision.activationBytes();
+    return localTokens(m, p) / sp * m.moe.topK * p.expertLoad() * m.hidden *
+           p.precision.activationBytes();
 }
 
 namespace {

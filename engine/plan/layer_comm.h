@@ -20,7 +20,8 @@ double tpMessageBytes(const PlanInputs& in);
 // One ring-attention hop: this rank's K and V for its share of the sequence (per tp rank).
 double cpHopBytes(const PlanInputs& in);
 // What one rank holds for one expert-parallel all-to-all (dispatch or combine): its tokens
-// (over tp: EP with tp runs under SP) x top-k x hidden x activation bytes.
+// (over tp: EP with tp runs under SP) x top-k [x the capacity factor, padded] x hidden x
+// activation bytes.
 double epMessageBytes(const PlanInputs& in);
 
 struct LayerOp {

@@ -22,15 +22,20 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p) {
     if (p.recompute == Recompute::Full)
         return ab * T * h / sp; // only the layer input is kept
 
-    // Inputs of the two norms, of the QKV projection and of the first MLP projection.
+    // Inputs of the two norms, of the QKV projection and of the first MLP projection; an MoE
+    // layer's experts also keep their copies of each token (k of them, at the capacity factor),
+    // whole on every tensor-parallel rank of the experts.
     double replicated = 4.0 * ab * T * h;
+    if (m.moe.enabled())
+        replicated += ab * T * h * m.moe.topK * p.expertLoad() * (p.sequenceParallel ? t : 1.0);
     if (m.dropout)
         replicated += 2.0 * T * h; // one-byte masks after attention and after the MLP
 
     // Q, K, V kept for the attention backward, and the input of the output projection.
     double split = ab * T * (q + 2.0 * kv) + ab * T * q;
 
-    const double experts = m.moe.enabled() ? m.moe.topK + m.moe.sharedExperts : 1.0;
+    const double experts =
+        m.moe.enabled() ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
     const double f = double(m.expertFfn()) * experts;
     split += (m.gated() ? 3.0 : 2.0) * ab * T * f; // gate/up outputs (or GELU input) + down input
 

@@ -175,12 +175,26 @@ PublishedRun parseRow(const Row& r, int line) {
                          "' is not gelu or swiglu");
     }
     m.tiedEmbeddings = r.flag("tied", false);
+    // Optional whole numbers: empty is 0 (head_dim: hidden / heads; experts: a dense model).
+    const auto optional = [&](const char* column) {
+        return r.text(column).empty() ? 0 : r.integer(column);
+    };
+    m.headDim = optional("head_dim");
+    // Mixture of experts: every layer's MLP routed to top_k of `experts` experts of width
+    // expert_ffn (0: ffn_hidden), beside shared_experts always-on ones.
+    m.moe.experts = optional("experts");
+    if (m.moe.experts > 0) {
+        m.moe.topK = r.integer("top_k");
+        m.moe.sharedExperts = optional("shared_experts");
+        m.moe.expertFfn = optional("expert_ffn");
+    }
 
     ParallelConfig& p = run.parallel;
     p.tp = r.integer("tp");
     p.pp = r.integer("pp");
     p.vpp = r.integer("vpp", 1);
     p.cp = r.integer("cp", 1);
+    p.ep = r.integer("ep", 1);
     p.dp = r.integer("dp");
     const double zero = r.number("zero", 1); // Megatron's distributed optimizer unless stated
     if (zero != std::floor(zero) || zero > 3)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <gtest/gtest.h>
 #include <optional>
 #include <random>
@@ -277,6 +278,15 @@ TEST(Validate, ExpertParallelism) {
     EXPECT_NE(layoutSummary(ParallelConfig{}).find("cp1 zero0"), std::string::npos);
     p.ep = 4;
     EXPECT_NE(layoutSummary(p).find("cp1 ep4 zero1"), std::string::npos) << layoutSummary(p);
+    // A capacity factor needs experts, and at most experts / top-k (every token everywhere).
+    p.expertCapacityFactor = 1.25;
+    EXPECT_TRUE(validate(moe, p).empty());
+    EXPECT_NE(layoutSummary(p).find("ep4 capacity1.25 zero1"), std::string::npos);
+    EXPECT_TRUE(hasRule(validate(llama3_405b(), p), "capacity-moe"));
+    p.expertCapacityFactor = 9; // 16 experts, top-2: 8 at most
+    EXPECT_TRUE(hasRule(validate(moe, p), "capacity-factor"));
+    p.expertCapacityFactor = std::nan("");
+    EXPECT_TRUE(hasRule(validate(moe, p), "capacity-factor"));
 }
 
 TEST(Validate, TensorParallelMustDivideHeads) {

@@ -568,6 +568,29 @@ TEST(Estimate, ExpertParallelAllToAllsMoveTopKCopiesOfEveryToken) {
     EXPECT_GT(e.axis(Axis::EP).exposed, 0);
 }
 
+// Padded to a capacity factor, every expert takes cf times its balanced share: the routed
+// experts' GEMMs (hardware FLOPs, not model FLOPs), their all-to-alls and their activations
+// scale by it; dropless (0) is cf 1 under balanced routing.
+TEST(Estimate, ACapacityFactorPadsTheExpertsWork) {
+    const PlanInputs dropless = mixtral(8, 8, 1);
+    PlanInputs padded = dropless;
+    padded.parallel.expertCapacityFactor = 1.25;
+    PlanInputs one = dropless;
+    one.parallel.expertCapacityFactor = 1.0;
+    const Estimate d = estimate(dropless), p = estimate(padded), o = estimate(one);
+    ASSERT_TRUE(p.valid());
+    EXPECT_DOUBLE_EQ(o.stepTime, d.stepTime);
+    EXPECT_NEAR(p.axis(Axis::EP).bytes, 1.25 * d.axis(Axis::EP).bytes,
+                1e-6 * d.axis(Axis::EP).bytes);
+    EXPECT_DOUBLE_EQ(p.modelFlopsPerToken, d.modelFlopsPerToken);
+    // A quarter more of the top-2 experts' forward and backward: 3 x 32 layers x 2 FLOPs x 2
+    // experts x 3 x 4096 x 14336 weights x 0.25.
+    EXPECT_NEAR(p.hardwareFlopsPerToken - d.hardwareFlopsPerToken,
+                3.0 * 32 * 2 * 2 * 3 * 4096 * 14336 * 0.25, 1e3);
+    EXPECT_GT(p.memory.activations, d.memory.activations);
+    EXPECT_GT(p.stepTime, d.stepTime);
+}
+
 // The experts' gradients reduce over the ranks that hold the same experts: with dp = ep every
 // rank holds its own, so under ZeRO-0 only the dense weights' gradients are all-reduced.
 TEST(Estimate, ExpertGradientsReduceOnlyOverTheRanksHoldingTheSameExperts) {

@@ -30,6 +30,27 @@ TEST(PublishedRuns, SixtyRunsFromEightSourcesInBothSplits) {
     EXPECT_EQ(splits.size(), 2u);
 }
 
+// Mixture-of-experts rows carry their experts, head size and expert parallelism: Qwen3-30B-A3B
+// comes out at the model card's 30.5 B parameters, 3.3 B of them active.
+TEST(PublishedRuns, MixtureOfExpertsRowsCarryTheirExpertsAndEp) {
+    int moe = 0;
+    for (const PublishedRun& r : loadPublishedRuns(kRuns)) {
+        if (!r.model.moe.enabled()) {
+            EXPECT_EQ(r.parallel.ep, 1) << r.name;
+            continue;
+        }
+        ++moe;
+        EXPECT_EQ(r.parallel.ep, 8) << r.name;
+        EXPECT_EQ(r.model.qDim(), std::int64_t(r.model.heads) * 128) << r.name;
+        if (r.name.find("qwen3-30b-a3b") != std::string::npos) {
+            const ParamCount c = countParameters(r.model);
+            EXPECT_NEAR(c.total, 30.5e9, 0.01 * 30.5e9) << r.name;
+            EXPECT_NEAR(c.active, 3.3e9, 0.03 * 3.3e9) << r.name;
+        }
+    }
+    EXPECT_GE(moe, 5);
+}
+
 // The model may be calibrated on the calibration part; the validation part is never used to
 // tune. docs/validation.md reports both; the target for the validation part is a
 // median of 8 % (p90 20 %), not met yet: this bound keeps it from growing.
@@ -147,6 +168,17 @@ TEST(PublishedRuns, MalformedCsvIsAnInputError) {
                   .find("column 'precision'"),
               std::string::npos);
     EXPECT_THROW(parsePublishedRuns(more + good + "validation,fp7,src\n"), InputError);
+    // A mixture of experts needs its top-k; its ep must divide the experts and dp (the planner's
+    // rule, named).
+    const std::string moe = "name,gpu,gpus,layers,hidden,heads,kv_heads,ffn_hidden,vocab,seq_len,"
+                            "activation,tied,experts,top_k,tp,pp,cp,ep,dp,global_batch,"
+                            "reported_tflops_per_gpu,flops_convention,source\n";
+    const std::string moeCells = "x,h100-sxm,8,2,64,2,2,256,10,8,swiglu,false,";
+    EXPECT_NO_THROW(parsePublishedRuns(moe + moeCells + "8,2,1,1,1,4,8,8,100,causal,src\n"));
+    EXPECT_NE(refusal(moe + moeCells + "8,,1,1,1,4,8,8,100,causal,src\n").find("'top_k'"),
+              std::string::npos);
+    EXPECT_NE(refusal(moe + moeCells + "8,2,1,1,1,3,8,8,100,causal,src\n").find("ep-experts"),
+              std::string::npos);
     // The attention kernel a run used: empty is the planner's default, a word it does not know
     // is refused with its column.
     const std::string withKernel = "name,gpu,gpus,layers,hidden,heads,kv_heads,ffn_hidden,vocab,"

@@ -569,6 +569,15 @@ TEST(CliPlan, ExpertParallelismSplitsTheExpertsAndAddsItsAllToAlls) {
     EXPECT_NEAR(whole.at("memory").at("parameters").get<double>() -
                     split.at("memory").at("parameters").get<double>(),
                 32.0 * 8 * 3 * 4096 * 14336 * 7 / 8 / 2 * 2, 1e3);
+    std::vector<std::string> padded = common;
+    padded.insert(padded.end(), {"--ep", "8", "--capacity-factor", "1.5"});
+    const CliResult capacity = shardscope::testing::runCliWith(padded);
+    ASSERT_EQ(capacity.code, 0) << capacity.err;
+    const json withCapacity = parseOrFail(capacity.out);
+    EXPECT_DOUBLE_EQ(withCapacity.at("parallel").at("expert_capacity_factor").get<double>(), 1.5);
+    EXPECT_NEAR(withCapacity.at("comm").at("ep").at("bytes").get<double>(),
+                1.5 * split.at("comm").at("ep").at("bytes").get<double>(),
+                1e-6 * split.at("comm").at("ep").at("bytes").get<double>());
     const CliResult explained = run({"explain", "comm.ep", "--hf-config", path, "--nodes", "2",
                                      "--tp", "2", "--pp", "1", "--ep", "8"});
     ASSERT_EQ(explained.code, 0) << explained.err;
@@ -852,6 +861,8 @@ TEST(CliBadInput, LayoutViolationsNameTheRuleAndTheFix) {
     expectRejected({{"plan", "--global-batch", "0"}, {"[batch-size]", "global batch 0"}});
     expectRejected({{"explain", "time.step", "--tp", "3"}, {"[tp-heads]"}});
     expectRejected({{"plan", "--ep", "2"}, {"[ep-moe]", "the model has none"}});
+    expectRejected({{"plan", "--capacity-factor", "1.25"}, {"[capacity-moe]", "no experts"}});
+    expectRejected({{"plan", "--capacity-factor", "-1"}, {"--capacity-factor must be 0"}});
     expectRejected({{"plan", "--hf-config", dataPath("hf/mixtral-8x7b-v0.1.json"), "--nodes", "2",
                      "--tp", "2", "--pp", "1", "--ep", "3"},
                     {"[ep-experts]", "does not divide 8 routed experts", "fix: use ep = "}});

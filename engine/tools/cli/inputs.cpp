@@ -46,6 +46,11 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
                        "Expert-parallel degree: each MoE layer's experts split over ep of the "
                        "dp*cp ranks (adds no GPUs)")
             ->capture_default_str();
+        app.add_option("--capacity-factor", f.capacityFactor,
+                       "MoE expert capacity factor with padding (Megatron's "
+                       "--moe-expert-capacity-factor): each expert takes this many times its "
+                       "balanced share of tokens; 0 = dropless")
+            ->capture_default_str();
         app.add_option("--zero", f.zero, "ZeRO stage 0-3 (3 = FSDP full shard)")
             ->capture_default_str();
         app.add_option("--shard-group", f.shardGroup,
@@ -183,6 +188,9 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.vpp = f.vpp;
     p.cp = f.cp;
     p.ep = f.ep;
+    if (!std::isfinite(f.capacityFactor) || f.capacityFactor < 0)
+        throw InputError("--capacity-factor must be 0 (dropless) or a positive number, e.g. 1.25");
+    p.expertCapacityFactor = f.capacityFactor;
     p.zero = f.zero;
     p.shardGroup = f.shardGroup;
     p.sequenceParallel = f.sp && f.tp > 1;

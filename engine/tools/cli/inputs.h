@@ -30,7 +30,8 @@ struct ClusterFlags {
 struct LayoutFlags {
     int dp = 0; // 0: world / (tp pp cp)
     int tp = 8, pp = 4, vpp = 1, cp = 1, ep = 1, zero = 1;
-    int shardGroup = 0; // 0: ZeRO shards over all dp*cp ranks
+    int shardGroup = 0;        // 0: ZeRO shards over all dp*cp ranks
+    double capacityFactor = 0; // 0: dropless MoE
     bool sp = true;
     std::string schedule = "1f1b";
     int microBatch = 1;

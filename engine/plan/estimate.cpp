@@ -103,10 +103,10 @@ AxisComm epComm(const PlanInputs& in, int layers) {
     const ParallelConfig& p = in.parallel;
     const ModelSpec& m = in.model;
     AxisComm c;
+    if (p.ep <= 1 || m.isBare() || !m.moe.enabled())
+        return c; // no group: the search skips the placement for every dense layout
     const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::EP);
     setPlacement(c, g);
-    if (p.ep <= 1 || m.isBare() || !m.moe.enabled())
-        return c;
     const double message = epMessageBytes(in);
     const double calls =
         double(p.microbatches()) * layers * (p.recompute == Recompute::Full ? 6.0 : 4.0);
@@ -181,7 +181,8 @@ struct DpTraffic {
 DpTraffic dpTraffic(const PlanInputs& in, const DpPart& part, AxisComm& placement) {
     const int s = part.shards, r = part.copies;
     const GroupPlacement group = placeGroup(in.cluster, in.assume, s, part.stride);
-    const GroupPlacement copies = placeGroup(in.cluster, in.assume, r, part.stride * s);
+    const GroupPlacement copies =
+        r > 1 ? placeGroup(in.cluster, in.assume, r, part.stride * s) : GroupPlacement{};
     setPlacement(placement, group);
     if (r > 1) { // the slower of the two groups
         placement.groupSize = s * r;
@@ -211,9 +212,10 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
                 double computeTime) {
     const ParallelConfig& p = in.parallel;
     AxisComm c;
-    setPlacement(c, placeAxis(in.cluster, p, in.assume, Axis::DP));
-    if (c.groupSize <= 1)
+    if (p.dp * p.cp <= 1) {
+        setPlacement(c, placeAxis(in.cluster, p, in.assume, Axis::DP));
         return c;
+    }
     const double gb = p.precision.gradBytes(), wb = p.precision.weightBytes();
     const double dense = params - expertParams;
     DpTraffic t = dpTraffic(in,

@@ -50,7 +50,7 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
 
 double expertParamsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
                            int stage) {
-    if (m.isBare())
+    if (m.isBare() || c.routedExpertsPerLayer <= 0)
         return 0.0;
     return layersOnStage(m, p, stage) * c.routedExpertsPerLayer /
            (double(std::max(1, p.tp)) * std::max(1, p.ep));

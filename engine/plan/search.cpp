@@ -187,6 +187,10 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                                         p.recompute = rc;
                                         p.schedule = schedule;
                                         for (int ep : expertDegrees) {
+                                            // Megatron-Core's EP needs SP with tp and has no
+                                            // shard group: not layouts to try.
+                                            if (ep > 1 && ((tp > 1 && sp == 0) || shardGroup > 0))
+                                                continue;
                                             p.ep = ep;
                                             consider();
                                         }

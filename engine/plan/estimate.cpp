@@ -163,7 +163,7 @@ struct DpPart {
 struct DpTraffic {
     double allReduce = 0, gather = 0, scatter = 0, across = 0; // seconds of one call each
     double allReduceBytes = 0, gatherBytes = 0, scatterBytes = 0, acrossBytes = 0;
-    int inGroup = 0, acrossGroups = 0; // collectives that move data
+    int inGroup = 0, acrossGroups = 0; // collectives that move data, per kind
     void add(const DpTraffic& o) {
         allReduce += o.allReduce;
         gather += o.gather;
@@ -173,8 +173,8 @@ struct DpTraffic {
         gatherBytes += o.gatherBytes;
         scatterBytes += o.scatterBytes;
         acrossBytes += o.acrossBytes;
-        inGroup = std::max(inGroup, o.inGroup);
-        acrossGroups = std::max(acrossGroups, o.acrossGroups);
+        inGroup += o.inGroup; // the experts' collectives are calls of their own
+        acrossGroups += o.acrossGroups;
     }
 };
 
@@ -217,17 +217,18 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
         return c;
     }
     const double gb = p.precision.gradBytes(), wb = p.precision.weightBytes();
-    const double dense = params - expertParams;
+    // Without EP the experts are reduced with the rest, in the same buckets.
+    const double apart = p.ep > 1 ? expertParams : 0.0;
+    const double dense = params - apart;
     DpTraffic t = dpTraffic(in,
                             {dense * gb, dense * wb, p.zero >= 1 ? p.zeroShards() : p.dp * p.cp,
                              p.zero >= 1 ? p.zeroReplicas() : 1, p.tp},
                             c);
-    if (expertParams > 0) {
+    if (apart > 0) {
         AxisComm expertPlacement;
-        t.add(dpTraffic(in,
-                        {expertParams * gb, expertParams * wb, p.expertDataParallel(), 1,
-                         p.tp * std::max(1, p.ep)},
-                        expertPlacement));
+        t.add(dpTraffic(
+            in, {apart * gb, apart * wb, p.expertDataParallel(), 1, p.tp * std::max(1, p.ep)},
+            expertPlacement));
     }
     const double k = in.assume.overlapSlowdown;
     const double lastBackward = microbatchTime * 2.0 / 3.0;

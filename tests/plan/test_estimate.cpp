@@ -601,12 +601,16 @@ TEST(Estimate, ExpertGradientsReduceOnlyOverTheRanksHoldingTheSameExperts) {
     EXPECT_NEAR(whole.axis(Axis::DP).bytes, ring * c.total * 4, 1e-6 * c.total); // fp32 grads
     EXPECT_NEAR(split.axis(Axis::DP).bytes, ring * (c.total - test::kMixtralRoutedExperts) * 4,
                 1e-6 * c.total);
-    // ep 4 of dp 8: the experts' gradients are all-reduced in pairs, 4 x tp ranks apart.
+    EXPECT_EQ(whole.axis(Axis::DP).collectives, 1);
+    EXPECT_EQ(split.axis(Axis::DP).collectives, 1); // each rank's experts are its own
+    // ep 4 of dp 8: the experts' gradients are all-reduced in pairs, 4 x tp ranks apart, in a
+    // call of their own.
     const Estimate half = estimate(mixtral(8, 4, 1, 0));
     EXPECT_NEAR(half.axis(Axis::DP).bytes,
                 ring * (c.total - test::kMixtralRoutedExperts) * 4 +
                     2.0 * 1 / 2 * test::kMixtralRoutedExperts / 4 * 4,
                 1e-6 * c.total);
+    EXPECT_EQ(half.axis(Axis::DP).collectives, 2);
 }
 
 TEST(Estimate, InvalidLayoutIsReportedNotCrashing) {

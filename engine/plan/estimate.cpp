@@ -278,21 +278,14 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
     return c;
 }
 
-// Parameters whose optimizer state one rank updates: the dense ones over ZeRO's shards, the
-// routed experts' over the ranks that hold the same experts.
-double optimizerParamsOnRank(const ParallelConfig& p, double params, double expertParams) {
-    if (p.zero < 1 && !p.offloadOptimizer)
-        return params;
-    return (params - expertParams) / std::max(1, p.zeroShards()) +
-           expertParams / std::max(1, p.zeroShards() / std::max(1, p.ep));
-}
-
 // The optimizer step is memory bound: it reads and writes every state byte it owns once. With
 // offload the GPU's part is moving gradients to the host and weights back.
 double optimizerSeconds(const PlanInputs& in, double params, double expertParams) {
     const ParallelConfig& p = in.parallel;
     const PrecisionPolicy& prec = p.precision;
-    const double shard = optimizerParamsOnRank(p, params, expertParams);
+    // Offload needs ZeRO >= 1 (a rule), so it shards too.
+    const double shard =
+        p.zero >= 1 || p.offloadOptimizer ? shardedParamsOnRank(p, params, expertParams) : params;
     if (p.offloadOptimizer)
         return shard * (prec.gradBytes() + prec.weightBytes()) / in.assume.hostLinkBandwidth;
     const double bytes = 2.0 * shard *

@@ -169,11 +169,23 @@ void explainConvention(Explanation& x, const PlanInputs& in, const TokenFlops& f
     }
 }
 
+// The parameters a rank keeps a category's state for, times its bytes a parameter: whole, over
+// ZeRO's shards from stage `needed` on, and under EP the experts' part over the dp*cp/ep ranks
+// holding the same experts.
+std::string stateTerm(const ParallelConfig& p, const MemoryBreakdown& m, int needed,
+                      const std::string& perParam) {
+    if (p.zero < needed || p.ep <= 1 || m.expertParamsOnRank <= 0)
+        return n(m.paramsOnRank) + " x " + perParam + zeroDivisor(p.zero, needed, p.zeroShards());
+    return "(" + n(m.paramsOnRank - m.expertParamsOnRank) + " / " + std::to_string(p.zeroShards()) +
+           " + " + n(m.expertParamsOnRank) + " experts' / " +
+           std::to_string(p.expertDataParallel()) + ") x " + perParam + " (ZeRO-" +
+           std::to_string(p.zero) + "; the experts' over the dp*cp/ep ranks holding them)";
+}
+
 void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
     const ParallelConfig& p = in.parallel;
     const MemoryBreakdown& m = e.memory;
     const PrecisionPolicy& prec = p.precision;
-    const int shards = p.zeroShards(); // dp*cp, or the hybrid shard group
     const std::string stage = "pipeline stage " + std::to_string(e.worstStage) + ", " +
                               n(m.paramsOnRank) + " parameters on this rank";
     x.unit = "B";
@@ -182,17 +194,15 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         x.value = m.parameters;
         x.formula =
             "params_on_rank x weight_bytes [/ shard group (dp*cp unless hybrid) under ZeRO-3]";
-        x.substituted = n(m.paramsOnRank) + " x " + n(prec.weightBytes()) + " B" +
-                        zeroDivisor(p.zero, 3, shards) + " = " + b(m.parameters) + " (" + stage +
-                        ")";
+        x.substituted = stateTerm(p, m, 3, n(prec.weightBytes()) + " B") + " = " + b(m.parameters) +
+                        " (" + stage + ")";
         x.source = kZero;
         break;
     case FigureId::MemGradients:
         x.value = m.gradients;
         x.formula =
             "params_on_rank x grad_bytes [/ shard group (dp*cp unless hybrid) under ZeRO-2/3]";
-        x.substituted = n(m.paramsOnRank) + " x " + n(prec.gradBytes()) + " B" +
-                        zeroDivisor(p.zero, 2, shards) + " = " + b(m.gradients) +
+        x.substituted = stateTerm(p, m, 2, n(prec.gradBytes()) + " B") + " = " + b(m.gradients) +
                         (p.offloadOptimizer && p.zero >= 2 ? " (offloaded to the host)" : "");
         x.source = kZero;
         break;
@@ -202,9 +212,10 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
                     "unless hybrid) under "
                     "ZeRO>=1]";
         x.substituted =
-            n(m.paramsOnRank) + " x (" + n(prec.masterBytes()) + " + " +
-            n(optimizerStateBytes(p.optimizer)) + ") B" + zeroDivisor(p.zero, 1, shards) + " = " +
-            b(m.optimizer + m.cpuOffloaded) +
+            stateTerm(p, m, 1,
+                      "(" + n(prec.masterBytes()) + " + " + n(optimizerStateBytes(p.optimizer)) +
+                          ") B") +
+            " = " + b(m.optimizer + m.cpuOffloaded) +
             (p.offloadOptimizer ? " (offloaded: " + b(m.cpuOffloaded) + " in host memory)" : "");
         x.source = std::string(kZero) + "; AdamW keeps m and v in fp32 (8 B), SGD momentum 4 B";
         break;
@@ -418,7 +429,9 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.source = m.source.empty() ? "Counted from the model's shapes" : m.source;
         break;
     case FigureId::ParamsPerGpu:
-        x.value = e.memory.paramsOnRank / (p.zero >= 3 ? std::max(1, p.zeroShards()) : 1);
+        x.value = p.zero >= 3
+                      ? shardedParamsOnRank(p, e.memory.paramsOnRank, e.memory.expertParamsOnRank)
+                      : e.memory.paramsOnRank;
         x.unit = "params";
         x.formula =
             "(layers_on_stage x layer/tp + embeddings/tp on the first stage + lm_head/tp on "
@@ -430,7 +443,10 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
             // The terms paramsOnStage adds for the most loaded stage, each with its divisor.
             const std::string tp = std::to_string(std::max(1, p.tp));
             x.substituted = std::to_string(e.memory.layersOnRank) + " layers x " +
-                            n(layerParamsPerTpRank(m, e.params, p.tp)) + " (a layer on a tp rank)";
+                            n(layerParamsPerTpRank(m, e.params, p.tp, p.ep)) +
+                            (p.ep > 1 ? " (a layer on a tp rank, its experts over ep " +
+                                            std::to_string(p.ep) + ")"
+                                      : " (a layer on a tp rank)");
             if (e.worstStage == 0) {
                 const double positions = e.params.embeddings - double(m.vocab) * m.hidden;
                 x.substituted += " + " + n(e.params.embeddings - positions) + " / " + tp +
@@ -447,7 +463,12 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                                  std::to_string(e.worstStage) + ")";
             }
         }
-        if (p.zero >= 3 && p.zeroShards() > 1)
+        if (p.zero >= 3 && p.ep > 1)
+            x.substituted = "(" + x.substituted + "), " + n(e.memory.expertParamsOnRank) +
+                            " of them experts' over " + std::to_string(p.expertDataParallel()) +
+                            " ranks and the rest over " + std::to_string(p.zeroShards()) +
+                            " (ZeRO-3)";
+        else if (p.zero >= 3 && p.zeroShards() > 1)
             x.substituted = "(" + x.substituted + ")" + zeroDivisor(p.zero, 3, p.zeroShards());
         x.substituted += " = " + n(x.value);
         x.source = "Megatron-LM theoretical_memory_usage.py (most loaded shard)";

@@ -56,6 +56,11 @@ double expertParamsOnStage(const ModelSpec& m, const ParamCount& c, const Parall
            (double(std::max(1, p.tp)) * std::max(1, p.ep));
 }
 
+double shardedParamsOnRank(const ParallelConfig& p, double params, double expertParams) {
+    const double apart = p.ep > 1 ? expertParams : 0.0;
+    return (params - apart) / std::max(1, p.zeroShards()) + apart / p.expertDataParallel();
+}
+
 namespace {
 
 // How the groups of an axis (size members, `stride` ranks apart; groups side by side, then in

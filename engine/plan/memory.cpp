@@ -22,12 +22,8 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p) {
     if (p.recompute == Recompute::Full)
         return ab * T * h / sp; // only the layer input is kept
 
-    // Inputs of the two norms, of the QKV projection and of the first MLP projection; an MoE
-    // layer's experts also keep their copies of each token (k of them, at the capacity factor),
-    // whole on every tensor-parallel rank of the experts.
+    // Inputs of the two norms, of the QKV projection and of the first MLP projection.
     double replicated = 4.0 * ab * T * h;
-    if (m.moe.enabled())
-        replicated += ab * T * h * m.moe.topK * p.expertLoad() * (p.sequenceParallel ? t : 1.0);
     if (m.dropout)
         replicated += 2.0 * T * h; // one-byte masks after attention and after the MLP
 
@@ -44,7 +40,10 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p) {
         const double scores = double(m.heads) * T * m.seqLen; // local queries x all keys
         split += m.dropout ? (2.0 * ab + 1.0) * scores : ab * scores;
     }
-    return replicated / sp + split / t;
+    // An MoE layer's experts also keep their copies of each token (k of them, at the capacity
+    // factor), whole on every tensor-parallel rank of the experts.
+    const double expertInputs = m.moe.enabled() ? ab * T * h * m.moe.topK * p.expertLoad() : 0.0;
+    return replicated / sp + split / t + expertInputs;
 }
 
 MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
@@ -65,11 +64,9 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
 
     // Model state, sharded by ZeRO stage; offload moves the optimizer's share to the host. The
     // routed experts' state shards over the ranks holding the same experts (dp x cp / ep).
-    const double expertShards = std::max(1.0, shards / std::max(1, p.ep));
-    const auto held = [&](double bytesPerParam, bool sharded) {
-        const double experts = mem.expertParamsOnRank;
-        return sharded ? ((params - experts) / shards + experts / expertShards) * bytesPerParam
-                       : params * bytesPerParam;
+    const double sharded = shardedParamsOnRank(p, params, mem.expertParamsOnRank);
+    const auto held = [&](double bytesPerParam, bool isSharded) {
+        return (isSharded ? sharded : params) * bytesPerParam;
     };
     mem.parameters = held(prec.weightBytes(), p.zero >= 3);
     const double grads = held(prec.gradBytes(), p.zero >= 2);

@@ -29,7 +29,8 @@ bool better(const Candidate& a, const Candidate& b) {
 }
 
 // The structural rules of validate(), as cheap integer tests: the search calls this for every
-// layout, so it must not allocate. The rule ids match validate()'s.
+// layout, so it must not allocate. The rule ids match validate()'s. (Expert parallelism's rules
+// hold by construction: the search generates only the ep values and layouts they allow.)
 const char* firstBrokenRule(const ModelSpec& m, const ParallelConfig& p, int gpusPerNode,
                             bool tpWithinNode) {
     if (m.heads % p.tp != 0)
@@ -44,12 +45,6 @@ const char* firstBrokenRule(const ModelSpec& m, const ParallelConfig& p, int gpu
         return "pp-layers";
     if (p.cp > 1 && m.seqLen % (2 * p.cp) != 0)
         return "cp-seq";
-    if (p.ep > 1 && (m.moe.experts % p.ep != 0 || (p.dp * p.cp) % p.ep != 0))
-        return "ep-experts";
-    if (p.ep > 1 && p.tp > 1 && !p.sequenceParallel)
-        return "ep-sp";
-    if (p.ep > 1 && p.shardGroup > 0)
-        return "ep-shard-group";
     if (p.globalBatch % (std::int64_t(p.microBatch) * p.dp) != 0)
         return "global-batch";
     if (p.schedule == PipelineSchedule::Interleaved && p.microbatches() % p.pp != 0)

@@ -46,6 +46,37 @@ private slots:
         QCOMPARE(f.page.communication()->rowCount(), 5); // DP, TP, PP, CP and EP
     }
 
+    // A user makes the model a mixture of experts and splits the experts: the MoE fields keep
+    // the model one a session file takes, ep and the capacity factor wake up with experts, EP's
+    // all-to-alls appear and each GPU holds fewer weights.
+    void mixtureOfExpertsFieldsAndExpertParallelism() {
+        Fixture f;
+        QVERIFY(!f.form()->control("ep")->isEnabled());
+        QVERIFY(!f.form()->control("top-k")->isEnabled());
+        setInt(f.form(), "experts", 16);
+        const MoeSpec& moe = f.doc.session().model.moe;
+        QCOMPARE(moe.experts, 16);
+        QCOMPARE(moe.topK, 1); // at least one expert a token
+        QVERIFY(f.form()->control("ep")->isEnabled());
+        QVERIFY(f.form()->control("capacity-factor")->isEnabled());
+        setInt(f.form(), "top-k", 2);
+        QCOMPARE(f.doc.session().model.moe.topK, 2);
+        QCOMPARE(f.value("Expert-parallel communication"), 0.0);
+        const double weights = f.value("Weights");
+        setInt(f.form(), "ep", 8);
+        QCOMPARE(f.doc.session().parallel.ep, 8);
+        QVERIFY(f.value("Expert-parallel communication") > 0);
+        QVERIFY(f.value("Weights") < weights);
+        QCOMPARE(f.page.communication()->item(4, 0)->text(), QString("EP"));
+        const double a2a = f.value("Expert-parallel communication");
+        setDouble(f.form(), "capacity-factor", 1.5);
+        QCOMPARE(f.doc.session().parallel.expertCapacityFactor, 1.5);
+        QVERIFY(f.value("Expert-parallel communication") > a2a);
+        setInt(f.form(), "experts", 0); // dense again: no top-k, no shared experts
+        QCOMPARE(f.doc.session().model.moe.topK, 0);
+        QVERIFY(!f.form()->control("ep")->isEnabled());
+    }
+
     void clusterControlsMoveThroughputAndCost() {
         Fixture f;
         const double tps = f.value("Throughput");

@@ -591,6 +591,22 @@ TEST(Estimate, ACapacityFactorPadsTheExpertsWork) {
     EXPECT_GT(p.stepTime, d.stepTime);
 }
 
+// Each token goes to its k expert slots and back (Megatron-Core's permute and unpermute: read h,
+// write k h, and the reverse), forward once and backward twice, memory bound: raising the
+// capacity factor from 1 to 2 adds k more copies to permute (2 h each) and to activate (the
+// SwiGLU terms on the expert width), on the 16,384 tokens of a rank's microbatch.
+TEST(Estimate, TheTokenPermutationIsMemoryBoundTraffic) {
+    PlanInputs one = mixtral(8, 8, 1);
+    one.parallel.expertCapacityFactor = 1;
+    PlanInputs two = one;
+    two.parallel.expertCapacityFactor = 2;
+    const double added =
+        stageCompute(two, 0).elementwiseSeconds - stageCompute(one, 0).elementwiseSeconds;
+    const Assumptions a;
+    const double bytes = 32.0 * 4096 * 3 * 2 * 2 * (2.0 * 4096 + a.elementwiseFfnTerms * 14336);
+    EXPECT_NEAR(added, bytes / (one.cluster.gpu.hbmBandwidth * a.memoryEfficiency), 1e-9 * added);
+}
+
 // The experts' gradients reduce over the ranks that hold the same experts: with dp = ep every
 // rank holds its own, so under ZeRO-0 only the dense weights' gradients are all-reduced.
 TEST(Estimate, ExpertGradientsReduceOnlyOverTheRanksHoldingTheSameExperts) {

@@ -29,6 +29,28 @@ TEST(Explain, EveryFigureHasFormulaNumbersAndSource) {
     }
 }
 
+// Under expert parallelism the per-GPU figures divide the experts' part by the ranks that hold
+// the same experts: Mixtral 8x7B on dp 8 x ep 8 under ZeRO-3 keeps total / 8 parameters a GPU
+// either way (experts / 8 / 1 + dense / 8), and the memory explanations say how.
+TEST(Explain, ExpertParallelDividesTheExpertsByTheirOwnRanks) {
+    PlanInputs in;
+    in.model = test::mixtral8x7b();
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 1);
+    in.parallel = test::layout(8, 1, 1, 8, 3);
+    in.parallel.ep = 8;
+    const Estimate e = estimate(in);
+    ASSERT_TRUE(e.valid());
+    const double total = countParameters(in.model).total;
+    EXPECT_NEAR(explain(in, e, FigureId::ParamsPerGpu).value, total / 8, 1.0);
+    for (FigureId id : {FigureId::MemParameters, FigureId::MemGradients, FigureId::MemOptimizer}) {
+        const Explanation x = explain(in, e, id);
+        SCOPED_TRACE(x.key);
+        EXPECT_NE(x.substituted.find("experts' / 1"), std::string::npos) << x.substituted;
+    }
+    EXPECT_NE(explain(in, e, FigureId::ParamsPerGpu).substituted.find("over ep 8"),
+              std::string::npos);
+}
+
 // Under FP8 the compute time says which GEMMs ran in FP8, at what efficiency, and that casts
 // count; under bf16 it names no FP8 term.
 TEST(Explain, Fp8ComputeTimeNamesWhatRunsInFp8) {

@@ -276,14 +276,23 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
            follows);
     degree("cp", "Context parallel (cp)", "The sequence split over cp GPUs (ring attention)",
            &ParallelConfig::cp, follows);
-    // ep adds no GPUs: it splits the experts over ranks of the dp x cp group.
+    // ep and etp add no GPUs: the experts are laid out on the stage's tp x dp x cp GPUs.
     QSpinBox* ep = form.addInt(
         "ep", "Expert parallel (ep)",
-        "Each MoE layer's routed experts split over ep of the dp x cp GPUs (they must divide "
-        "both); tokens reach their experts and come back by all-to-all",
+        "Each MoE layer's routed experts split over ep GPUs (ep must divide the experts, and "
+        "etp x ep the tp x dp x cp GPUs); tokens reach their experts and come back by all-to-all",
         1, 1 << 16, [](const Session& s) { return s.parallel.ep; },
         [](Session& s, int v) { s.parallel.ep = v; });
     form.setEnabledWhen(ep, [](const Session& s) { return s.model.moe.enabled(); });
+    QSpinBox* etp = form.addInt(
+        "etp", "Expert tensor parallel (etp)",
+        "Each routed expert's matrices split over etp GPUs, apart from the attention's tp "
+        "(Megatron-Core's MoE parallel folding: etp 1 with tp 2 spreads the experts over the "
+        "TP group instead). 0: follows tp",
+        0, 1 << 16, [](const Session& s) { return s.parallel.etp; },
+        [](Session& s, int v) { s.parallel.etp = v; });
+    etp->setSpecialValueText(QStringLiteral("same as tp"));
+    form.setEnabledWhen(etp, [](const Session& s) { return s.model.moe.enabled(); });
     QDoubleSpinBox* capacity = form.addDouble(
         "capacity-factor", "Expert capacity factor",
         "Token dropping with padding (Megatron's --moe-expert-capacity-factor): each expert "

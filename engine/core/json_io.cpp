@@ -626,6 +626,7 @@ void to_json(json& j, const ParallelConfig& p) {
              {"vpp", p.vpp},
              {"cp", p.cp},
              {"ep", p.ep},
+             {"etp", p.etp},
              {"expert_capacity_factor", p.expertCapacityFactor},
              {"zero", p.zero},
              {"shard_group", p.shardGroup},
@@ -657,6 +658,7 @@ void from_json(const json& j, ParallelConfig& out) {
     r.whole("vpp", p.vpp, 1, kMaxDegree);
     r.whole("cp", p.cp, 1, kMaxDegree);
     r.whole("ep", p.ep, 1, kMaxDegree);
+    r.whole("etp", p.etp, 0, kMaxDegree); // 0: follows tp
     r.number("expert_capacity_factor", p.expertCapacityFactor, {0, double(kMaxExperts)});
     if (std::int64_t(p.dp) * p.tp * p.pp * p.cp > kMaxWorld)
         problems.invalid("dp*tp*pp*cp = " + plain(double(std::int64_t(p.dp) * p.tp * p.pp * p.cp)) +

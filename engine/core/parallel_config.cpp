@@ -308,6 +308,11 @@ private:
                     " GPUs, more than the " + to_string(kMaxWorldSize) + " a layout may span",
                 "lower the degrees: their product is the number of GPUs the layout needs");
         }
+        if (c_.etp < 0) {
+            ok = false;
+            add("degree", "etp is " + to_string(c_.etp) + "; it must be >= 1, or 0 to follow tp",
+                "set etp = 0 to split the experts as tp splits the dense weights");
+        }
         if (c_.zero < 0 || c_.zero > 3)
             add("zero-stage", "ZeRO stage is " + to_string(c_.zero) + "; stages are 0, 1, 2 and 3",
                 "use zero = 1 (optimizer state), 2 (+ gradients) or 3 (+ weights), or 0 for none");
@@ -404,17 +409,20 @@ private:
     }
 
     void bareModel() {
-        if (c_.tp == 1 && c_.pp == 1 && c_.cp == 1 && c_.ep == 1)
+        if (c_.tp == 1 && c_.pp == 1 && c_.cp == 1 && c_.ep == 1 && c_.expertTp() == 1)
             return;
         add("bare-model",
             "the model is given only as a parameter count, which cannot be split by tp = " +
                 to_string(c_.tp) + ", pp = " + to_string(c_.pp) + ", cp = " + to_string(c_.cp) +
-                (c_.ep > 1 ? ", ep = " + to_string(c_.ep) : std::string()),
-            "give the architecture (a model preset or --hf-config), or use tp = pp = cp = ep = 1");
+                (c_.ep > 1 ? ", ep = " + to_string(c_.ep) : std::string()) +
+                (c_.expertTp() > 1 ? ", etp = " + to_string(c_.expertTp()) : std::string()),
+            "give the architecture (a model preset or --hf-config), or use tp = pp = cp = ep = 1 "
+            "and etp = 0");
     }
 
-    // Expert parallelism (Megatron-Core's rules): the routed experts split evenly over ep ranks
-    // of the dp x cp group; with tp it needs sequence parallelism.
+    // Expert parallelism (Megatron-Core's rules, MoE parallel folding): each stage's
+    // tp x cp x dp ranks hold the experts as etp x ep x expert-dp; the routed experts split
+    // evenly over ep; an EP or ETP group that differs from TP's needs sequence parallelism.
     void experts() {
         if (c_.expertCapacityFactor != 0 && !m_.moe.enabled())
             add("capacity-moe",
@@ -428,44 +436,61 @@ private:
                     " is outside 0 (dropless) to experts / top-k = " + decimal(most) +
                     " (every token to every expert)",
                 "use 0 for dropless, or a factor such as 1.0 or 1.25");
-        if (c_.ep == 1)
+        const int etp = c_.expertTp();
+        if (c_.ep == 1 && etp == c_.tp)
             return;
         if (!m_.moe.enabled()) {
-            add("ep-moe",
-                "ep = " + to_string(c_.ep) +
-                    " splits a mixture-of-experts layer's experts, but the model has none",
-                "use ep = 1 for a dense model");
+            if (c_.ep > 1)
+                add("ep-moe",
+                    "ep = " + to_string(c_.ep) +
+                        " splits a mixture-of-experts layer's experts, but the model has none",
+                    "use ep = 1 for a dense model");
+            else
+                add("etp-moe",
+                    "etp = " + to_string(etp) +
+                        " splits a mixture-of-experts layer's experts, but the model has none",
+                    "use etp = 0 (it then follows tp) for a dense model");
             return;
         }
-        const std::int64_t ranks = product({c_.dp, c_.cp});
+        const std::int64_t ranks = product({c_.tp, c_.dp, c_.cp});
         const auto fits = [&](std::int64_t ep) {
-            return m_.moe.experts % ep == 0 && ranks % ep == 0;
+            return m_.moe.experts % ep == 0 && ranks % (ep * etp) == 0;
         };
         const std::string hint =
-            "use ep = " + to_string(largestFittingDivisor(m_.moe.experts, c_.ep, fits)) +
-            " (it must divide both " + to_string(m_.moe.experts) +
-            " experts and dp*cp = " + to_string(ranks) + ")";
+            ranks % etp != 0
+                ? "use etp = 1, or 0 to follow tp (etp x ep must divide tp*dp*cp = " +
+                      to_string(ranks) + ")"
+                : "use ep = " + to_string(largestFittingDivisor(m_.moe.experts, c_.ep, fits)) +
+                      " (it must divide " + to_string(m_.moe.experts) +
+                      " experts, and etp x ep must divide tp*dp*cp = " + to_string(ranks) + ")";
         if (m_.moe.experts % c_.ep != 0)
             add("ep-experts",
                 "ep = " + to_string(c_.ep) + " does not divide " + to_string(m_.moe.experts) +
                     " routed experts",
                 hint);
-        if (ranks % c_.ep != 0)
+        if (ranks % (std::int64_t(c_.ep) * etp) != 0)
             add("ep-dp",
-                "expert parallelism splits the experts over ep of the dp*cp = " + to_string(ranks) +
-                    " ranks that share the other weights, and ep = " + to_string(c_.ep) +
-                    " does not divide them",
+                "the experts are laid out on the tp*dp*cp = " + to_string(ranks) +
+                    " ranks of a stage as etp x ep x expert copies, and etp x ep = " +
+                    to_string(etp) + " x " + to_string(c_.ep) + " does not divide them",
                 hint + ", or raise dp");
+        if (m_.expertFfn() % etp != 0)
+            add("etp-ffn",
+                "etp = " + to_string(etp) + " does not divide the experts' FFN width of " +
+                    to_string(m_.expertFfn()),
+                "use an etp that divides " + to_string(m_.expertFfn()) + ", such as 1");
         if (c_.tp > 1 && !c_.sequenceParallel)
             add("ep-sp",
-                "expert parallelism with tp = " + to_string(c_.tp) +
+                std::string(c_.ep > 1 ? "expert parallelism" : "expert tensor parallelism") +
+                    " with tp = " + to_string(c_.tp) +
                     " needs sequence parallelism (Megatron-Core refuses it without)",
                 "turn sequence_parallel on, or use tp = 1");
         if (c_.shardGroup > 0)
             add("ep-shard-group",
-                "a ZeRO shard group with expert parallelism is not modelled (the experts' "
-                "states would shard over a sub-group of the expert data-parallel ranks)",
-                "use shard_group = 0, or ep = 1");
+                "a ZeRO shard group with the experts on a mesh of their own (ep or etp) is not "
+                "modelled (their states would shard over a sub-group of the expert data-parallel "
+                "ranks)",
+                "use shard_group = 0, or ep = 1 with etp following tp");
     }
 
     void architecture() {
@@ -621,6 +646,8 @@ std::string layoutSummary(const ParallelConfig& p) {
     s << " cp" << p.cp;
     if (p.ep > 1)
         s << " ep" << p.ep;
+    if (p.expertTp() != p.tp)
+        s << " etp" << p.expertTp();
     if (p.expertCapacityFactor > 0)
         s << " capacity" << decimal(p.expertCapacityFactor);
     s << " zero" << p.zero;

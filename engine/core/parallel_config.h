@@ -77,11 +77,17 @@ struct ParallelConfig {
     int pp = 1;
     int vpp = 1; // virtual stages (model chunks) per pipeline rank; > 1 only when interleaved
     int cp = 1;
-    // Expert parallelism: each MoE layer's routed experts split over ep of the dp x cp ranks
-    // (Megatron-Core's EP; expert tensor parallelism follows tp). Tokens reach their experts by an
-    // all-to-all in the EP group; the expert weights' gradients and ZeRO shards span the
-    // dp x cp / ep ranks that hold the same experts (expert data parallelism). It adds no GPUs.
+    // Expert parallelism: each MoE layer's routed experts split over ep ranks (Megatron-Core's
+    // EP). Tokens reach their experts by an all-to-all in the EP group; the expert weights'
+    // gradients and ZeRO shards span the ranks that hold the same experts (expert data
+    // parallelism). It adds no GPUs.
     int ep = 1;
+    // Expert tensor parallelism: each routed expert's matrices split over etp ranks; 0 follows
+    // tp (Megatron-Core's default). Megatron-Core's MoE parallel folding (Liu et al. 2025) lays
+    // the experts out on the tp x cp x dp ranks of a pipeline stage on a mesh of their own,
+    // etp fastest, then ep, then the expert data-parallel copies: so etp 1 with tp 2 puts an
+    // EP group across the attention's TP group.
+    int etp = 0;
     // MoE token dropping with padding (Megatron-LM's --moe-expert-capacity-factor with
     // --moe-pad-expert-input-to-capacity): every expert takes exactly this many times its
     // balanced share of the routed tokens, dropping the rest or padding with zeros, so its
@@ -126,8 +132,16 @@ struct ParallelConfig {
     int worldSize() const { return dp * tp * pp * cp; }
     // The routed experts' work against dropless balanced routing: the capacity factor, or 1.
     double expertLoad() const { return expertCapacityFactor > 0 ? expertCapacityFactor : 1.0; }
-    // The ranks that hold the same experts and reduce their gradients together.
-    int expertDataParallel() const { return std::max(1, dp * cp / std::max(1, ep)); }
+    int expertTp() const { return etp > 0 ? etp : tp; }
+    // Whether the routed experts sit on a mesh of their own rather than the dense weights' (their
+    // gradients then reduce in collectives of their own, and ZeRO shards them apart).
+    bool expertsApart() const { return ep > 1 || expertTp() != tp; }
+    // The ranks that hold the same experts and reduce their gradients together: the stage's
+    // tp x cp x dp ranks over etp x ep (dp x cp / ep where etp follows tp).
+    int expertDataParallel() const {
+        const std::int64_t ranks = std::int64_t(tp) * cp * dp;
+        return int(std::max<std::int64_t>(1, ranks / std::max(1, expertTp() * std::max(1, ep))));
+    }
     // The ranks one copy of ZeRO's sharded states spans, and how many copies there are.
     int zeroShards() const { return shardGroup > 0 ? shardGroup : dp * cp; }
     int zeroReplicas() const { return zeroShards() > 0 ? std::max(1, dp * cp / zeroShards()) : 1; }

@@ -44,24 +44,37 @@ double exposedBeside(double seconds, double window, double k) {
 }
 
 // Tensor parallelism: per layer and microbatch, two all-reduces forward and two backward of the
-// layer's output (Megatron-LM); with SP each becomes an all-gather plus a reduce-scatter of the
-// same total size. Full recompute repeats the forward pair.
+// layer's output (Megatron-LM), one each for attention and the MLP; with SP each becomes an
+// all-gather plus a reduce-scatter of the same total size. Full recompute repeats the forward
+// pair. An MoE layer's experts run theirs in their own etp group instead (expertTpTraffic).
 AxisComm tpComm(const PlanInputs& in, int layers, double gemmTime) {
     const ParallelConfig& p = in.parallel;
     AxisComm c;
     const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::TP);
     setPlacement(c, g);
-    if (p.tp <= 1 || in.model.isBare())
+    if (in.model.isBare())
         return c;
-    const double size = tpMessageBytes(in);
-    const int perLayer = 4 + (p.recompute == Recompute::Full ? 2 : 0);
-    const double calls = double(p.microbatches()) * layers * perLayer;
-    c.collectives = int(calls * (p.sequenceParallel ? 2 : 1));
-    c.bytes = calls * ringAllReduceBytesPerRank(size, p.tp);
-    const double each = p.sequenceParallel
-                            ? 2.0 * ringAllGatherSeconds(size, p.tp, g.bandwidth, g.latency)
-                            : ringAllReduceSeconds(size, p.tp, g.bandwidth, g.latency);
-    c.seconds = calls * each;
+    const double callsPerBlock =
+        double(p.microbatches()) * layers * (p.recompute == Recompute::Full ? 3.0 : 2.0);
+    const auto add = [&](int size, const GroupPlacement& at, double bytes, bool gather) {
+        if (size <= 1 || bytes <= 0)
+            return;
+        c.collectives += int(callsPerBlock * (gather ? 2 : 1));
+        c.bytes += callsPerBlock * ringAllReduceBytesPerRank(bytes, size);
+        c.seconds += callsPerBlock *
+                     (gather ? 2.0 * ringAllGatherSeconds(bytes, size, at.bandwidth, at.latency)
+                             : ringAllReduceSeconds(bytes, size, at.bandwidth, at.latency));
+    };
+    add(p.tp, g, tpMessageBytes(in), p.sequenceParallel); // attention
+    if (!in.model.moe.enabled()) {
+        add(p.tp, g, tpMessageBytes(in), p.sequenceParallel);
+    } else if (const ExpertTpTraffic x = expertTpTraffic(in); x.group > 1) {
+        const GroupPlacement at =
+            x.group == p.tp ? g : placeGroup(in.cluster, in.assume, x.group, 1);
+        if (p.tp <= 1)
+            setPlacement(c, at); // the experts' group is the only one with collectives
+        add(x.group, at, x.bytes, x.gather);
+    }
     // The collectives sit between dependent GEMMs; only Transformer Engine's userbuffers
     // (tp-comm-overlap, which needs SP) split each GEMM against chunks of its all-gather or
     // reduce-scatter and so hide them behind the layer's GEMMs.
@@ -110,7 +123,7 @@ AxisComm epComm(const PlanInputs& in, int layers) {
     const double message = epMessageBytes(in);
     const double calls =
         double(p.microbatches()) * layers * (p.recompute == Recompute::Full ? 6.0 : 4.0);
-    const double each = allToAllSeconds(in.cluster, in.assume, p.ep, p.tp, message);
+    const double each = allToAllSeconds(in.cluster, in.assume, p.ep, p.expertTp(), message);
     const double sent = message * (p.ep - 1) / p.ep;
     c.collectives = int(calls);
     c.bytes = calls * sent;
@@ -212,13 +225,15 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
                 double computeTime) {
     const ParallelConfig& p = in.parallel;
     AxisComm c;
-    if (p.dp * p.cp <= 1) {
+    // Where the experts share the dense weights' mesh they reduce with the rest, in the same
+    // buckets; on a mesh of their own, over the ranks holding the same experts, etp x ep apart
+    // (with etp below tp, even dp 1 has expert copies to reduce).
+    const double apart = p.expertsApart() ? expertParams : 0.0;
+    if (p.dp * p.cp <= 1 && (apart <= 0 || p.expertDataParallel() <= 1)) {
         setPlacement(c, placeAxis(in.cluster, p, in.assume, Axis::DP));
         return c;
     }
     const double gb = p.precision.gradBytes(), wb = p.precision.weightBytes();
-    // Without EP the experts are reduced with the rest, in the same buckets.
-    const double apart = p.ep > 1 ? expertParams : 0.0;
     const double dense = params - apart;
     DpTraffic t = dpTraffic(in,
                             {dense * gb, dense * wb, p.zero >= 1 ? p.zeroShards() : p.dp * p.cp,
@@ -227,7 +242,8 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
     if (apart > 0) {
         AxisComm expertPlacement;
         t.add(dpTraffic(
-            in, {apart * gb, apart * wb, p.expertDataParallel(), 1, p.tp * std::max(1, p.ep)},
+            in,
+            {apart * gb, apart * wb, p.expertDataParallel(), 1, p.expertTp() * std::max(1, p.ep)},
             expertPlacement));
     }
     const double k = in.assume.overlapSlowdown;

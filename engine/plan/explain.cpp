@@ -170,16 +170,16 @@ void explainConvention(Explanation& x, const PlanInputs& in, const TokenFlops& f
 }
 
 // The parameters a rank keeps a category's state for, times its bytes a parameter: whole, over
-// ZeRO's shards from stage `needed` on, and under EP the experts' part over the dp*cp/ep ranks
-// holding the same experts.
+// ZeRO's shards from stage `needed` on, and where the experts have a mesh of their own (ep, or
+// an etp apart from tp) the experts' part over the ranks holding the same experts.
 std::string stateTerm(const ParallelConfig& p, const MemoryBreakdown& m, int needed,
                       const std::string& perParam) {
-    if (p.zero < needed || p.ep <= 1 || m.expertParamsOnRank <= 0)
+    if (p.zero < needed || !p.expertsApart() || m.expertParamsOnRank <= 0)
         return n(m.paramsOnRank) + " x " + perParam + zeroDivisor(p.zero, needed, p.zeroShards());
     return "(" + n(m.paramsOnRank - m.expertParamsOnRank) + " / " + std::to_string(p.zeroShards()) +
            " + " + n(m.expertParamsOnRank) + " experts' / " +
            std::to_string(p.expertDataParallel()) + ") x " + perParam + " (ZeRO-" +
-           std::to_string(p.zero) + "; the experts' over the dp*cp/ep ranks holding them)";
+           std::to_string(p.zero) + "; the experts' over the tp*dp*cp/(etp*ep) ranks holding them)";
 }
 
 void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
@@ -443,10 +443,11 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
             // The terms paramsOnStage adds for the most loaded stage, each with its divisor.
             const std::string tp = std::to_string(std::max(1, p.tp));
             x.substituted = std::to_string(e.memory.layersOnRank) + " layers x " +
-                            n(layerParamsPerTpRank(m, e.params, p.tp, p.ep)) +
-                            (p.ep > 1 ? " (a layer on a tp rank, its experts over ep " +
-                                            std::to_string(p.ep) + ")"
-                                      : " (a layer on a tp rank)");
+                            n(layerParamsPerTpRank(m, e.params, p.tp, p.ep, p.etp)) +
+                            (p.expertsApart() ? " (a layer on a tp rank, its experts over ep " +
+                                                    std::to_string(p.ep) + " x etp " +
+                                                    std::to_string(p.expertTp()) + ")"
+                                              : " (a layer on a tp rank)");
             if (e.worstStage == 0) {
                 const double positions = e.params.embeddings - double(m.vocab) * m.hidden;
                 x.substituted += " + " + n(e.params.embeddings - positions) + " / " + tp +
@@ -463,7 +464,7 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                                  std::to_string(e.worstStage) + ")";
             }
         }
-        if (p.zero >= 3 && p.ep > 1)
+        if (p.zero >= 3 && p.expertsApart())
             x.substituted = "(" + x.substituted + "), " + n(e.memory.expertParamsOnRank) +
                             " of them experts' over " + std::to_string(p.expertDataParallel()) +
                             " ranks and the rest over " + std::to_string(p.zeroShards()) +

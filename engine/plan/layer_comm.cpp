@@ -31,6 +31,24 @@ double epMessageBytes(const PlanInputs& in) {
            p.precision.activationBytes();
 }
 
+ExpertTpTraffic expertTpTraffic(const PlanInputs& in) {
+    const ParallelConfig& p = in.parallel;
+    ExpertTpTraffic x;
+    if (!in.model.moe.enabled() || in.model.isBare() || p.expertTp() <= 1)
+        return x;
+    x.group = p.expertTp();
+    // Each rank's tokens are its own under SP, or where the attention is not split (tp 1).
+    x.gather = p.sequenceParallel || p.tp <= 1;
+    const double distinct = p.sequenceParallel ? std::max(1, p.tp) : 1.0;
+    if (!x.gather)
+        x.bytes = p.ep > 1 ? epMessageBytes(in) : tpMessageBytes(in);
+    else if (p.ep > 1)
+        x.bytes = epMessageBytes(in) * x.group;
+    else
+        x.bytes = tpMessageBytes(in) / distinct * x.group;
+    return x;
+}
+
 namespace {
 
 LayerOp compute(const std::string& name, bool backward = false) {
@@ -63,6 +81,23 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
         op.collectiveKind = kind;
         op.bytes = S;
         op.sentPerRank = kind == "all-reduce" ? whole : half;
+        op.why = why;
+        return op;
+    };
+    // The routed experts' own tensor-parallel group (etp), where it has collectives.
+    const ExpertTpTraffic xt = expertTpTraffic(in);
+    const auto expertCollective = [&](const std::string& kind, const std::string& why,
+                                      bool backward, bool recompute = false) {
+        LayerOp op;
+        op.name = kind + " (ETP)";
+        op.backward = backward;
+        op.recompute = recompute;
+        op.collective = true;
+        op.axis = Axis::TP;
+        op.collectiveKind = kind;
+        op.bytes = xt.bytes;
+        op.sentPerRank = kind == "all-reduce" ? ringAllReduceBytesPerRank(xt.bytes, xt.group)
+                                              : ringAllGatherBytesPerRank(xt.bytes, xt.group);
         op.why = why;
         return op;
     };
@@ -120,20 +155,39 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
                              "sends each token to the ranks holding its experts (" + experts +
                                  " a rank)",
                              recompute, recompute));
-            if (sp)
-                add(tpCollective("all-gather",
-                                 "the column-parallel " + column + " needs the whole sequence",
-                                 recompute, recompute));
-            add(compute(tp ? column + " (columns split over tp)" : column));
-            add(compute(inner));
-            if (ring && cp && !recompute)
-                add(ringPass("K and V", false));
-            add(compute(tp ? row + " (rows split over tp)" : row));
-            if (tp)
-                add(tpCollective(sp ? "reduce-scatter" : "all-reduce",
-                                 "sums the tp partial outputs of the row-parallel " + row +
-                                     (sp ? " and leaves each rank s/tp tokens" : ""),
-                                 recompute, recompute));
+            if (moe) {
+                if (xt.gather)
+                    add(expertCollective("all-gather",
+                                         "each of the etp ranks computes a slice of its experts "
+                                         "for the tokens all of them received",
+                                         recompute, recompute));
+                const std::string split = " split over etp " + std::to_string(xt.group);
+                add(compute(xt.group > 1 ? column + " (columns" + split + ")" : column));
+                add(compute(inner));
+                add(compute(xt.group > 1 ? row + " (rows" + split + ")" : row));
+                if (xt.group > 1)
+                    add(expertCollective(xt.gather ? "reduce-scatter" : "all-reduce",
+                                         "sums the etp partial outputs of the experts" +
+                                             std::string(xt.gather ? " and returns each rank's "
+                                                                     "own tokens"
+                                                                   : ""),
+                                         recompute, recompute));
+            } else {
+                if (sp)
+                    add(tpCollective("all-gather",
+                                     "the column-parallel " + column + " needs the whole sequence",
+                                     recompute, recompute));
+                add(compute(tp ? column + " (columns split over tp)" : column));
+                add(compute(inner));
+                if (ring && cp && !recompute)
+                    add(ringPass("K and V", false));
+                add(compute(tp ? row + " (rows split over tp)" : row));
+                if (tp)
+                    add(tpCollective(sp ? "reduce-scatter" : "all-reduce",
+                                     "sums the tp partial outputs of the row-parallel " + row +
+                                         (sp ? " and leaves each rank s/tp tokens" : ""),
+                                     recompute, recompute));
+            }
             if (moe && ep)
                 add(allToAll("combine", "brings the experts' outputs back to the tokens' ranks",
                              recompute, recompute));
@@ -155,12 +209,18 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
     // row-parallel layer passes its gradient through, and the identity before a column-parallel
     // one becomes an all-reduce of its input gradient (Megatron-LM's f and g).
     const auto backward = [&](const std::string& block, const std::string& inputs) {
-        const bool moe = ep && block == "MLP";
+        const bool expertBlock = in.model.moe.enabled() && block == "MLP";
+        const bool moe = ep && expertBlock;
         if (moe)
             ops.push_back(allToAll("combine backward",
                                    "sends the output gradients back to the experts' ranks", true,
                                    false));
-        if (sp)
+        if (expertBlock && xt.gather)
+            ops.push_back(expertCollective("all-gather",
+                                           "the experts' row-parallel backward needs the output "
+                                           "gradients of the tokens all etp ranks received",
+                                           true));
+        else if (!expertBlock && sp)
             ops.push_back(tpCollective("all-gather",
                                        "the " + block +
                                            "'s row-parallel backward needs the "
@@ -171,7 +231,11 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
             ops.push_back(ringPass("K and V", true));
             ops.push_back(ringPass("dK and dV", true));
         }
-        if (tp)
+        if (expertBlock && xt.group > 1)
+            ops.push_back(expertCollective(xt.gather ? "reduce-scatter" : "all-reduce",
+                                           "sums the etp partial input gradients of the experts",
+                                           true));
+        else if (!expertBlock && tp)
             ops.push_back(tpCollective(sp ? "reduce-scatter" : "all-reduce",
                                        "sums the input gradients of the column-parallel " + inputs +
                                            (sp ? " and leaves each rank s/tp tokens" : ""),

@@ -24,6 +24,20 @@ double cpHopBytes(const PlanInputs& in);
 // activation bytes.
 double epMessageBytes(const PlanInputs& in);
 
+// The collectives an MoE layer's experts need among their etp ranks, one pair per pass of the
+// layer (forward, backward, a recomputed forward), as Megatron-Core's token dispatchers run them:
+// with EP (the all-to-all dispatcher) an all-gather of the tokens each of the etp ranks received
+// before the experts and a reduce-scatter of their outputs after, k copies a token; without EP
+// (the all-gather dispatcher) the same of the hidden states themselves. Without sequence
+// parallelism (etp is then tp, a rule) one all-reduce of the experts' outputs instead. None for a
+// dense model or etp 1.
+struct ExpertTpTraffic {
+    int group = 1;       // etp
+    double bytes = 0;    // S of one call: the gathered tensor, or the all-reduced one
+    bool gather = false; // all-gather + reduce-scatter rather than an all-reduce
+};
+ExpertTpTraffic expertTpTraffic(const PlanInputs& in);
+
 struct LayerOp {
     std::string name;       // "QKV projection", "all-gather", "ring pass of K and V"
     bool backward = false;  // in the backward pass (or a full recompute's repeated forward)

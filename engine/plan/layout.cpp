@@ -16,9 +16,10 @@ int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage) {
     return layers;
 }
 
-double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int ep) {
+double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int ep, int etp) {
     const double t = std::max(1, tp);
-    const double notHeld = c.routedExpertsPerLayer * (1.0 - 1.0 / std::max(1, ep));
+    const double routedHeld =
+        c.routedExpertsPerLayer / (double(std::max(1, ep)) * (etp > 0 ? etp : t));
     double attention = c.attentionPerLayer;
     if (m.kvHeads > 0 && t > m.kvHeads) // each rank keeps a whole KV head: replicas add weights
         attention += 2.0 * m.hidden * double(m.kvDim()) * (t / m.kvHeads - 1.0);
@@ -26,15 +27,15 @@ double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int
     // keeps them whole (Megatron-LM's RowParallelLinear).
     const double replicatedBiases =
         m.moe.enabled() ? 0.0 : double(m.hidden) * ((m.outputBias ? 1 : 0) + (m.mlpBias ? 1 : 0));
-    return (attention + c.mlpPerLayer - notHeld - replicatedBiases) / t + replicatedBiases +
-           c.normsPerLayer;
+    return (attention + c.mlpPerLayer - c.routedExpertsPerLayer - replicatedBiases) / t +
+           routedHeld + replicatedBiases + c.normsPerLayer;
 }
 
 double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage) {
     const double t = std::max(1, p.tp);
     if (m.isBare())
         return c.total / (t * std::max(1, p.pp));
-    double params = layersOnStage(m, p, stage) * layerParamsPerTpRank(m, c, p.tp, p.ep);
+    double params = layersOnStage(m, p, stage) * layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp);
     const bool first = stage == 0, last = stage == p.pp - 1;
     if (first) { // the vocabulary is split; learned positions are kept whole on every rank
         const double positions = c.embeddings - double(m.vocab) * m.hidden;
@@ -53,11 +54,11 @@ double expertParamsOnStage(const ModelSpec& m, const ParamCount& c, const Parall
     if (m.isBare() || c.routedExpertsPerLayer <= 0)
         return 0.0;
     return layersOnStage(m, p, stage) * c.routedExpertsPerLayer /
-           (double(std::max(1, p.tp)) * std::max(1, p.ep));
+           (double(p.expertTp()) * std::max(1, p.ep));
 }
 
 double shardedParamsOnRank(const ParallelConfig& p, double params, double expertParams) {
-    const double apart = p.ep > 1 ? expertParams : 0.0;
+    const double apart = p.expertsApart() ? expertParams : 0.0;
     return (params - apart) / std::max(1, p.zeroShards()) + apart / p.expertDataParallel();
 }
 
@@ -144,8 +145,8 @@ GroupPlacement placeAxis(const ClusterSpec& cluster, const ParallelConfig& p, co
         return placeGroup(cluster, a, p.dp * p.cp, p.tp); // ZeRO shards over dp x cp
     case Axis::PP:
         return placeGroup(cluster, a, p.pp, p.tp * p.cp * p.dp, Traffic::PointToPoint);
-    case Axis::EP: // ep neighbouring ranks of the dp x cp group; an all-to-all sends point to point
-        return placeGroup(cluster, a, p.ep, p.tp, Traffic::PointToPoint);
+    case Axis::EP: // etp ranks apart on the experts' mesh; an all-to-all sends point to point
+        return placeGroup(cluster, a, p.ep, p.expertTp(), Traffic::PointToPoint);
     }
     return {};
 }

@@ -13,8 +13,9 @@ int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage);
 
 // Parameters of one transformer layer held by one tensor-parallel rank. Norms are replicated;
 // K/V projections are replicated when tp exceeds the KV head count; the routed experts are split
-// over ep ranks as well (expert tensor parallelism follows tp, as Megatron-Core's default).
-double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int ep = 1);
+// over ep x etp ranks instead (etp 0 follows tp, Megatron-Core's default).
+double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int ep = 1,
+                            int etp = 0);
 
 // Parameters held by one rank of pipeline stage `stage` (before ZeRO-3 sharding), and the part
 // of them that are routed experts' (sharded by ZeRO over the expert data-parallel ranks).

@@ -41,8 +41,11 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p) {
         split += m.dropout ? (2.0 * ab + 1.0) * scores : ab * scores;
     }
     // An MoE layer's experts also keep their copies of each token (k of them, at the capacity
-    // factor), whole on every tensor-parallel rank of the experts.
-    const double expertInputs = m.moe.enabled() ? ab * T * h * m.moe.topK * p.expertLoad() : 0.0;
+    // factor), whole on every rank of the experts' etp group: the tokens its etp ranks hold
+    // between them (each rank's own under SP or tp 1; without SP all tp ranks hold the same).
+    const double expertTokens = p.tp > 1 && !p.sequenceParallel ? T : T / sp * p.expertTp();
+    const double expertInputs =
+        m.moe.enabled() ? ab * expertTokens * h * m.moe.topK * p.expertLoad() : 0.0;
     return replicated / sp + split / t + expertInputs;
 }
 
@@ -102,7 +105,8 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     if (p.zero >= 3 && shards > 1 && !m.isBare()) {
         // The largest module gathered whole, with its gradient before the reduce-scatter (the
         // 4 x largest-layer term of DeepSpeed's estimate_zero3_model_states_mem_needs).
-        const double largest = std::max(layerParamsPerTpRank(m, c, p.tp, p.ep), c.embeddings / t);
+        const double largest =
+            std::max(layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp), c.embeddings / t);
         mem.zero3Gather = largest * 2.0 * prec.weightBytes();
     }
     // Buckets of gradients in flight to an all-reduce or reduce-scatter (under ZeRO-3 the

@@ -117,7 +117,9 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
     };
 
     std::vector<std::pair<int, int>> shardings; // (ZeRO stage, shard group) for one tp, cp
-    std::vector<int> expertDegrees;             // ep for one dp x cp
+    // (etp, ep) for one tp x dp x cp: the experts split as the dense weights (etp 0, ep over
+    // dp x cp), or folded (etp 1, ep over tp x dp x cp: MoE parallel folding).
+    std::vector<std::pair<int, int>> expertLayouts;
     const std::vector<int> expertDivisors = model.moe.enabled() && space.tryExpertParallel
                                                 ? divisorsOf(model.moe.experts)
                                                 : std::vector<int>{1};
@@ -148,10 +150,14 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                     if (zero >= 1 && nodeGroups)
                         shardings.push_back({zero, int(perNode)});
                 }
-                expertDegrees.clear();
-                for (int ep : expertDivisors)
+                expertLayouts.clear();
+                for (int ep : expertDivisors) {
                     if (std::int64_t(dp) * cp % ep == 0)
-                        expertDegrees.push_back(ep);
+                        expertLayouts.push_back({0, ep});
+                    if (tp > 1 && model.moe.enabled() && space.tryExpertParallel &&
+                        std::int64_t(tp) * dp * cp % ep == 0)
+                        expertLayouts.push_back({1, ep});
+                }
                 for (int vpp = 1;
                      vpp <= (pp > 1 && space.tryInterleaved ? space.maxVirtualStages : 1); ++vpp) {
                     for (int mb : microBatches) {
@@ -181,11 +187,13 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                                         p.tpCommOverlap = base.tpCommOverlap && p.sequenceParallel;
                                         p.recompute = rc;
                                         p.schedule = schedule;
-                                        for (int ep : expertDegrees) {
-                                            // Megatron-Core's EP needs SP with tp and has no
-                                            // shard group: not layouts to try.
-                                            if (ep > 1 && ((tp > 1 && sp == 0) || shardGroup > 0))
+                                        for (const auto& [etp, ep] : expertLayouts) {
+                                            // Megatron-Core's EP and ETP need SP with tp and have
+                                            // no shard group: not layouts to try.
+                                            if ((ep > 1 || etp > 0) &&
+                                                ((tp > 1 && sp == 0) || shardGroup > 0))
                                                 continue;
+                                            p.etp = etp;
                                             p.ep = ep;
                                             consider();
                                         }

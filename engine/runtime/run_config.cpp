@@ -291,6 +291,10 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
         out.push_back("the engine has no mixture-of-experts layers, so no expert parallelism: ep "
                       "must be 1 (got " +
                       layoutSummary(p) + "); expert parallelism is modelled by the planner only");
+    if (p.etp != 0 && p.etp != p.tp)
+        out.push_back("the engine has no mixture-of-experts layers, so no expert tensor "
+                      "parallelism: etp must be 0 or tp (got " +
+                      layoutSummary(p) + "); it is modelled by the planner only");
     if (p.hybridShard())
         out.push_back("the engine shards ZeRO's states over the whole data-parallel group: "
                       "shard_group must be 0 or dp (got " +

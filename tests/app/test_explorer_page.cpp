@@ -72,9 +72,17 @@ private slots:
         setDouble(f.form(), "capacity-factor", 1.5);
         QCOMPARE(f.doc.session().parallel.expertCapacityFactor, 1.5);
         QVERIFY(f.value("Expert-parallel communication") > a2a);
+        // Expert tensor parallelism apart from tp: etp 1 keeps each expert whole on a tp rank.
+        QVERIFY(f.form()->control("etp")->isEnabled());
+        QVERIFY(f.doc.session().parallel.tp > 1);
+        const double splitWeights = f.value("Weights");
+        setInt(f.form(), "etp", 1);
+        QCOMPARE(f.doc.session().parallel.etp, 1);
+        QVERIFY(f.value("Weights") > splitWeights);
         setInt(f.form(), "experts", 0); // dense again: no top-k, no shared experts
         QCOMPARE(f.doc.session().model.moe.topK, 0);
         QVERIFY(!f.form()->control("ep")->isEnabled());
+        QVERIFY(!f.form()->control("etp")->isEnabled());
     }
 
     void clusterControlsMoveThroughputAndCost() {

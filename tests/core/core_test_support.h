@@ -116,6 +116,7 @@ inline void expectSame(const ParallelConfig& a, const ParallelConfig& b) {
     EXPECT_EQ(a.vpp, b.vpp);
     EXPECT_EQ(a.cp, b.cp);
     EXPECT_EQ(a.ep, b.ep);
+    EXPECT_EQ(a.etp, b.etp);
     EXPECT_EQ(a.expertCapacityFactor, b.expertCapacityFactor);
     EXPECT_EQ(a.zero, b.zero);
     EXPECT_EQ(a.shardGroup, b.shardGroup);

@@ -289,6 +289,39 @@ TEST(Validate, ExpertParallelism) {
     EXPECT_TRUE(hasRule(validate(moe, p), "capacity-factor"));
 }
 
+// Megatron-Core's MoE parallel folding: the experts' etp x ep must divide tp x dp x cp, etp the
+// experts' FFN; an etp apart from tp needs SP and a model with experts.
+TEST(Validate, ExpertTensorParallelism) {
+    ModelSpec moe = llama3_405b();
+    moe.moe = {16, 2, 0, 6144};
+    ParallelConfig p = llama405bLayout(); // tp 8 pp 16 dp 128
+    p.sequenceParallel = true;
+    p.etp = 1;
+    p.ep = 16; // 16 of tp x dp = 1024, where dp alone would not be asked to hold them
+    p.dp = 8;
+    EXPECT_TRUE(validate(moe, p).empty());
+    EXPECT_NE(layoutSummary(p).find("ep16 etp1 zero"), std::string::npos) << layoutSummary(p);
+    p.etp = 0; // follows tp: 8 x 16 = 128 does not divide tp x dp = 64
+    EXPECT_TRUE(hasRule(validate(moe, p), "ep-dp"));
+    EXPECT_EQ(layoutSummary(p).find("etp"), std::string::npos);
+    p.etp = 8; // the same, spelled out
+    EXPECT_TRUE(hasRule(validate(moe, p), "ep-dp"));
+    p.ep = 1;
+    p.etp = 5; // 6144 / 5
+    EXPECT_TRUE(hasRule(validate(moe, p), "etp-ffn"));
+    p.etp = 1;
+    EXPECT_TRUE(hasRule(validate(llama3_405b(), p), "etp-moe"));
+    p.sequenceParallel = false;
+    EXPECT_TRUE(hasRule(validate(moe, p), "ep-sp"));
+    p.sequenceParallel = true;
+    p.zero = 1;
+    p.shardGroup = 8;
+    EXPECT_TRUE(hasRule(validate(moe, p), "ep-shard-group"));
+    p.shardGroup = 0;
+    p.etp = -1;
+    EXPECT_TRUE(hasRule(validate(moe, p), "degree"));
+}
+
 TEST(Validate, TensorParallelMustDivideHeads) {
     ParallelConfig p = llama405bLayout();
     p.tp = 6;

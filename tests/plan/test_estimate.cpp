@@ -629,6 +629,48 @@ TEST(Estimate, ExpertGradientsReduceOnlyOverTheRanksHoldingTheSameExperts) {
     EXPECT_EQ(half.axis(Axis::DP).collectives, 2);
 }
 
+// MoE parallel folding (Liu et al. 2025): on 16 H100s with tp 2, ep 8 at the experts' own etp 1
+// takes 8 neighbouring ranks, one node, where ep 8 at etp = tp takes every other rank over two
+// nodes; the experts' etp group gathers the tokens its ranks received (k copies each, Megatron-
+// Core's all-to-all dispatcher) where etp 1 needs no collective; and etp below tp leaves expert
+// copies on the tp ranks whose gradients reduce even at dp 1.
+TEST(Estimate, ExpertTensorParallelismApartFromTpFoldsTheExpertsOntoTheTpRanks) {
+    PlanInputs folded = mixtral(8, 8, 2, 1, 2);
+    folded.parallel.etp = 1;
+    const PlanInputs plain = mixtral(8, 8, 2, 1, 2);
+    const Estimate f = estimate(folded), p = estimate(plain);
+    ASSERT_TRUE(f.valid());
+    ASSERT_TRUE(p.valid());
+    EXPECT_FALSE(f.axis(Axis::EP).crossesNodes);
+    EXPECT_TRUE(p.axis(Axis::EP).crossesNodes);
+    EXPECT_LT(f.axis(Axis::EP).seconds, p.axis(Axis::EP).seconds);
+    EXPECT_DOUBLE_EQ(f.axis(Axis::EP).bytes, p.axis(Axis::EP).bytes); // the same tokens move
+
+    // TP per step: attention's pair of S = 4096 x 4096 x 2 bytes for the sequence, plus the
+    // experts' pair of top-2 copies of it at etp = tp; none for the experts at etp 1.
+    const double ring = 2.0 * 1 / 2; // AG + RS over 2 ranks send (n-1)/n of S each
+    const double attention = 32 * 2 * ring * 4096.0 * 4096 * 2;
+    EXPECT_NEAR(f.axis(Axis::TP).bytes, attention, 1e-9 * attention);
+    EXPECT_NEAR(p.axis(Axis::TP).bytes, attention * (1 + 2), 1e-9 * attention);
+    EXPECT_LT(f.axis(Axis::TP).seconds, p.axis(Axis::TP).seconds);
+
+    // Without EP, Megatron-Core's all-gather dispatcher gathers the hidden states themselves.
+    PlanInputs gather = mixtral(8, 1, 2, 1, 2);
+    EXPECT_NEAR(estimate(gather).axis(Axis::TP).bytes, 2 * attention, 1e-9 * attention);
+
+    // tp 2, dp 1, etp 1: both tp ranks hold every expert, and all-reduce the experts' fp32
+    // gradients between them (ZeRO-0), beside a dense part with nobody to reduce with.
+    PlanInputs pair = mixtral(1, 1, 1, 0, 2);
+    pair.cluster = makeCluster(findGpuPreset("h100-sxm"), 2, 1);
+    const PlanInputs unfolded = pair;
+    pair.parallel.etp = 1;
+    ASSERT_TRUE(estimate(pair).valid());
+    EXPECT_NEAR(estimate(pair).axis(Axis::DP).bytes, ring * test::kMixtralRoutedExperts * 4,
+                1e-6 * test::kMixtralRoutedExperts);
+    ASSERT_TRUE(estimate(unfolded).valid());
+    EXPECT_EQ(estimate(unfolded).axis(Axis::DP).bytes, 0);
+}
+
 TEST(Estimate, InvalidLayoutIsReportedNotCrashing) {
     PlanInputs in = llama70b();
     in.parallel.tp = 3;

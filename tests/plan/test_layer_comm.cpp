@@ -117,6 +117,34 @@ TEST(LayerComm, ExpertParallelismDispatchesAndCombinesEachWay) {
     }));
 }
 
+// The experts' own etp group in the layer: an all-gather before the experts and a reduce-scatter
+// after, forward and backward, named ETP and counted in TP's traffic; with etp 1 the MoE block
+// has no tensor-parallel collective, only attention's.
+TEST(LayerComm, TheExpertsTensorParallelGroupHasItsOwnCollectives) {
+    PlanInputs in;
+    in.model = test::mixtral8x7b();
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 2);
+    for (const int etp : {0, 1, 4}) {
+        for (const int ep : {1, 4}) {
+            SCOPED_TRACE("etp " + std::to_string(etp) + " ep " + std::to_string(ep));
+            in.parallel = test::layout(8, 2, 1, 16, 1);
+            in.parallel.sequenceParallel = true;
+            in.parallel.etp = etp;
+            in.parallel.ep = ep;
+            const Estimate e = estimate(in);
+            ASSERT_TRUE(e.valid());
+            const auto ops = layerOps(in);
+            int expertOps = 0;
+            for (const LayerOp& op : ops)
+                expertOps += op.name.find("(ETP)") != std::string::npos ? 1 : 0;
+            EXPECT_EQ(expertOps, etp == 1 ? 0 : 4);
+            const double perLayer = double(in.parallel.microbatches()) * e.memory.layersOnRank;
+            EXPECT_NEAR(sentOn(ops, Axis::TP) * perLayer, e.axis(Axis::TP).bytes,
+                        1e-9 * e.axis(Axis::TP).bytes);
+        }
+    }
+}
+
 // The Explorer's TP and CP traffic per step is this list summed over microbatches and layers.
 TEST(LayerComm, ThePlannersAxisTrafficIsTheLayersCollectivesSummed) {
     for (const bool sp : {false, true}) {

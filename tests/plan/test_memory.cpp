@@ -203,5 +203,37 @@ TEST(ExpertParallelMemory, EpSplitsTheExpertsAndZeroShardsTheirStateOverTheRest)
     }
 }
 
+// Expert tensor parallelism apart from tp (MoE parallel folding), Mixtral 8x7B on 16 H100s with
+// tp 2 and dp 8: each rank holds 1/(etp ep) of the routed experts whatever tp is, and ZeRO shards
+// every parameter's state exactly once over the stage's 16 ranks, so the ranks' optimizer states
+// add up to the model's 12 bytes a parameter (the tp-replicated norms, 65 K a layer, aside).
+TEST(ExpertParallelMemory, ExpertTensorParallelismSplitsTheExpertsApartFromTp) {
+    const ParamCount c = countParameters(test::mixtral8x7b());
+    const auto memory = [](int etp, int ep) {
+        PlanInputs in;
+        in.model = test::mixtral8x7b();
+        in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 2);
+        in.parallel = test::layout(8, 2, 1, 64, 1);
+        in.parallel.sequenceParallel = true;
+        in.parallel.etp = etp;
+        in.parallel.ep = ep;
+        EXPECT_TRUE(validate(in.model, in.cluster, in.parallel).empty());
+        return memoryForStage(in, 0);
+    };
+    for (const auto& [etp, ep] : {std::pair{0, 1}, {1, 1}, {1, 8}, {2, 8}, {1, 2}, {2, 4}}) {
+        SCOPED_TRACE("etp " + std::to_string(etp) + " ep " + std::to_string(ep));
+        const MemoryBreakdown m = memory(etp, ep);
+        const double held = etp == 0 ? 2 : etp;
+        EXPECT_NEAR(m.expertParamsOnRank, test::kMixtralRoutedExperts / (held * ep), 1.0);
+        EXPECT_NEAR(m.optimizer * 16, c.total * 12, 1e-4 * c.total * 12);
+    }
+    // etp 1 keeps whole experts on each tp rank: the bf16 weights grow by half the experts.
+    EXPECT_NEAR(memory(1, 1).parameters - memory(0, 1).parameters,
+                test::kMixtralRoutedExperts / 2 * 2, 1e3);
+    // The experts' token copies: each rank gathers what its etp ranks hold (s/tp under SP).
+    EXPECT_NEAR(memory(2, 4).activations - memory(1, 8).activations,
+                32.0 * 4096 / 2 * 2 * 4096 * 2 * (2 - 1), 1e3);
+}
+
 } // namespace
 } // namespace shardscope

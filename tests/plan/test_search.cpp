@@ -167,22 +167,35 @@ TEST(Search, TriesExpertParallelismForAMixtureOfExperts) {
     SearchOptions o;
     o.keepAll = true;
     const SearchResult r = searchLayouts(m, cl, base, {}, {}, SearchSpace{}, o);
-    std::set<int> degrees;
-    long long withEp = 0;
+    std::set<int> degrees, foldedDegrees;
+    long long apart = 0;
+    bool foldedPastDp = false;
     for (const Candidate& c : r.all) {
         const ParallelConfig& p = c.config;
-        if (p.ep == 1)
+        if (!p.expertsApart())
             continue;
-        ++withEp;
-        degrees.insert(p.ep);
-        EXPECT_EQ(p.dp * p.cp % p.ep, 0) << layoutSummary(p);
+        ++apart;
         EXPECT_TRUE(validate(m, cl, p).empty()) << layoutSummary(p);
+        if (p.etp == 0) { // the experts split over the dense weights' dp x cp
+            degrees.insert(p.ep);
+            EXPECT_EQ(p.dp * p.cp % p.ep, 0) << layoutSummary(p);
+            continue;
+        }
+        // Folded: etp 1 beside tp > 1 (with the SP it needs), ep over tp x dp x cp.
+        EXPECT_EQ(p.etp, 1) << layoutSummary(p);
+        EXPECT_GT(p.tp, 1) << layoutSummary(p);
+        EXPECT_TRUE(p.sequenceParallel) << layoutSummary(p);
+        EXPECT_EQ(p.tp * p.dp * p.cp % p.ep, 0) << layoutSummary(p);
+        foldedDegrees.insert(p.ep);
+        foldedPastDp = foldedPastDp || p.ep > p.dp * p.cp;
     }
     EXPECT_EQ(degrees, (std::set<int>{2, 4, 8}));
+    EXPECT_EQ(foldedDegrees, (std::set<int>{1, 2, 4, 8}));
+    EXPECT_TRUE(foldedPastDp); // folding reaches an ep that dp x cp alone cannot hold
     SearchSpace without;
     without.tryExpertParallel = false;
     const SearchResult dense = searchLayouts(m, cl, base, {}, {}, without, o);
-    EXPECT_EQ(dense.evaluated + withEp, r.evaluated);
+    EXPECT_EQ(dense.evaluated + apart, r.evaluated);
     ASSERT_FALSE(r.top.empty());
     ASSERT_FALSE(dense.top.empty());
     EXPECT_GE(r.top[0].tokensPerSecond, dense.top[0].tokensPerSecond);

@@ -578,6 +578,25 @@ TEST(CliPlan, ExpertParallelismSplitsTheExpertsAndAddsItsAllToAlls) {
     EXPECT_NEAR(withCapacity.at("comm").at("ep").at("bytes").get<double>(),
                 1.5 * split.at("comm").at("ep").at("bytes").get<double>(),
                 1e-6 * split.at("comm").at("ep").at("bytes").get<double>());
+    // --etp 1 folds the experts onto the tp ranks: ep 8 on one node instead of across both, and
+    // each tp rank keeps its experts whole (bf16, 1/8 of the routed experts, the half tp took).
+    std::vector<std::string> foldedArgs = common;
+    foldedArgs.insert(foldedArgs.end(), {"--ep", "8", "--etp", "1"});
+    const CliResult foldedRun = shardscope::testing::runCliWith(foldedArgs);
+    ASSERT_EQ(foldedRun.code, 0) << foldedRun.err;
+    const json folded = parseOrFail(foldedRun.out);
+    EXPECT_EQ(folded.at("parallel").at("etp"), 1);
+    EXPECT_FALSE(folded.at("comm").at("ep").at("crosses_nodes").get<bool>());
+    EXPECT_TRUE(split.at("comm").at("ep").at("crosses_nodes").get<bool>());
+    EXPECT_NEAR(folded.at("memory").at("parameters").get<double>() -
+                    split.at("memory").at("parameters").get<double>(),
+                32.0 * 8 * 3 * 4096 * 14336 / 8 / 2 * 2, 1e3);
+    std::vector<std::string> badArgs = common;
+    badArgs.insert(badArgs.end(), {"--ep", "8", "--etp", "3"});
+    const CliResult bad = shardscope::testing::runCliWith(badArgs);
+    EXPECT_EQ(bad.code, 2);
+    EXPECT_CONTAINS(bad.err, "etp-ffn");
+    EXPECT_CONTAINS(bad.err, "use etp = 1");
     const CliResult explained = run({"explain", "comm.ep", "--hf-config", path, "--nodes", "2",
                                      "--tp", "2", "--pp", "1", "--ep", "8"});
     ASSERT_EQ(explained.code, 0) << explained.err;

@@ -43,8 +43,13 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
             ->capture_default_str();
         app.add_option("--cp", f.cp, "Context-parallel degree")->capture_default_str();
         app.add_option("--ep", f.ep,
-                       "Expert-parallel degree: each MoE layer's experts split over ep of the "
-                       "dp*cp ranks (adds no GPUs)")
+                       "Expert-parallel degree: each MoE layer's experts split over ep ranks "
+                       "(adds no GPUs)")
+            ->capture_default_str();
+        app.add_option("--etp", f.etp,
+                       "Expert tensor-parallel degree: each expert's matrices split over etp "
+                       "ranks; etp x ep must divide tp*dp*cp (Megatron's MoE parallel folding). "
+                       "0 = follow tp")
             ->capture_default_str();
         app.add_option("--capacity-factor", f.capacityFactor,
                        "MoE expert capacity factor with padding (Megatron's "
@@ -188,6 +193,7 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.vpp = f.vpp;
     p.cp = f.cp;
     p.ep = f.ep;
+    p.etp = f.etp;
     if (!std::isfinite(f.capacityFactor) || f.capacityFactor < 0)
         throw InputError("--capacity-factor must be 0 (dropless) or a positive number, e.g. 1.25");
     p.expertCapacityFactor = f.capacityFactor;

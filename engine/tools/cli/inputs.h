@@ -30,6 +30,7 @@ struct ClusterFlags {
 struct LayoutFlags {
     int dp = 0; // 0: world / (tp pp cp)
     int tp = 8, pp = 4, vpp = 1, cp = 1, ep = 1, zero = 1;
+    int etp = 0;               // 0: the experts split as tp splits the dense weights
     int shardGroup = 0;        // 0: ZeRO shards over all dp*cp ranks
     double capacityFactor = 0; // 0: dropless MoE
     bool sp = true;

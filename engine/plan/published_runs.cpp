@@ -195,6 +195,8 @@ PublishedRun parseRow(const Row& r, int line) {
     p.vpp = r.integer("vpp", 1);
     p.cp = r.integer("cp", 1);
     p.ep = r.integer("ep", 1);
+    p.etp = r.text("etp").empty() ? 0 : r.integer("etp");           // empty: follows tp
+    p.expertCapacityFactor = r.number("expert_capacity_factor", 0); // empty: dropless
     p.dp = r.integer("dp");
     const double zero = r.number("zero", 1); // Megatron's distributed optimizer unless stated
     if (zero != std::floor(zero) || zero > 3)

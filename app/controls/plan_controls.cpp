@@ -127,6 +127,10 @@ QComboBox* addModelControls(SessionForm& form) {
             form.addInt(name, label, tip, min, max, getter, [setter](Session& s, int v) {
                 makeCustom(s);
                 setter(s.model.moe, v);
+                if (!s.model.moe.enabled()) { // a dense model has no experts to split
+                    s.parallel.ep = 1;
+                    s.parallel.etp = 0;
+                }
             });
         form.setEnabledWhen(box, [routed = std::string(name) == "experts"](const Session& s) {
             return !s.model.isBare() && (routed || s.model.moe.enabled());

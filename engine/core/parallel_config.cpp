@@ -513,7 +513,10 @@ private:
                 "tp = " + to_string(tp) + " does not divide the FFN width " +
                     to_string(m_.ffnHidden),
                 "use tp = " + to_string(tpHint(m_.ffnHidden, tp)));
-        if (m_.moe.enabled() && m_.expertFfn() != m_.ffnHidden && m_.expertFfn() % tp != 0)
+        // Routed experts split over etp where it is set apart (etp-ffn); shared experts over tp.
+        const bool tpSplitsExperts = c_.expertTp() == tp || m_.moe.sharedExperts > 0;
+        if (m_.moe.enabled() && tpSplitsExperts && m_.expertFfn() != m_.ffnHidden &&
+            m_.expertFfn() % tp != 0)
             add("tp-expert-ffn",
                 "tp = " + to_string(tp) + " does not divide the expert FFN width " +
                     to_string(m_.expertFfn()),

@@ -140,7 +140,8 @@ struct ParallelConfig {
     // tp x cp x dp ranks over etp x ep (dp x cp / ep where etp follows tp).
     int expertDataParallel() const {
         const std::int64_t ranks = std::int64_t(tp) * cp * dp;
-        return int(std::max<std::int64_t>(1, ranks / std::max(1, expertTp() * std::max(1, ep))));
+        const std::int64_t held = std::int64_t(std::max(1, expertTp())) * std::max(1, ep);
+        return int(std::max<std::int64_t>(1, ranks / held));
     }
     // The ranks one copy of ZeRO's sharded states spans, and how many copies there are.
     int zeroShards() const { return shardGroup > 0 ? shardGroup : dp * cp; }

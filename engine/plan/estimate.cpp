@@ -52,7 +52,7 @@ AxisComm tpComm(const PlanInputs& in, int layers, double gemmTime) {
     AxisComm c;
     const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::TP);
     setPlacement(c, g);
-    if (in.model.isBare())
+    if (in.model.isBare() || (p.tp <= 1 && p.expertTp() <= 1))
         return c;
     const double callsPerBlock =
         double(p.microbatches()) * layers * (p.recompute == Recompute::Full ? 3.0 : 2.0);
@@ -65,14 +65,22 @@ AxisComm tpComm(const PlanInputs& in, int layers, double gemmTime) {
                      (gather ? 2.0 * ringAllGatherSeconds(bytes, size, at.bandwidth, at.latency)
                              : ringAllReduceSeconds(bytes, size, at.bandwidth, at.latency));
     };
-    add(p.tp, g, tpMessageBytes(in), p.sequenceParallel); // attention
-    if (!in.model.moe.enabled()) {
-        add(p.tp, g, tpMessageBytes(in), p.sequenceParallel);
-    } else if (const ExpertTpTraffic x = expertTpTraffic(in); x.group > 1) {
+    const double layerOutput = tpMessageBytes(in);
+    add(p.tp, g, layerOutput, p.sequenceParallel); // attention
+    // Shared experts are a dense MLP beside the routed ones, split by tp with its own pair.
+    if (!in.model.moe.enabled() || in.model.moe.sharedExperts > 0)
+        add(p.tp, g, layerOutput, p.sequenceParallel);
+    if (const ExpertTpTraffic x = expertTpTraffic(in); x.group > 1) {
         const GroupPlacement at =
             x.group == p.tp ? g : placeGroup(in.cluster, in.assume, x.group, 1);
-        if (p.tp <= 1)
+        if (p.tp <= 1) {
             setPlacement(c, at); // the experts' group is the only one with collectives
+        } else {                 // the slower of the two groups
+            c.groupSize = std::max(c.groupSize, at.size);
+            c.crossesNodes = c.crossesNodes || at.crossesNodes;
+            c.bandwidth = std::min(c.bandwidth, at.bandwidth);
+            c.latency = std::max(c.latency, at.latency);
+        }
         add(x.group, at, x.bytes, x.gather);
     }
     // The collectives sit between dependent GEMMs; only Transformer Engine's userbuffers
@@ -241,10 +249,14 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
                             c);
     if (apart > 0) {
         AxisComm expertPlacement;
-        t.add(dpTraffic(
-            in,
-            {apart * gb, apart * wb, p.expertDataParallel(), 1, p.expertTp() * std::max(1, p.ep)},
-            expertPlacement));
+        t.add(dpTraffic(in,
+                        {apart * gb, apart * wb, p.expertDataParallel(), 1,
+                         int(std::min<std::int64_t>(std::int64_t(p.expertTp()) * std::max(1, p.ep),
+                                                    kMaxWorldSize))},
+                        expertPlacement));
+        // At dp x cp = 1 only the experts' copies (etp below tp) have a group to reduce over.
+        if (p.dp * p.cp <= 1)
+            c = expertPlacement;
     }
     const double k = in.assume.overlapSlowdown;
     const double lastBackward = microbatchTime * 2.0 / 3.0;

@@ -320,8 +320,15 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
         x.formula =
             "per layer and microbatch: 4 all-reduces (6 with full recompute) of s*b/cp x h "
             "x a_bytes" +
-            std::string(p.sequenceParallel ? ", as all-gather + reduce-scatter under SP" : "");
+            std::string(p.sequenceParallel ? ", as all-gather + reduce-scatter under SP" : "") +
+            (in.model.moe.enabled()
+                 ? "; an MoE layer's MLP pair runs in the experts' etp group instead (none at etp "
+                   "1), of the tokens its ranks received: etp x s*b/cp/tp x top_k x h x a_bytes "
+                   "with EP, etp x s*b/cp/tp x h x a_bytes without; shared experts keep a tp pair"
+                 : "");
         x.source += "; Shoeybi et al. 2019 (Megatron-LM), Section 3";
+        if (in.model.moe.enabled())
+            x.source += "; Liu et al. 2025 (MoE Parallel Folding), Megatron-Core token dispatchers";
         break;
     case Axis::PP:
         x.formula = "per microbatch and chunk: send activations forward and gradients backward, "
@@ -342,8 +349,8 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
             "NVLink, part to other nodes / the rank's NIC); not overlapped (Megatron-Core's "
             "default), so all of it is exposed";
         x.source = "Lepikhin et al. 2020 (GShard), Section 3; Megatron-Core MoE (alltoall token "
-                   "dispatcher; expert tensor parallelism = tp, expert data parallelism = "
-                   "dp*cp/ep); link figures from the GPU and cluster presets";
+                   "dispatcher; the experts on tp*dp*cp ranks as etp x ep x copies, MoE parallel "
+                   "folding, Liu et al. 2025); link figures from the GPU and cluster presets";
         break;
     }
     if (axis != Axis::PP && axis != Axis::EP)

@@ -172,6 +172,18 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
                                                                      "own tokens"
                                                                    : ""),
                                          recompute, recompute));
+                // Shared experts: a dense MLP beside the routed ones, split over tp.
+                if (in.model.moe.sharedExperts > 0 && tp) {
+                    if (sp)
+                        add(tpCollective("all-gather",
+                                         "the shared experts' column-parallel up projection "
+                                         "needs the whole sequence",
+                                         recompute, recompute));
+                    add(compute("shared experts (split over tp)"));
+                    add(tpCollective(sp ? "reduce-scatter" : "all-reduce",
+                                     "sums the tp partial outputs of the shared experts", recompute,
+                                     recompute));
+                }
             } else {
                 if (sp)
                     add(tpCollective("all-gather",
@@ -235,7 +247,17 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
             ops.push_back(expertCollective(xt.gather ? "reduce-scatter" : "all-reduce",
                                            "sums the etp partial input gradients of the experts",
                                            true));
-        else if (!expertBlock && tp)
+        if (expertBlock && tp && in.model.moe.sharedExperts > 0) {
+            if (sp)
+                ops.push_back(tpCollective("all-gather",
+                                           "the shared experts' backward needs the whole "
+                                           "sequence's output gradient",
+                                           true));
+            ops.push_back(compute("shared experts backward", true));
+            ops.push_back(tpCollective(sp ? "reduce-scatter" : "all-reduce",
+                                       "sums the shared experts' tp partial input gradients",
+                                       true));
+        } else if (!expertBlock && tp)
             ops.push_back(tpCollective(sp ? "reduce-scatter" : "all-reduce",
                                        "sums the input gradients of the column-parallel " + inputs +
                                            (sp ? " and leaves each rank s/tp tokens" : ""),

@@ -23,8 +23,9 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
 double expertParamsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
                            int stage);
 // Of `params` on a rank (`expertParams` of them routed experts'), the share whose state ZeRO
-// leaves it: the dense ones over ZeRO's shards, under EP the experts' over the dp*cp/ep ranks
-// holding the same experts (without EP they shard with the rest).
+// leaves it: the dense ones over ZeRO's shards, the experts' on a mesh of their own (ep, or etp
+// apart from tp) over the tp*dp*cp/(etp*ep) ranks holding the same experts (otherwise they shard
+// with the rest).
 double shardedParamsOnRank(const ParallelConfig& p, double params, double expertParams);
 
 // Ranks are numbered tp fastest, then cp, dp, pp (Megatron's default order), so TP groups are

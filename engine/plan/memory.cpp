@@ -66,7 +66,7 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     mem.layersOnRank = layersOnStage(m, p, stage);
 
     // Model state, sharded by ZeRO stage; offload moves the optimizer's share to the host. The
-    // routed experts' state shards over the ranks holding the same experts (dp x cp / ep).
+    // routed experts' state shards over the ranks holding the same experts (tp dp cp / etp ep).
     const double sharded = shardedParamsOnRank(p, params, mem.expertParamsOnRank);
     const auto held = [&](double bytesPerParam, bool isSharded) {
         return (isSharded ? sharded : params) * bytesPerParam;
@@ -111,7 +111,8 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     }
     // Buckets of gradients in flight to an all-reduce or reduce-scatter (under ZeRO-3 the
     // gathered module's gradient stands for them, unless copies are all-reduced across groups).
-    if (p.dp * p.cp > 1 && (p.zero < 3 || p.zeroReplicas() > 1))
+    const bool reduces = p.dp * p.cp > 1 || (p.expertsApart() && p.expertDataParallel() > 1);
+    if (reduces && (p.zero < 3 || p.zeroReplicas() > 1))
         mem.gradBuckets = 2.0 * a.gradBucketBytes;
     if (last && !m.isBare())
         mem.logits = 4.0 * T * double(m.vocab) / t; // fp32 logits for the cross-entropy

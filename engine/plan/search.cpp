@@ -37,7 +37,10 @@ const char* firstBrokenRule(const ModelSpec& m, const ParallelConfig& p, int gpu
         return "tp-heads";
     if (m.kvHeads % p.tp != 0 && p.tp % m.kvHeads != 0)
         return "tp-kv-heads";
-    if (m.ffnHidden % p.tp != 0 || (m.moe.enabled() && m.expertFfn() % p.tp != 0))
+    // The search's folded layouts (etp 1) split no routed expert by tp; shared experts it does.
+    const bool tpSplitsExperts = p.expertTp() == p.tp || m.moe.sharedExperts > 0;
+    if (m.ffnHidden % p.tp != 0 ||
+        (m.moe.enabled() && tpSplitsExperts && m.expertFfn() % p.tp != 0))
         return "tp-ffn";
     if (tpWithinNode && p.tp > gpusPerNode)
         return "tp-crosses-node";

@@ -24,7 +24,8 @@ struct SearchSpace {
     // ZeRO stages 1-3 also with their states sharded inside a node and replicated across nodes
     // (hybrid sharding, shard group = the dp x cp ranks of one node), where dp x cp spans more.
     bool tryHybridShard = true;
-    // Expert parallelism for MoE models: every ep that divides the experts and dp x cp.
+    // Expert parallelism for MoE models: every ep that divides the experts and dp x cp, and,
+    // beside tp > 1, the experts folded onto the TP ranks (etp 1, ep dividing tp x dp x cp).
     bool tryExpertParallel = true;
     int maxVirtualStages = 4;
     int maxMicroBatch = 16;

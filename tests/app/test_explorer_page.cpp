@@ -83,6 +83,8 @@ private slots:
         QCOMPARE(f.doc.session().model.moe.topK, 0);
         QVERIFY(!f.form()->control("ep")->isEnabled());
         QVERIFY(!f.form()->control("etp")->isEnabled());
+        QCOMPARE(f.doc.session().parallel.ep, 1); // nothing left that the form cannot undo
+        QCOMPARE(f.doc.session().parallel.etp, 0);
     }
 
     void clusterControlsMoveThroughputAndCost() {

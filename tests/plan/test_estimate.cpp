@@ -654,6 +654,11 @@ TEST(Estimate, ExpertTensorParallelismApartFromTpFoldsTheExpertsOntoTheTpRanks) 
     EXPECT_NEAR(p.axis(Axis::TP).bytes, attention * (1 + 2), 1e-9 * attention);
     EXPECT_LT(f.axis(Axis::TP).seconds, p.axis(Axis::TP).seconds);
 
+    // A shared expert is a dense MLP split by tp: it keeps its own pair of S at etp 1.
+    PlanInputs shared = folded;
+    shared.model.moe.sharedExperts = 1;
+    EXPECT_NEAR(estimate(shared).axis(Axis::TP).bytes, 2 * attention, 1e-9 * attention);
+
     // Without EP, Megatron-Core's all-gather dispatcher gathers the hidden states themselves.
     PlanInputs gather = mixtral(8, 1, 2, 1, 2);
     EXPECT_NEAR(estimate(gather).axis(Axis::TP).bytes, 2 * attention, 1e-9 * attention);
@@ -667,6 +672,7 @@ TEST(Estimate, ExpertTensorParallelismApartFromTpFoldsTheExpertsOntoTheTpRanks) 
     ASSERT_TRUE(estimate(pair).valid());
     EXPECT_NEAR(estimate(pair).axis(Axis::DP).bytes, ring * test::kMixtralRoutedExperts * 4,
                 1e-6 * test::kMixtralRoutedExperts);
+    EXPECT_EQ(estimate(pair).axis(Axis::DP).groupSize, 2); // the experts' copies are the group
     ASSERT_TRUE(estimate(unfolded).valid());
     EXPECT_EQ(estimate(unfolded).axis(Axis::DP).bytes, 0);
 }

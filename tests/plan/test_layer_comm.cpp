@@ -127,6 +127,7 @@ TEST(LayerComm, TheExpertsTensorParallelGroupHasItsOwnCollectives) {
     for (const int etp : {0, 1, 4}) {
         for (const int ep : {1, 4}) {
             SCOPED_TRACE("etp " + std::to_string(etp) + " ep " + std::to_string(ep));
+            in.model.moe.sharedExperts = 0;
             in.parallel = test::layout(8, 2, 1, 16, 1);
             in.parallel.sequenceParallel = true;
             in.parallel.etp = etp;
@@ -141,6 +142,13 @@ TEST(LayerComm, TheExpertsTensorParallelGroupHasItsOwnCollectives) {
             const double perLayer = double(in.parallel.microbatches()) * e.memory.layersOnRank;
             EXPECT_NEAR(sentOn(ops, Axis::TP) * perLayer, e.axis(Axis::TP).bytes,
                         1e-9 * e.axis(Axis::TP).bytes);
+            // A shared expert adds a tp pair each way: 2 x 4096 x 4096 x 2 bytes x (2-1)/2.
+            in.model.moe.sharedExperts = 1;
+            const auto withShared = layerOps(in);
+            const double added = sentOn(withShared, Axis::TP) - sentOn(ops, Axis::TP);
+            EXPECT_NEAR(added, 2 * 2 * 4096.0 * 4096 * 2 / 2, 1.0);
+            EXPECT_NEAR(sentOn(withShared, Axis::TP) * perLayer, estimate(in).axis(Axis::TP).bytes,
+                        1e-9 * estimate(in).axis(Axis::TP).bytes);
         }
     }
 }

@@ -130,6 +130,7 @@ QComboBox* addModelControls(SessionForm& form) {
                 if (!s.model.moe.enabled()) { // a dense model has no experts to split
                     s.parallel.ep = 1;
                     s.parallel.etp = 0;
+                    s.parallel.epCommOverlap = false;
                 }
             });
         form.setEnabledWhen(box, [routed = std::string(name) == "experts"](const Session& s) {
@@ -406,6 +407,14 @@ void addOverlapControls(SessionForm& form) {
         [](const Session& s) { return s.parallel.tpCommOverlap; },
         [](Session& s, bool on) { s.parallel.tpCommOverlap = on; });
     form.setEnabledWhen(tp, [](const Session& s) { return s.parallel.tp > 1; });
+    QWidget* ep = form.addBool(
+        "ep-comm-overlap", "Overlap EP all-to-alls",
+        "Run one microbatch's expert all-to-alls while another computes (Megatron-Core's "
+        "--overlap-moe-expert-parallel-comm, the combined 1F1B schedule); needs ep > 1, no full "
+        "recompute, and virtual stages with pp > 1",
+        [](const Session& s) { return s.parallel.epCommOverlap; },
+        [](Session& s, bool on) { s.parallel.epCommOverlap = on; });
+    form.setEnabledWhen(ep, [](const Session& s) { return s.model.moe.enabled(); });
 }
 
 void addClusterControls(SessionForm& form) {

@@ -643,6 +643,7 @@ void to_json(json& j, const ParallelConfig& p) {
              {"overlap_grad_reduce", p.overlapGradReduce},
              {"overlap_param_gather", p.overlapParamGather},
              {"tp_comm_overlap", p.tpCommOverlap},
+             {"ep_comm_overlap", p.epCommOverlap},
              {"embedding_in_pipeline_split", p.embeddingInPipelineSplit},
              {"loss_in_pipeline_split", p.lossInPipelineSplit}};
 }
@@ -683,6 +684,7 @@ void from_json(const json& j, ParallelConfig& out) {
     r.boolean("overlap_grad_reduce", p.overlapGradReduce);
     r.boolean("overlap_param_gather", p.overlapParamGather);
     r.boolean("tp_comm_overlap", p.tpCommOverlap);
+    r.boolean("ep_comm_overlap", p.epCommOverlap);
     r.boolean("embedding_in_pipeline_split", p.embeddingInPipelineSplit);
     r.boolean("loss_in_pipeline_split", p.lossInPipelineSplit);
     problems.throwIfAny("parallel config");

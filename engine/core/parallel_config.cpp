@@ -436,6 +436,13 @@ private:
                     " is outside 0 (dropless) to experts / top-k = " + decimal(most) +
                     " (every token to every expert)",
                 "use 0 for dropless, or a factor such as 1.0 or 1.25");
+        // Megatron-Core refuses an MoE layer under tp without sequence parallelism, whatever the
+        // experts' own layout (MoELayer's check).
+        if (m_.moe.enabled() && c_.tp > 1 && !c_.sequenceParallel)
+            add("ep-sp",
+                "a mixture of experts with tp = " + to_string(c_.tp) +
+                    " needs sequence parallelism (Megatron-Core refuses it without)",
+                "turn sequence_parallel on, or use tp = 1");
         const int etp = c_.expertTp();
         if (c_.ep == 1 && etp == c_.tp)
             return;
@@ -479,12 +486,6 @@ private:
                 "etp = " + to_string(etp) + " does not divide the experts' FFN width of " +
                     to_string(m_.expertFfn()),
                 "use an etp that divides " + to_string(m_.expertFfn()) + ", such as 1");
-        if (c_.tp > 1 && !c_.sequenceParallel)
-            add("ep-sp",
-                std::string(c_.ep > 1 ? "expert parallelism" : "expert tensor parallelism") +
-                    " with tp = " + to_string(c_.tp) +
-                    " needs sequence parallelism (Megatron-Core refuses it without)",
-                "turn sequence_parallel on, or use tp = 1");
         if (c_.shardGroup > 0)
             add("ep-shard-group",
                 "a ZeRO shard group with the experts on a mesh of their own (ep or etp) is not "
@@ -578,6 +579,25 @@ private:
                 "TP communication overlap pipelines the sequence-parallel all-gathers and "
                 "reduce-scatters with the GEMMs, but sequence parallelism is off",
                 "turn sequence_parallel on, or tp_comm_overlap off");
+        // Megatron-Core's checks for its EP all-to-all overlap (TransformerConfig).
+        if (c_.epCommOverlap) {
+            if (c_.ep <= 1)
+                add("ep-overlap",
+                    "EP communication overlap hides the experts' all-to-alls, but ep = " +
+                        to_string(c_.ep) + " has none",
+                    "set ep > 1, or ep_comm_overlap off");
+            if (c_.recompute == Recompute::Full)
+                add("ep-overlap",
+                    "EP communication overlap does not run under full recompute (Megatron-Core "
+                    "refuses it)",
+                    "use selective or no recompute, or ep_comm_overlap off");
+            if (c_.pp > 1 && c_.vpp <= 1)
+                add("ep-overlap",
+                    "EP communication overlap with pp = " + to_string(c_.pp) +
+                        " needs virtual pipeline stages (Megatron-Core's combined 1F1B pairs two "
+                        "chunks' microbatches)",
+                    "set vpp > 1 with the interleaved schedule, or ep_comm_overlap off");
+        }
         shardGroup();
     }
 
@@ -664,6 +684,8 @@ std::string layoutSummary(const ParallelConfig& p) {
         s << " no-gather-overlap";
     if (p.tpCommOverlap && p.tpOverlapMatters())
         s << " tp-overlap";
+    if (p.epCommOverlap)
+        s << " ep-overlap";
     if (!p.flashAttention)
         s << " unfused-attention";
     else if (p.attentionKernel != AttentionKernel::Auto)

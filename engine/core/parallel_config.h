@@ -120,6 +120,11 @@ struct ParallelConfig {
     bool overlapGradReduce = true;
     bool overlapParamGather = true;
     bool tpCommOverlap = false;
+    // MoE all-to-alls beside another microbatch's compute (Megatron-Core's
+    // --overlap-moe-expert-parallel-comm: the combined 1F1B schedule runs one microbatch's
+    // dispatch and combine while the other's attention and experts compute). Off by default, as
+    // in Megatron-Core; it needs ep > 1, no full recompute, and virtual stages under pp > 1.
+    bool epCommOverlap = false;
     // The embedding and the loss (output head) take a layer's place when layers are dealt to
     // pipeline stages (Megatron-LM's --account-for-embedding-in-pipeline-split and
     // --account-for-loss-in-pipeline-split; Llama 3 405B's first and last stages held one layer

@@ -70,6 +70,7 @@ AxisComm tpComm(const PlanInputs& in, int layers, double gemmTime) {
     // Shared experts are a dense MLP beside the routed ones, split by tp with its own pair.
     if (!in.model.moe.enabled() || in.model.moe.sharedExperts > 0)
         add(p.tp, g, layerOutput, p.sequenceParallel);
+    const double tpSeconds = c.seconds; // what Transformer Engine's userbuffers can overlap
     if (const ExpertTpTraffic x = expertTpTraffic(in); x.group > 1) {
         const GroupPlacement at =
             x.group == p.tp ? g : placeGroup(in.cluster, in.assume, x.group, 1);
@@ -85,10 +86,12 @@ AxisComm tpComm(const PlanInputs& in, int layers, double gemmTime) {
     }
     // The collectives sit between dependent GEMMs; only Transformer Engine's userbuffers
     // (tp-comm-overlap, which needs SP) split each GEMM against chunks of its all-gather or
-    // reduce-scatter and so hide them behind the layer's GEMMs.
+    // reduce-scatter and so hide them behind the layer's GEMMs. The experts' etp gathers belong
+    // to the token dispatcher, which userbuffers do not cover: they wait.
     if (p.tpCommOverlap && p.sequenceParallel) {
         c.window = gemmTime;
-        c.exposed = exposedBeside(c.seconds, c.window, in.assume.overlapSlowdown);
+        c.exposed =
+            exposedBeside(tpSeconds, c.window, in.assume.overlapSlowdown) + (c.seconds - tpSeconds);
     } else {
         c.exposed = c.seconds;
     }
@@ -120,7 +123,7 @@ AxisComm cpComm(const PlanInputs& in, int layers, double attentionTime) {
 // under full recompute). Each rank sends its tokens (s*b/cp, over tp under the SP that EP with
 // tp needs) x top-k x h x a_bytes, (ep-1)/ep of it to other ranks. Megatron-Core runs them
 // between the router and the experts, not overlapped by default: all of it is exposed.
-AxisComm epComm(const PlanInputs& in, int layers) {
+AxisComm epComm(const PlanInputs& in, int layers, double computeTime) {
     const ParallelConfig& p = in.parallel;
     const ModelSpec& m = in.model;
     AxisComm c;
@@ -138,6 +141,14 @@ AxisComm epComm(const PlanInputs& in, int layers) {
     c.seconds = calls * each;
     c.bandwidth = each > g.latency ? sent / (each - g.latency) : g.bandwidth; // as achieved
     c.exposed = c.seconds;
+    // The combined 1F1B schedule pairs each microbatch's forward with the previous one's
+    // backward and runs either's all-to-alls beside the other's compute: every microbatch but
+    // one has a partner.
+    if (p.epCommOverlap) {
+        const double paired = std::max(1, p.microbatches());
+        c.window = computeTime * (paired - 1) / paired;
+        c.exposed = exposedBeside(c.seconds, c.window, in.assume.overlapSlowdown);
+    }
     return c;
 }
 
@@ -406,7 +417,7 @@ Estimate evaluate(const PlanInputs& in) {
     const double expertParams = expertParamsOnStage(m, e.params, p, slowStage);
     e.comm[int(Axis::TP)] = tpComm(in, layers, mbs * (slow.gemmSeconds - slow.attentionSeconds));
     e.comm[int(Axis::CP)] = cpComm(in, layers, mbs * slow.attentionSeconds);
-    e.comm[int(Axis::EP)] = epComm(in, layers);
+    e.comm[int(Axis::EP)] = epComm(in, layers, e.computeTime);
     e.comm[int(Axis::PP)] = ppComm(in, e.computeTime);
     e.comm[int(Axis::DP)] = dpComm(in, params, expertParams, e.microbatchCompute, e.computeTime);
     e.optimizerTime = optimizerSeconds(in, params, expertParams);

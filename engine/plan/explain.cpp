@@ -117,7 +117,7 @@ std::string overlapAssumed(const ParallelConfig& p, Axis axis) {
     case Axis::PP:
         return "2(p-1) hops wait";
     case Axis::EP:
-        return "not overlapped";
+        return p.epCommOverlap ? "beside another microbatch" : "not overlapped";
     case Axis::DP:
         break;
     }
@@ -346,8 +346,13 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
             "per MoE layer and microbatch: 4 all-to-alls (6 with full recompute: dispatch and "
             "combine, forward and backward) of s*b/cp [/ tp under SP] x top_k x h x a_bytes, "
             "(ep-1)/ep of it sent; each takes latency + max(part to the node's other members / "
-            "NVLink, part to other nodes / the rank's NIC); not overlapped (Megatron-Core's "
-            "default), so all of it is exposed";
+            "NVLink, part to other nodes / the rank's NIC)" +
+            std::string(p.epCommOverlap
+                            ? "; overlapped (--overlap-moe-expert-parallel-comm, the combined 1F1B "
+                              "schedule) with another microbatch's compute, compute x (m-1)/m: "
+                              "exposed = max(t - window, t k/(1+k))"
+                            : "; not overlapped (Megatron-Core's default), so all of it is "
+                              "exposed");
         x.source = "Lepikhin et al. 2020 (GShard), Section 3; Megatron-Core MoE (alltoall token "
                    "dispatcher; the experts on tp*dp*cp ranks as etp x ep x copies, MoE parallel "
                    "folding, Liu et al. 2025); link figures from the GPU and cluster presets";

@@ -5,6 +5,7 @@
 #include "layout.h"
 
 #include <cmath>
+#include <numeric>
 
 namespace shardscope {
 
@@ -64,6 +65,13 @@ std::vector<SweepPoint> memoryOverDataParallel(const PlanInputs& in, int zeroSta
         at.parallel.zero = zeroStage;
         if (at.parallel.shardGroup > 0 && at.parallel.dp * at.parallel.cp % at.parallel.shardGroup)
             at.parallel.shardGroup = 0; // no whole copies at this dp: shard over all of it
+        // The experts over no more ranks than this dp lays out: etp x ep must divide tp x dp x cp
+        // (an ep that divides the experts keeps dividing them as it shrinks to a common divisor).
+        const std::int64_t ranks = std::int64_t(at.parallel.tp) * at.parallel.dp * at.parallel.cp;
+        if (ranks % at.parallel.expertTp() != 0)
+            at.parallel.etp = 0;
+        at.parallel.ep = int(
+            std::gcd<std::int64_t>(std::max(1, at.parallel.ep), ranks / at.parallel.expertTp()));
         // Keep the microbatch count: the global batch grows with dp as in weak scaling.
         at.parallel.globalBatch =
             std::max(1, in.parallel.microbatches()) * at.parallel.microBatch * at.parallel.dp;

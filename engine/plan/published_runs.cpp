@@ -209,6 +209,7 @@ PublishedRun parseRow(const Row& r, int line) {
     p.shardGroup = r.text("shard_group").empty() ? 0 : r.integer("shard_group");
     p.sequenceParallel = r.flag("sequence_parallel", false);
     p.tpCommOverlap = r.flag("tp_comm_overlap", false);
+    p.epCommOverlap = r.flag("ep_comm_overlap", false);
     p.embeddingInPipelineSplit = r.flag("embedding_in_pipeline_split", false);
     p.lossInPipelineSplit = r.flag("loss_in_pipeline_split", false);
     // Names the line and the column of a word that is not one of the known ones.

@@ -165,7 +165,10 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                      vpp <= (pp > 1 && space.tryInterleaved ? space.maxVirtualStages : 1); ++vpp) {
                     for (int mb : microBatches) {
                         for (const auto& [zero, shardGroup] : shardings) {
-                            for (int sp = 0; sp <= (tp > 1 && space.trySequenceParallel ? 1 : 0);
+                            // An MoE model under tp runs only with SP (Megatron-Core's rule).
+                            const bool moeTp = model.moe.enabled() && tp > 1;
+                            for (int sp = moeTp ? 1 : 0;
+                                 sp <= (tp > 1 && (space.trySequenceParallel || moeTp) ? 1 : 0);
                                  ++sp) {
                                 for (Recompute rc : space.recompute) {
                                     for (PipelineSchedule schedule :
@@ -191,10 +194,9 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                                         p.recompute = rc;
                                         p.schedule = schedule;
                                         for (const auto& [etp, ep] : expertLayouts) {
-                                            // Megatron-Core's EP and ETP need SP with tp and have
-                                            // no shard group: not layouts to try.
-                                            if ((ep > 1 || etp > 0) &&
-                                                ((tp > 1 && sp == 0) || shardGroup > 0))
+                                            // Megatron-Core's EP and ETP have no shard group:
+                                            // not layouts to try.
+                                            if ((ep > 1 || etp > 0) && shardGroup > 0)
                                                 continue;
                                             p.etp = etp;
                                             p.ep = ep;

@@ -72,6 +72,15 @@ private slots:
         setDouble(f.form(), "capacity-factor", 1.5);
         QCOMPARE(f.doc.session().parallel.expertCapacityFactor, 1.5);
         QVERIFY(f.value("Expert-parallel communication") > a2a);
+        // EP overlap (combined 1F1B) hides the all-to-alls behind another microbatch: the step
+        // gets shorter, the all-to-alls' total stays.
+        QVERIFY(f.form()->control("ep-comm-overlap")->isEnabled());
+        const double a2aTotal = f.value("Expert-parallel communication");
+        const double step = f.value("Step time");
+        setBool(f.form(), "ep-comm-overlap", true);
+        QVERIFY(f.doc.session().parallel.epCommOverlap);
+        QCOMPARE(f.value("Expert-parallel communication"), a2aTotal);
+        QVERIFY(f.value("Step time") < step);
         // Expert tensor parallelism apart from tp: etp 1 keeps each expert whole on a tp rank.
         QVERIFY(f.form()->control("etp")->isEnabled());
         QVERIFY(f.doc.session().parallel.tp > 1);
@@ -85,6 +94,7 @@ private slots:
         QVERIFY(!f.form()->control("etp")->isEnabled());
         QCOMPARE(f.doc.session().parallel.ep, 1); // nothing left that the form cannot undo
         QCOMPARE(f.doc.session().parallel.etp, 0);
+        QVERIFY(!f.doc.session().parallel.epCommOverlap);
     }
 
     void clusterControlsMoveThroughputAndCost() {

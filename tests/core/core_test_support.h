@@ -123,6 +123,7 @@ inline void expectSame(const ParallelConfig& a, const ParallelConfig& b) {
     EXPECT_EQ(a.overlapGradReduce, b.overlapGradReduce);
     EXPECT_EQ(a.overlapParamGather, b.overlapParamGather);
     EXPECT_EQ(a.tpCommOverlap, b.tpCommOverlap);
+    EXPECT_EQ(a.epCommOverlap, b.epCommOverlap);
     EXPECT_EQ(a.embeddingInPipelineSplit, b.embeddingInPipelineSplit);
     EXPECT_EQ(a.lossInPipelineSplit, b.lossInPipelineSplit);
     EXPECT_EQ(a.flashAttention, b.flashAttention);

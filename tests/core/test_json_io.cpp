@@ -361,6 +361,10 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
     p.overlapGradReduce = false; // every overlap flag away from its default
     p.overlapParamGather = false;
     p.tpCommOverlap = true;
+    p.epCommOverlap = true;
+    p.ep = 4;
+    p.etp = 1;
+    p.expertCapacityFactor = 1.25;
     p.embeddingInPipelineSplit = true;
     p.lossInPipelineSplit = true;
     for (auto s : {PipelineSchedule::Naive, PipelineSchedule::GPipe, PipelineSchedule::OneFOneB,

@@ -313,6 +313,10 @@ TEST(Validate, ExpertTensorParallelism) {
     EXPECT_TRUE(hasRule(validate(llama3_405b(), p), "etp-moe"));
     p.sequenceParallel = false;
     EXPECT_TRUE(hasRule(validate(moe, p), "ep-sp"));
+    p.etp = 0; // Megatron-Core refuses any MoE under tp without SP, experts laid out as they may
+    EXPECT_TRUE(hasRule(validate(moe, p), "ep-sp"));
+    EXPECT_FALSE(hasRule(validate(llama3_405b(), p), "ep-sp"));
+    p.etp = 1;
     p.sequenceParallel = true;
     p.zero = 1;
     p.shardGroup = 8;

@@ -4,6 +4,7 @@
 #include "plan/formulas.h"
 #include "plan_test_support.h"
 
+#include <algorithm>
 #include <cmath>
 #include <gtest/gtest.h>
 
@@ -568,6 +569,51 @@ TEST(Estimate, ExpertParallelAllToAllsMoveTopKCopiesOfEveryToken) {
     EXPECT_GT(e.axis(Axis::EP).exposed, 0);
 }
 
+// Megatron-Core's EP overlap (combined 1F1B) runs each microbatch's all-to-alls beside another
+// microbatch's compute: of m microbatches, m - 1 have a partner. With the all-to-alls shorter
+// than that window, what stays exposed is their cost to the compute beside them,
+// t k / (1 + k); the rules are Megatron-Core's.
+TEST(Estimate, OverlappedAllToAllsHideBehindAnotherMicrobatch) {
+    PlanInputs in = mixtral(8, 8, 1);
+    in.parallel.globalBatch = 32; // 4 microbatches
+    PlanInputs overlapped = in;
+    overlapped.parallel.epCommOverlap = true;
+    const Estimate plain = estimate(in), hidden = estimate(overlapped);
+    ASSERT_TRUE(hidden.valid());
+    const AxisComm& c = hidden.axis(Axis::EP);
+    EXPECT_DOUBLE_EQ(c.seconds, plain.axis(Axis::EP).seconds);
+    EXPECT_NEAR(c.window, hidden.computeTime * 3 / 4, 1e-12);
+    ASSERT_LT(c.seconds, c.window * (1 + in.assume.overlapSlowdown));
+    const double k = in.assume.overlapSlowdown;
+    EXPECT_NEAR(c.exposed, c.seconds * k / (1 + k), 1e-12);
+    EXPECT_LT(hidden.stepTime, plain.stepTime);
+    // One microbatch has no partner: nothing hides.
+    overlapped.parallel.globalBatch = 8;
+    EXPECT_DOUBLE_EQ(estimate(overlapped).axis(Axis::EP).exposed,
+                     estimate(overlapped).axis(Axis::EP).seconds);
+    // Megatron-Core's checks: ep > 1, no full recompute, virtual stages under pp.
+    const auto refused = [](PlanInputs at) {
+        at.parallel.epCommOverlap = true;
+        const auto v = validate(at.model, at.cluster, at.parallel);
+        return std::any_of(v.begin(), v.end(),
+                           [](const Violation& x) { return x.rule == "ep-overlap"; });
+    };
+    EXPECT_FALSE(refused(in));
+    EXPECT_TRUE(refused(mixtral(8, 1, 1)));
+    PlanInputs full = in;
+    full.parallel.recompute = Recompute::Full;
+    EXPECT_TRUE(refused(full));
+    PlanInputs piped = in;
+    piped.parallel.pp = 2;
+    piped.parallel.dp = 4;
+    piped.parallel.ep = 4;
+    EXPECT_TRUE(refused(piped));
+    piped.parallel.vpp = 2;
+    piped.parallel.schedule = PipelineSchedule::Interleaved;
+    EXPECT_FALSE(refused(piped));
+    EXPECT_NE(layoutSummary(overlapped.parallel).find("ep-overlap"), std::string::npos);
+}
+
 // Padded to a capacity factor, every expert takes cf times its balanced share: the routed
 // experts' GEMMs (hardware FLOPs, not model FLOPs), their all-to-alls and their activations
 // scale by it; dropless (0) is cf 1 under balanced routing.
@@ -653,6 +699,14 @@ TEST(Estimate, ExpertTensorParallelismApartFromTpFoldsTheExpertsOntoTheTpRanks) 
     EXPECT_NEAR(f.axis(Axis::TP).bytes, attention, 1e-9 * attention);
     EXPECT_NEAR(p.axis(Axis::TP).bytes, attention * (1 + 2), 1e-9 * attention);
     EXPECT_LT(f.axis(Axis::TP).seconds, p.axis(Axis::TP).seconds);
+
+    // Transformer Engine's userbuffers (tp-comm-overlap) hide attention's TP pair behind the
+    // GEMMs, not the token dispatcher's etp gathers: those still wait.
+    PlanInputs overlapped = plain;
+    overlapped.parallel.tpCommOverlap = true;
+    const double expertPart = p.axis(Axis::TP).seconds - f.axis(Axis::TP).seconds;
+    EXPECT_GE(estimate(overlapped).axis(Axis::TP).exposed, expertPart);
+    EXPECT_LT(estimate(overlapped).axis(Axis::TP).exposed, p.axis(Axis::TP).exposed);
 
     // A shared expert is a dense MLP split by tp: it keeps its own pair of S at etp 1.
     PlanInputs shared = folded;

@@ -77,6 +77,30 @@ TEST(MemoryOverDataParallel, ZeroStagesShardMoreAsGpusGrow) {
     EXPECT_NEAR(z3.back().bytes, 98e9 / 64 * 1.05 + overheadOnly, 0.2e9);
 }
 
+// Mixtral 8x7B with its experts over ep 8 at dp 8: at a smaller dp the sweep splits them over as
+// many ranks as it has (ep = dp), so each point is a layout the rules accept and holds the same
+// memory as that layout planned on its own.
+TEST(MemoryOverDataParallel, ExpertsSplitOverNoMoreRanksThanTheSweepHas) {
+    PlanInputs in;
+    in.model = test::mixtral8x7b();
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 1);
+    in.parallel = test::layout(8, 1, 1, 8, 1);
+    in.parallel.ep = 8;
+    const std::vector<int> dps = {1, 2, 4, 8, 16};
+    const auto sweep = memoryOverDataParallel(in, 1, dps);
+    ASSERT_EQ(sweep.size(), dps.size());
+    for (std::size_t i = 0; i < dps.size(); ++i) {
+        PlanInputs at = in;
+        at.parallel.dp = dps[i];
+        at.parallel.ep = std::min(dps[i], 8);
+        at.parallel.globalBatch = dps[i];
+        at.cluster = clusterForWorld(in.cluster, dps[i]);
+        SCOPED_TRACE("dp " + std::to_string(dps[i]));
+        EXPECT_TRUE(validate(at.model, at.cluster, at.parallel).empty());
+        EXPECT_NEAR(sweep[i].bytes, mostLoadedStageMemory(at).total(), 1.0);
+    }
+}
+
 // ZeRO paper (Rajbhandari et al. 2020), Figure 1: 7.5B parameters, 64 data-parallel GPUs,
 // 2 + 2 + 12 bytes per parameter: 120 GB per GPU unsharded, 31.4 GB with the optimizer state
 // sharded, 16.6 GB with the gradients too, 1.9 GB with everything.

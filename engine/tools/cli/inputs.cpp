@@ -100,6 +100,11 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
                    "Hide TP's all-gathers and reduce-scatters behind the GEMMs (Megatron's "
                    "--tp-comm-overlap, Transformer Engine userbuffers; needs --sp) (true/false)")
         ->capture_default_str();
+    app.add_option("--ep-comm-overlap", f.epCommOverlap,
+                   "Hide the MoE all-to-alls behind another microbatch's compute (Megatron-Core's "
+                   "--overlap-moe-expert-parallel-comm, the combined 1F1B schedule; needs ep > 1, "
+                   "no full recompute, vpp > 1 with pp > 1) (true/false)")
+        ->capture_default_str();
     app.add_option("--embedding-in-pipeline-split", f.embeddingInPipelineSplit,
                    "The first pipeline stage holds one layer fewer for the embedding (Megatron's "
                    "--account-for-embedding-in-pipeline-split) (true/false)")
@@ -214,6 +219,7 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.overlapGradReduce = f.overlapGradReduce;
     p.overlapParamGather = f.overlapParamGather;
     p.tpCommOverlap = f.tpCommOverlap;
+    p.epCommOverlap = f.epCommOverlap;
     p.embeddingInPipelineSplit = f.embeddingInPipelineSplit;
     p.lossInPipelineSplit = f.lossInPipelineSplit;
     if (f.dp < 0)

@@ -45,6 +45,7 @@ struct LayoutFlags {
     std::string attentionKernel = "auto";
     bool embeddingInPipelineSplit = false, lossInPipelineSplit = false;
     bool overlapGradReduce = true, overlapParamGather = true, tpCommOverlap = false;
+    bool epCommOverlap = false;
     double trainTokens = 15e12;
 };
 

@@ -422,7 +422,7 @@ void ExplorerPage::showResult(int serial, const SearchResultPtr& result) {
 
     results_->clear();
     results_->setHorizontalHeaderLabels({"#", "Layout", "Memory per GPU", "Tokens/s", "MFU",
-                                         "Step time", "dp", "tp", "pp", "cp", "ep", "ZeRO"});
+                                         "Step time", "dp", "tp", "pp", "cp", "ep", "etp", "ZeRO"});
     for (std::size_t i = 0; i < result->top.size(); ++i) {
         const Candidate& c = result->top[i];
         QList<QStandardItem*> row = {
@@ -437,6 +437,7 @@ void ExplorerPage::showResult(int serial, const SearchResultPtr& result) {
             figureItem(QString::number(c.config.pp), c.config.pp),
             figureItem(QString::number(c.config.cp), c.config.cp),
             figureItem(QString::number(c.config.ep), c.config.ep),
+            figureItem(QString::number(c.config.expertTp()), c.config.expertTp()),
             figureItem(QString::number(c.config.zero), c.config.zero)};
         row[0]->setData(qulonglong(i), kCandidateRole);
         results_->appendRow(row);

@@ -282,6 +282,11 @@ private slots:
         const SearchResultPtr r = f.page.searchResult();
         QVERIFY(r && !r->top.empty());
         QCOMPARE(f.page.results()->rowCount(), int(r->top.size()));
+        // The experts' tp beside tp: a dense model's follows tp (the column shows what runs).
+        QCOMPARE(f.page.results()->horizontalHeaderItem(11)->text(), QString("etp"));
+        for (int row = 0; row < f.page.results()->rowCount(); ++row)
+            QCOMPARE(f.page.results()->item(row, 11)->text(),
+                     f.page.results()->item(row, 7)->text());
         QCOMPARE(f.page.scatter()->pointCount(), r->all.size());
         QCOMPARE(f.page.searchProgress()->value(), 1000);
 

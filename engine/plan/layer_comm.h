@@ -1,9 +1,9 @@
 // Inside one transformer layer: its ops in the order they run for one microbatch, forward then
-// backward, with the collectives tensor, sequence and context parallelism put between them and
-// the bytes each moves. The planner's per-axis traffic uses the same message sizes
-// (tpMessageBytes, cpHopBytes), and a test checks that these collectives, summed over
-// microbatches and layers, are its TP and CP bytes: a student sees where the Explorer's numbers
-// come from.
+// backward, with the collectives tensor, sequence, context and expert parallelism put between
+// them and the bytes each moves. The planner's per-axis traffic uses the same message sizes
+// (tpMessageBytes, cpHopBytes, epMessageBytes, expertTpTraffic), and tests check that these
+// collectives, summed over microbatches and layers, are its TP, CP and EP bytes: a student sees
+// where the Explorer's numbers come from.
 #pragma once
 
 #include "estimate.h"
@@ -29,8 +29,8 @@ double epMessageBytes(const PlanInputs& in);
 // with EP (the all-to-all dispatcher) an all-gather of the tokens each of the etp ranks received
 // before the experts and a reduce-scatter of their outputs after, k copies a token; without EP
 // (the all-gather dispatcher) the same of the hidden states themselves. Without sequence
-// parallelism (etp is then tp, a rule) one all-reduce of the experts' outputs instead. None for a
-// dense model or etp 1.
+// parallelism one all-reduce of the experts' outputs instead (a layout the ep-sp rule refuses,
+// still estimated). None for a dense model or etp 1.
 struct ExpertTpTraffic {
     int group = 1;       // etp
     double bytes = 0;    // S of one call: the gathered tensor, or the all-reduced one
@@ -43,7 +43,7 @@ struct LayerOp {
     bool backward = false;  // in the backward pass (or a full recompute's repeated forward)
     bool recompute = false; // the forward again, under full recompute
     bool collective = false;
-    Axis axis = Axis::TP;       // TP (with or without SP) or CP, for collectives
+    Axis axis = Axis::TP;       // TP (with SP, or ETP), CP or EP, for collectives
     std::string collectiveKind; // "all-reduce", "all-gather", "reduce-scatter", "ring pass"
     int hops = 1;               // ring passes: cp - 1 sends in a row
     double bytes = 0;           // S of one call (a ring pass: one hop's message)
@@ -51,8 +51,8 @@ struct LayerOp {
     std::string why;            // what it is for, in a line
 };
 
-// Empty for a bare parameter count (no architecture). Without tp > 1 or cp > 1 the list holds
-// only the layer's compute ops.
+// Empty for a bare parameter count (no architecture). Without tp, cp, ep or etp above 1 the list
+// holds only the layer's compute ops.
 std::vector<LayerOp> layerOps(const PlanInputs& in);
 
 } // namespace shardscope

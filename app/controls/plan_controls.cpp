@@ -111,6 +111,9 @@ QComboBox* addModelControls(SessionForm& form) {
             [field](Session& s, int v) {
                 makeCustom(s);
                 s.model.*field = v;
+                // Fewer layers keep an MoE model's dense first ones fewer than all of them.
+                s.model.moe.firstDenseLayers =
+                    std::clamp(s.model.moe.firstDenseLayers, 0, std::max(0, s.model.layers - 1));
             }));
     };
     archInt("layers", "Layers", "Transformer layers (L)", 1024, &ModelSpec::layers);
@@ -145,7 +148,7 @@ QComboBox* addModelControls(SessionForm& form) {
             moe.experts = v;
             moe.topK = v > 0 ? std::clamp(moe.topK, 1, v) : 0;
             if (v == 0)
-                moe.sharedExperts = 0;
+                moe.sharedExperts = moe.firstDenseLayers = 0;
         },
         [](const Session& s) { return s.model.moe.experts; });
     moeInt(
@@ -161,6 +164,17 @@ QComboBox* addModelControls(SessionForm& form) {
         "expert-ffn", "Expert FFN", "Width of one expert's MLP (0: the FFN hidden size)", 0,
         1 << 20, [](MoeSpec& moe, int v) { moe.expertFfn = v; },
         [](const Session& s) { return int(s.model.moe.expertFfn); });
+    QSpinBox* firstDense = form.addInt(
+        "first-dense-layers", "Dense first layers",
+        "Layers before the MoE ones whose MLP is dense, of the FFN hidden width (DeepSeek's "
+        "first_k_dense_replace); they sit on the first pipeline stage",
+        0, 1 << 14, [](const Session& s) { return s.model.moe.firstDenseLayers; },
+        [](Session& s, int v) {
+            makeCustom(s);
+            s.model.moe.firstDenseLayers = std::clamp(v, 0, std::max(0, s.model.layers - 1));
+        });
+    form.setEnabledWhen(
+        firstDense, [](const Session& s) { return !s.model.isBare() && s.model.moe.enabled(); });
     archInt("vocab", "Vocabulary", "Tokens in the vocabulary (embedding and LM head rows)", 1 << 22,
             &ModelSpec::vocab);
     architecture(form.addChoice(

@@ -188,12 +188,47 @@ Activation activationFor(const Family& family, const std::optional<std::string>&
     return SwiGlu;
 }
 
+// How many of an MoE model's layers come first with a dense MLP, from whichever field the config
+// says it with: DeepSeek's and GLM's first_k_dense_replace, or a per-layer list whose dense
+// layers all come first (Qwen-MoE's mlp_only_layers [0, 1, ...], transformers' mlp_layer_types
+// ["dense", ..., "sparse", ...]). -1 where a list puts dense layers elsewhere: the planner
+// cannot describe that model.
+int leadingDenseLayers(const json& config, ConfigReader& r, std::int64_t layers) {
+    std::int64_t dense = 0;
+    if (const auto k = r.whole({"first_k_dense_replace"}, false, 0))
+        dense = *k;
+    if (const auto it = config.find("mlp_only_layers"); it != config.end() && it->is_array()) {
+        std::int64_t next = 0;
+        for (const json& layer : *it) {
+            if (!layer.is_number_integer() || layer.get<std::int64_t>() != next)
+                return -1;
+            ++next;
+        }
+        dense = std::max(dense, next);
+    }
+    if (const auto it = config.find("mlp_layer_types"); it != config.end() && it->is_array()) {
+        std::int64_t leading = 0;
+        bool sparseSeen = false;
+        for (const json& kind : *it) {
+            const std::string name = kind.is_string() ? kind.get<std::string>() : std::string();
+            if (name == "dense" && !sparseSeen)
+                ++leading;
+            else if (name == "sparse")
+                sparseSeen = true;
+            else
+                return -1;
+        }
+        dense = std::max(dense, leading);
+    }
+    return int(std::min(dense, layers));
+}
+
 // Layers the planner cannot describe: every layer is one kind of attention (multi-head or
-// grouped-query) and one kind of MLP. A config that says otherwise is refused, naming what, so
-// an import never counts a different model without a word (DeepSeek-V3 would read as 705 B
-// parameters against its 671 B).
-void refuseUnmodelledLayers(const json& config, ConfigReader& r, const std::string& what,
-                            bool moe) {
+// grouped-query) and one kind of MLP, an MoE model's dense ones first. A config that says
+// otherwise is refused, naming what, so an import never counts a different model without a word
+// (DeepSeek-V3 would read as 705 B parameters against its 671 B).
+void refuseUnmodelledLayers(const json& config, ConfigReader& r, const std::string& what, bool moe,
+                            bool denseLayersApart) {
     std::vector<std::string> found;
     const auto value = [&](const char* key) {
         const auto [name, v] = r.find({key});
@@ -208,18 +243,15 @@ void refuseUnmodelledLayers(const json& config, ConfigReader& r, const std::stri
         const auto n = r.number({key});
         return n && *n > double(above);
     };
-    if (moe && positive("first_k_dense_replace", 0))
-        found.push_back("dense layers before the MoE ones (first_k_dense_replace " +
-                        value("first_k_dense_replace") + ")");
     if (moe && positive("moe_layer_freq", 1))
         found.push_back("MoE in every n-th layer only (moe_layer_freq " + value("moe_layer_freq") +
                         ")");
     if (moe && positive("decoder_sparse_step", 1))
         found.push_back("MoE in every n-th layer only (decoder_sparse_step " +
                         value("decoder_sparse_step") + ")");
-    if (const auto it = config.find("mlp_only_layers");
-        moe && it != config.end() && it->is_array() && !it->empty())
-        found.push_back("dense layers among the MoE ones (mlp_only_layers)");
+    if (moe && denseLayersApart)
+        found.push_back("dense layers among the MoE ones (mlp_only_layers or mlp_layer_types "
+                        "other than the first layers)");
     if (positive("num_nextn_predict_layers", 0))
         found.push_back("multi-token prediction modules (num_nextn_predict_layers " +
                         value("num_nextn_predict_layers") + ")");
@@ -228,9 +260,9 @@ void refuseUnmodelledLayers(const json& config, ConfigReader& r, const std::stri
             found.push_back(std::string("layers of several kinds (") + key + " " + value(key) +
                             ")");
     if (const auto it = config.find("layer_types"); it != config.end() && it->is_array()) {
-        for (std::size_t i = 0; i < it->size() && i < 100'000; ++i) {
-            const json& kind = (*it)[i];
-            if (!kind.is_string() || (kind != "full_attention" && kind != "sliding_attention")) {
+        for (const json& kind : *it) {
+            const std::string name = kind.is_string() ? kind.get<std::string>() : std::string();
+            if (name != "full_attention" && name != "sliding_attention") {
                 found.push_back("layers of several kinds (layer_types has " + jsonExcerpt(kind) +
                                 ")");
                 break;
@@ -346,7 +378,10 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
         }
     }
 
-    refuseUnmodelledLayers(config, r, what, experts.value_or(0) > 0);
+    const bool moe = experts.value_or(0) > 0;
+    const int firstDense = moe && layers ? leadingDenseLayers(config, r, *layers) : 0;
+    m.moe.firstDenseLayers = std::max(0, firstDense);
+    refuseUnmodelledLayers(config, r, what, moe, firstDense < 0);
     r.throwIfAny(what);
     m.hidden = int(*hidden);
     m.layers = int(*layers);

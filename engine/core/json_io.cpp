@@ -314,6 +314,7 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
     moe.whole("top_k", m.moe.topK, 0, kMaxExperts);
     moe.whole("shared_experts", m.moe.sharedExperts, 0, kMaxExperts);
     moe.whole("expert_ffn", m.moe.expertFfn, 0, kMaxFfn);
+    moe.whole("first_dense_layers", m.moe.firstDenseLayers, 0, kMaxLayers);
 
     // Relations between fields, checked only when the fields themselves were valid.
     Problems& p = r.problems();
@@ -328,9 +329,14 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
     if (m.moe.experts > 0 && (m.moe.topK < 1 || m.moe.topK > m.moe.experts))
         p.invalid("moe.top_k: expected a whole number from 1 to moe.experts (" +
                   std::to_string(m.moe.experts) + "), got " + std::to_string(m.moe.topK));
-    if (m.moe.experts == 0 && (m.moe.topK > 0 || m.moe.sharedExperts > 0))
-        p.invalid("moe.experts: expected a whole number >= 1 when moe.top_k or "
-                  "moe.shared_experts is set, got 0");
+    if (m.moe.experts == 0 &&
+        (m.moe.topK > 0 || m.moe.sharedExperts > 0 || m.moe.firstDenseLayers > 0))
+        p.invalid("moe.experts: expected a whole number >= 1 when moe.top_k, "
+                  "moe.shared_experts or moe.first_dense_layers is set, got 0");
+    if (m.moe.experts > 0 && m.layers > 0 && m.moe.firstDenseLayers >= m.layers)
+        p.invalid("moe.first_dense_layers: expected fewer than layers (" +
+                  std::to_string(m.layers) + ") so that some layers have experts, got " +
+                  std::to_string(m.moe.firstDenseLayers) + "; for a dense model leave out moe");
 }
 
 } // namespace
@@ -365,7 +371,8 @@ void to_json(json& j, const ModelSpec& m) {
             j["moe"] = {{"experts", m.moe.experts},
                         {"top_k", m.moe.topK},
                         {"shared_experts", m.moe.sharedExperts},
-                        {"expert_ffn", m.moe.expertFfn}};
+                        {"expert_ffn", m.moe.expertFfn},
+                        {"first_dense_layers", m.moe.firstDenseLayers}};
     }
     // Zero means "not known" for these; leaving them out keeps that meaning on the way back.
     if (m.seqLen > 0)

@@ -40,6 +40,7 @@ ParamCount countParameters(const ModelSpec& m) {
     if (m.outputBias)
         c.attentionPerLayer += h;
 
+    c.denseMlpPerLayer = mlpParams(m, double(m.ffnHidden));
     if (m.moe.enabled()) {
         const double expert = mlpParams(m, double(m.expertFfn()));
         const double router = h * m.moe.experts;
@@ -47,17 +48,18 @@ ParamCount countParameters(const ModelSpec& m) {
         c.mlpActivePerLayer = expert * (m.moe.topK + m.moe.sharedExperts) + router;
         c.routedExpertsPerLayer = expert * m.moe.experts;
     } else {
-        c.mlpPerLayer = c.mlpActivePerLayer = mlpParams(m, double(m.ffnHidden));
+        c.mlpPerLayer = c.mlpActivePerLayer = c.denseMlpPerLayer;
     }
 
     c.normsPerLayer = 2.0 * normParams(m);
     c.finalNorm = normParams(m);
 
+    const double moeLayers = m.moeLayerCount(), denseLayers = m.denseLayerCount();
     c.attention = L * c.attentionPerLayer;
-    c.mlp = L * c.mlpPerLayer;
+    c.mlp = moeLayers * c.mlpPerLayer + denseLayers * c.denseMlpPerLayer;
     c.norms = L * c.normsPerLayer + c.finalNorm;
     c.total = c.embeddings + c.attention + c.mlp + c.norms + c.lmHead;
-    c.active = c.total - L * (c.mlpPerLayer - c.mlpActivePerLayer);
+    c.active = c.total - moeLayers * (c.mlpPerLayer - c.mlpActivePerLayer);
     return c;
 }
 
@@ -66,7 +68,8 @@ double matmulParamsPerToken(const ModelSpec& m) {
         return *m.bareParams;
     const ParamCount c = countParameters(m);
     const double lmHead = double(m.vocab) * m.hidden; // the output projection runs even when tied
-    return m.layers * (c.attentionPerLayer + c.mlpActivePerLayer) + lmHead;
+    return m.layers * c.attentionPerLayer + m.moeLayerCount() * c.mlpActivePerLayer +
+           m.denseLayerCount() * c.denseMlpPerLayer + lmHead;
 }
 
 std::string toString(Activation a) {

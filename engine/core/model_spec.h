@@ -1,6 +1,7 @@
 // A decoder-only transformer, as the planner and the engine both see it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,8 +17,15 @@ struct MoeSpec {
     int topK = 0;               // experts each token is routed to
     int sharedExperts = 0;      // always-on experts (DeepSeek/Qwen-MoE style)
     std::int64_t expertFfn = 0; // FFN width of one expert; 0 means ffnHidden
+    // The first this many layers have a dense MLP of width ffnHidden instead of experts
+    // (DeepSeek's first_k_dense_replace: 1 in DeepSeek-MoE and V2, 3 in V3).
+    int firstDenseLayers = 0;
     bool enabled() const { return experts > 0; }
 };
+
+// The two kinds of layer a model can have: every layer of a dense model is Dense; an MoE model's
+// layers are Moe, after its first dense ones.
+enum class LayerKind { Dense, Moe };
 
 struct ModelSpec {
     std::string id; // preset id, "llama3-8b"; empty for custom or imported models
@@ -55,6 +63,14 @@ struct ModelSpec {
     std::int64_t qDim() const { return std::int64_t(heads) * effectiveHeadDim(); }
     std::int64_t kvDim() const { return std::int64_t(kvHeads) * effectiveHeadDim(); }
     std::int64_t expertFfn() const { return moe.expertFfn > 0 ? moe.expertFfn : ffnHidden; }
+    int moeLayerCount() const {
+        return moe.enabled() ? layers - std::min(layers, std::max(0, moe.firstDenseLayers)) : 0;
+    }
+    int denseLayerCount() const { return layers - moeLayerCount(); }
+    // Whether a layer of this kind routes its tokens to experts (never in a dense model).
+    bool routes(LayerKind kind) const { return kind == LayerKind::Moe && moe.enabled(); }
+    // FFN width of one MLP of a layer of this kind: an expert's, or the dense MLP's.
+    std::int64_t layerFfn(LayerKind kind) const { return routes(kind) ? expertFfn() : ffnHidden; }
     bool gated() const { return activation != Activation::Gelu; }
 };
 
@@ -70,12 +86,24 @@ struct ParamCount {
     double active = 0; // parameters touched per token (MoE: top-k + shared experts only)
 
     double attentionPerLayer = 0;
-    double mlpPerLayer = 0;           // all experts
+    double mlpPerLayer = 0;           // all experts (of an MoE layer)
     double mlpActivePerLayer = 0;     // top-k + shared experts
     double routedExpertsPerLayer = 0; // the routed experts of mlpPerLayer (what EP splits)
+    double denseMlpPerLayer = 0;      // a dense layer's MLP (ffnHidden wide)
     double normsPerLayer = 0;
     double finalNorm = 0;
-    double layer() const { return attentionPerLayer + mlpPerLayer + normsPerLayer; }
+    double layerMlp(LayerKind kind) const {
+        return kind == LayerKind::Moe ? mlpPerLayer : denseMlpPerLayer;
+    }
+    double layerMlpActive(LayerKind kind) const {
+        return kind == LayerKind::Moe ? mlpActivePerLayer : denseMlpPerLayer;
+    }
+    double layerRoutedExperts(LayerKind kind) const {
+        return kind == LayerKind::Moe ? routedExpertsPerLayer : 0.0;
+    }
+    double layer(LayerKind kind = LayerKind::Moe) const {
+        return attentionPerLayer + layerMlp(kind) + normsPerLayer;
+    }
 };
 
 ParamCount countParameters(const ModelSpec& m);

@@ -17,17 +17,21 @@ TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumpt
     const ParamCount c = countParameters(m);
     const double causal = a.causalAttention ? 0.5 : 1.0;
     f.layerMatmul = 2.0 * (c.attentionPerLayer + c.mlpActivePerLayer);
+    f.denseLayerMatmul = 2.0 * (c.attentionPerLayer + c.denseMlpPerLayer);
     // Padded to capacity, each routed expert multiplies cf times its share of the tokens.
     const double routedActive =
         m.moe.enabled() ? c.routedExpertsPerLayer / m.moe.experts * m.moe.topK : 0.0;
     f.layerMatmulRun = f.layerMatmul + 2.0 * routedActive * (p.expertLoad() - 1.0);
     f.attentionCore = 4.0 * m.seqLen * double(m.qDim()) * causal;
     f.lmHead = 2.0 * double(m.vocab) * m.hidden;
-    const double forward = m.layers * (f.layerMatmul + f.attentionCore) + f.lmHead;
+    const double moeLayers = m.moeLayerCount(), denseLayers = m.denseLayerCount();
+    const double projections = moeLayers * f.layerMatmul + denseLayers * f.denseLayerMatmul;
+    const double projectionsRun = moeLayers * f.layerMatmulRun + denseLayers * f.denseLayerMatmul;
+    const double forward = projections + m.layers * f.attentionCore + f.lmHead;
     f.model = 3.0 * forward;
-    f.hardware = f.model + 3.0 * m.layers * (f.layerMatmulRun - f.layerMatmul);
+    f.hardware = f.model + 3.0 * (projectionsRun - projections);
     if (p.recompute == Recompute::Full)
-        f.hardware += m.layers * (f.layerMatmulRun + f.attentionCore);
+        f.hardware += projectionsRun + m.layers * f.attentionCore;
     else if (p.recompute == Recompute::Selective)
         f.hardware += m.layers * f.attentionCore;
     return f;
@@ -103,13 +107,15 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
         s.gemmSeconds = projectionPeak > 0 ? s.flops / projectionPeak : 0.0;
         return s;
     }
-    const int layers = layersOnStage(m, p, stage);
+    const StageLayers kinds = stageLayers(m, p, stage);
+    const int layers = kinds.total();
     // Forward, backward (twice the forward) and a recomputed forward where the policy runs one:
     // full recompute repeats the projections and the core, selective only the core.
     const double projectionRuns = 3.0 + (p.recompute == Recompute::Full ? 1.0 : 0.0);
     const double coreRuns = 3.0 + (p.recompute != Recompute::None ? 1.0 : 0.0);
     const double share = tokens / (t * cp);
-    const double projectionFlops = layers * projectionRuns * f.layerMatmulRun * share;
+    const double projectionFlops =
+        projectionRuns * share * (kinds.moe * f.layerMatmulRun + kinds.dense * f.denseLayerMatmul);
     const double coreFlops = layers * coreRuns * f.attentionCore * share;
     const double headFlops = stage == p.pp - 1 ? 3.0 * f.lmHead * share : 0.0;
     s.flops = projectionFlops + coreFlops + headFlops;
@@ -134,36 +140,41 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     // un-permutes the experts' outputs back (read k h, write h): Megatron-Core's permute and
     // unpermute, with the slots padded to the capacity factor.
     const double ab = p.precision.activationBytes();
-    const double routedCopies = m.moe.enabled() ? m.moe.topK * p.expertLoad() : 0.0;
-    const double experts = m.moe.enabled() ? routedCopies + m.moe.sharedExperts : 1.0;
     const double sp = p.sequenceParallel ? t : 1.0;
-    const double permuteTerms = m.moe.enabled() ? 2.0 * (1.0 + routedCopies) : 0.0;
-    const double bytesPerToken = 3.0 * ab *
-                                 ((a.elementwiseHiddenTerms + permuteTerms) * m.hidden / sp +
-                                  a.elementwiseFfnTerms * double(m.expertFfn()) * experts / t);
     // Unfused attention writes the scores, then masks, softmaxes and drops them out in separate
     // passes: about six reads or writes of every score, forward once and backward twice.
     const double scoreBytesPerToken =
         p.flashAttention ? 0.0 : 3.0 * 6.0 * ab * m.heads * double(m.seqLen) / t;
-    // FP8 casts: each projection's input is cast in the forward (read bf16, write fp8: 3 bytes an
-    // element) and its output gradient in the backward; a recomputed forward casts again.
-    double castBytesPerToken = 0;
-    if (fp8) {
-        // An MoE layer's up projection takes each token once per expert it goes to, and its
-        // down projection's output gradient comes back once per expert.
-        const double ffn = double(m.expertFfn()) * experts;
-        const double ffnIn = ffn * (m.activation == Activation::Gelu ? 1.0 : 2.0);
-        const double hiddenTerms = 1.0 + experts; // attention's input, the MLP's inputs
-        const double forwardInputs = hiddenTerms * m.hidden / sp + (double(m.qDim()) + ffn) / t;
-        const double backwardGrads =
-            hiddenTerms * m.hidden / sp + (double(m.qDim()) + 2.0 * double(m.kvDim()) + ffnIn) / t;
-        castBytesPerToken = 3.0 * ((projectionRuns - 2.0) * forwardInputs + backwardGrads);
-    }
+    const auto layerBytesPerToken = [&](LayerKind kind) {
+        const bool routes = m.routes(kind);
+        const double routedCopies = routes ? m.moe.topK * p.expertLoad() : 0.0;
+        const double experts = routes ? routedCopies + m.moe.sharedExperts : 1.0;
+        const double ffn = double(m.layerFfn(kind)) * experts;
+        const double permuteTerms = routes ? 2.0 * (1.0 + routedCopies) : 0.0;
+        const double bytes = 3.0 * ab *
+                             ((a.elementwiseHiddenTerms + permuteTerms) * m.hidden / sp +
+                              a.elementwiseFfnTerms * ffn / t);
+        // FP8 casts: each projection's input is cast in the forward (read bf16, write fp8: 3
+        // bytes an element) and its output gradient in the backward; a recomputed forward casts
+        // again. An MoE layer's up projection takes each token once per expert it goes to, and
+        // its down projection's output gradient comes back once per expert.
+        double casts = 0;
+        if (fp8) {
+            const double ffnIn = ffn * (m.activation == Activation::Gelu ? 1.0 : 2.0);
+            const double hiddenTerms = 1.0 + experts; // attention's input, the MLP's inputs
+            const double forwardInputs = hiddenTerms * m.hidden / sp + (double(m.qDim()) + ffn) / t;
+            const double backwardGrads = hiddenTerms * m.hidden / sp +
+                                         (double(m.qDim()) + 2.0 * double(m.kvDim()) + ffnIn) / t;
+            casts = 3.0 * ((projectionRuns - 2.0) * forwardInputs + backwardGrads);
+        }
+        return bytes + scoreBytesPerToken + casts;
+    };
+    double stageBytesPerToken = 0;
+    for (const LayerKind kind : {LayerKind::Dense, LayerKind::Moe})
+        if (kinds.of(kind) > 0)
+            stageBytesPerToken += kinds.of(kind) * layerBytesPerToken(kind);
     const double bandwidth = in.cluster.gpu.hbmBandwidth * a.memoryEfficiency;
-    s.elementwiseSeconds = bandwidth > 0
-                               ? layers * (bytesPerToken + scoreBytesPerToken + castBytesPerToken) *
-                                     tokens / cp / bandwidth
-                               : 0.0;
+    s.elementwiseSeconds = bandwidth > 0 ? stageBytesPerToken * tokens / cp / bandwidth : 0.0;
     return s;
 }
 

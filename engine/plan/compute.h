@@ -7,12 +7,20 @@
 namespace shardscope {
 
 struct TokenFlops {
-    double layerMatmul = 0;    // forward FLOPs of one layer's projections, per token
-    double layerMatmulRun = 0; // the same as run: routed experts at their capacity factor
-    double attentionCore = 0;  // forward FLOPs of QK^T and AV of one layer, per token
-    double lmHead = 0;         // forward FLOPs of the output projection, per token
-    double model = 0;          // forward + backward of the whole model, per token
-    double hardware = 0;       // model + recomputed forward work, per token
+    double layerMatmul = 0;      // forward FLOPs of one layer's projections, per token (an MoE
+                                 // model's: an MoE layer's)
+    double layerMatmulRun = 0;   // the same as run: routed experts at their capacity factor
+    double denseLayerMatmul = 0; // the same for a dense layer (an MoE model's first layers)
+    double matmul(LayerKind kind) const {
+        return kind == LayerKind::Moe ? layerMatmul : denseLayerMatmul;
+    }
+    double matmulRun(LayerKind kind) const {
+        return kind == LayerKind::Moe ? layerMatmulRun : denseLayerMatmul;
+    }
+    double attentionCore = 0; // forward FLOPs of QK^T and AV of one layer, per token
+    double lmHead = 0;        // forward FLOPs of the output projection, per token
+    double model = 0;         // forward + backward of the whole model, per token
+    double hardware = 0;      // model + recomputed forward work, per token
 };
 
 // Forward is 2 FLOPs per multiply-add; backward is twice the forward (Kaplan et al. 2020).

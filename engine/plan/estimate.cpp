@@ -47,31 +47,32 @@ double exposedBeside(double seconds, double window, double k) {
 // layer's output (Megatron-LM), one each for attention and the MLP; with SP each becomes an
 // all-gather plus a reduce-scatter of the same total size. Full recompute repeats the forward
 // pair. An MoE layer's experts run theirs in their own etp group instead (expertTpTraffic).
-AxisComm tpComm(const PlanInputs& in, int layers, double gemmTime) {
+AxisComm tpComm(const PlanInputs& in, const StageLayers& layers, double gemmTime) {
     const ParallelConfig& p = in.parallel;
     AxisComm c;
     const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::TP);
     setPlacement(c, g);
     if (in.model.isBare() || (p.tp <= 1 && p.expertTp() <= 1))
         return c;
-    const double callsPerBlock =
-        double(p.microbatches()) * layers * (p.recompute == Recompute::Full ? 3.0 : 2.0);
-    const auto add = [&](int size, const GroupPlacement& at, double bytes, bool gather) {
-        if (size <= 1 || bytes <= 0)
+    const double passes = double(p.microbatches()) * (p.recompute == Recompute::Full ? 3.0 : 2.0);
+    const auto add = [&](int blocks, int size, const GroupPlacement& at, double bytes,
+                         bool gather) {
+        if (blocks <= 0 || size <= 1 || bytes <= 0)
             return;
-        c.collectives += int(callsPerBlock * (gather ? 2 : 1));
-        c.bytes += callsPerBlock * ringAllReduceBytesPerRank(bytes, size);
-        c.seconds += callsPerBlock *
-                     (gather ? 2.0 * ringAllGatherSeconds(bytes, size, at.bandwidth, at.latency)
-                             : ringAllReduceSeconds(bytes, size, at.bandwidth, at.latency));
+        const double calls = passes * blocks;
+        c.collectives += int(calls * (gather ? 2 : 1));
+        c.bytes += calls * ringAllReduceBytesPerRank(bytes, size);
+        c.seconds +=
+            calls * (gather ? 2.0 * ringAllGatherSeconds(bytes, size, at.bandwidth, at.latency)
+                            : ringAllReduceSeconds(bytes, size, at.bandwidth, at.latency));
     };
     const double layerOutput = tpMessageBytes(in);
-    add(p.tp, g, layerOutput, p.sequenceParallel); // attention
-    // Shared experts are a dense MLP beside the routed ones, split by tp with its own pair.
-    if (!in.model.moe.enabled() || in.model.moe.sharedExperts > 0)
-        add(p.tp, g, layerOutput, p.sequenceParallel);
+    add(layers.total(), p.tp, g, layerOutput, p.sequenceParallel); // attention
+    // A dense MLP has its own pair; so have shared experts, a dense MLP beside the routed ones.
+    const int mlpPairs = layers.dense + (in.model.moe.sharedExperts > 0 ? layers.moe : 0);
+    add(mlpPairs, p.tp, g, layerOutput, p.sequenceParallel);
     const double tpSeconds = c.seconds; // what Transformer Engine's userbuffers can overlap
-    if (const ExpertTpTraffic x = expertTpTraffic(in); x.group > 1) {
+    if (const ExpertTpTraffic x = expertTpTraffic(in); x.group > 1 && layers.moe > 0) {
         const GroupPlacement at =
             x.group == p.tp ? g : placeGroup(in.cluster, in.assume, x.group, 1);
         if (p.tp <= 1) {
@@ -82,7 +83,7 @@ AxisComm tpComm(const PlanInputs& in, int layers, double gemmTime) {
             c.bandwidth = std::min(c.bandwidth, at.bandwidth);
             c.latency = std::max(c.latency, at.latency);
         }
-        add(x.group, at, x.bytes, x.gather);
+        add(layers.moe, x.group, at, x.bytes, x.gather);
     }
     // The collectives sit between dependent GEMMs; only Transformer Engine's userbuffers
     // (tp-comm-overlap, which needs SP) split each GEMM against chunks of its all-gather or
@@ -118,11 +119,12 @@ AxisComm cpComm(const PlanInputs& in, int layers, double attentionTime) {
     return c;
 }
 
-// Expert parallelism: per MoE layer and microbatch, the router's choices are dispatched to the
-// experts' ranks and their outputs combined back, an all-to-all each, forward and backward (six
-// under full recompute). Each rank sends its tokens (s*b/cp, over tp under the SP that EP with
-// tp needs) x top-k x h x a_bytes, (ep-1)/ep of it to other ranks. Megatron-Core runs them
-// between the router and the experts, not overlapped by default: all of it is exposed.
+// Expert parallelism: per MoE layer (`layers` of them on the stage) and microbatch, the router's
+// choices are dispatched to the experts' ranks and their outputs combined back, an all-to-all each,
+// forward and backward (six under full recompute). Each rank sends its tokens (s*b/cp, over tp
+// under the SP that EP with tp needs) x top-k x h x a_bytes, (ep-1)/ep of it to other ranks.
+// Megatron-Core runs them between the router and the experts, not overlapped by default: all of it
+// is exposed.
 AxisComm epComm(const PlanInputs& in, int layers, double computeTime) {
     const ParallelConfig& p = in.parallel;
     const ModelSpec& m = in.model;
@@ -337,20 +339,29 @@ double optimizerSeconds(const PlanInputs& in, double params, double expertParams
 // The stages that can be the most loaded or the slowest (no allocation: the search calls this for
 // every layout). The first stage holds the embedding and the most in-flight microbatches, the last
 // the LM head and the logits; the second holds the most layers when the embedding takes one of
-// the first stage's places (layers go to the first chunks first).
+// the first stage's places (layers go to the first chunks first). An MoE model's dense first
+// layers make the early stages lighter or heavier than the rest: the first stage holding none of
+// them stands for the rest.
 struct CandidateStages {
-    std::array<int, 3> stage{};
+    std::array<int, 4> stage{};
     int count = 0;
     const int* begin() const { return stage.data(); }
     const int* end() const { return stage.data() + count; }
 };
 
-CandidateStages candidateStages(const ParallelConfig& p) {
+CandidateStages candidateStages(const ModelSpec& m, const ParallelConfig& p) {
     const int last = std::max(0, p.pp - 1);
     CandidateStages c;
     c.stage[std::size_t(c.count++)] = 0;
     if (p.embeddingInPipelineSplit && last > 1)
         c.stage[std::size_t(c.count++)] = 1;
+    if (m.moe.enabled() && m.denseLayerCount() > 0) {
+        int allMoe = 1;
+        while (allMoe < last && stageLayers(m, p, allMoe).dense > 0)
+            ++allMoe;
+        if (allMoe < last && c.stage[std::size_t(c.count - 1)] != allMoe)
+            c.stage[std::size_t(c.count++)] = allMoe;
+    }
     if (last > 0)
         c.stage[std::size_t(c.count++)] = last;
     return c;
@@ -361,7 +372,7 @@ CandidateStages candidateStages(const ParallelConfig& p) {
 MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, int* stage) {
     MemoryBreakdown worst;
     int worstStage = -1;
-    for (const int s : candidateStages(in.parallel)) {
+    for (const int s : candidateStages(in.model, in.parallel)) {
         MemoryBreakdown m = memoryForStage(in, s);
         if (worstStage < 0 || m.total() > worst.total()) {
             worst = m;
@@ -400,7 +411,7 @@ Estimate evaluate(const PlanInputs& in) {
     // Compute: the slowest stage sets the pace of the pipeline.
     StageCompute slow;
     int slowStage = -1;
-    for (const int s : candidateStages(p)) {
+    for (const int s : candidateStages(m, p)) {
         const StageCompute c = stageCompute(in, s);
         if (slowStage < 0 || c.seconds() > slow.seconds()) {
             slow = c;
@@ -412,12 +423,12 @@ Estimate evaluate(const PlanInputs& in) {
     e.computeTime = mbs * e.microbatchCompute;
 
     // Communication per axis.
-    const int layers = layersOnStage(m, p, slowStage);
+    const StageLayers layers = stageLayers(m, p, slowStage);
     const double params = paramsOnStage(m, e.params, p, slowStage);
     const double expertParams = expertParamsOnStage(m, e.params, p, slowStage);
     e.comm[int(Axis::TP)] = tpComm(in, layers, mbs * (slow.gemmSeconds - slow.attentionSeconds));
-    e.comm[int(Axis::CP)] = cpComm(in, layers, mbs * slow.attentionSeconds);
-    e.comm[int(Axis::EP)] = epComm(in, layers, e.computeTime);
+    e.comm[int(Axis::CP)] = cpComm(in, layers.total(), mbs * slow.attentionSeconds);
+    e.comm[int(Axis::EP)] = epComm(in, layers.moe, e.computeTime);
     e.comm[int(Axis::PP)] = ppComm(in, e.computeTime);
     e.comm[int(Axis::DP)] = dpComm(in, params, expertParams, e.microbatchCompute, e.computeTime);
     e.optimizerTime = optimizerSeconds(in, params, expertParams);

@@ -38,7 +38,9 @@ struct MemoryBreakdown {
     double paramsOnRank = 0;       // parameters this rank holds before ZeRO-3 sharding
     double expertParamsOnRank = 0; // of which routed experts' (split over ep as well as tp)
     int layersOnRank = 0;
-    double activationsPerLayer = 0; // one microbatch, one layer
+    double activationsPerLayer = 0; // one microbatch, one layer (an MoE model's: an MoE layer)
+    int firstDenseLayersOnRank = 0; // of layersOnRank, an MoE model's dense first layers
+    double firstDenseActivationsPerLayer = 0; // one microbatch, one of those
     double inflightMicrobatches = 0;
     double stageExtraActivations = 0; // embedding / LM-head inputs on first or last stage
     double zero3Gather = 0;           // gathered parameters + unsharded grads of the largest layer
@@ -131,6 +133,7 @@ std::vector<StepPart> stepTimeParts(const Estimate& e);
 MemoryBreakdown memoryForStage(const PlanInputs& in, int stage);
 // Memory of the most loaded pipeline stage (its index in *stage when given).
 MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, int* stage = nullptr);
-double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p);
+double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p,
+                               LayerKind kind = LayerKind::Moe);
 
 } // namespace shardscope

@@ -224,10 +224,15 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         x.formula = "layers_on_rank x act_per_layer x in_flight_microbatches + stage_extras; "
                     "act_per_layer = s*b/cp x [(4h x a_bytes + 2h dropout) / sp + "
                     "(a_bytes (2q + 2kv) + ffn terms + attention scores) / tp]";
-        x.substituted = std::to_string(m.layersOnRank) + " x " + b(m.activationsPerLayer) + " x " +
-                        n(m.inflightMicrobatches) + " + " + b(m.stageExtraActivations) + " = " +
-                        b(m.activations) + " (recompute " + toString(p.recompute) + ", schedule " +
-                        toString(p.schedule) + ")";
+        x.substituted =
+            (m.firstDenseLayersOnRank > 0
+                 ? "(" + std::to_string(m.layersOnRank - m.firstDenseLayersOnRank) + " x " +
+                       b(m.activationsPerLayer) + " + " + std::to_string(m.firstDenseLayersOnRank) +
+                       " dense x " + b(m.firstDenseActivationsPerLayer) + ")"
+                 : std::to_string(m.layersOnRank) + " x " + b(m.activationsPerLayer)) +
+            " x " + n(m.inflightMicrobatches) + " + " + b(m.stageExtraActivations) + " = " +
+            b(m.activations) + " (recompute " + toString(p.recompute) + ", schedule " +
+            toString(p.schedule) + ")";
         x.source = std::string(kKorthikanti) + "; in-flight microbatches: GPipe m, 1F1B p, "
                                                "interleaved p(1 + (p-1)/(p v)), ZB-H1 p, ZB-1p "
                                                "and ZB-2p their programs' peak (Qi et al.)";
@@ -431,12 +436,23 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
             x.substituted = n(e.params.total) + " (the quick form omits the architecture: no "
                                                 "activations, TP/PP/CP rules or per-layer FLOPs)";
         } else {
-            x.formula = "embeddings + L x (attention + mlp + norms) + final norm + lm_head";
-            x.substituted = n(e.params.embeddings) + " + " + std::to_string(m.layers) + " x (" +
-                            n(e.params.attentionPerLayer) + " + " + n(e.params.mlpPerLayer) +
-                            " + " + n(e.params.normsPerLayer) + ") + " + n(e.params.finalNorm) +
-                            " + " + n(e.params.lmHead) + " = " + n(e.params.total) +
-                            (m.moe.enabled() ? "; active per token " + n(e.params.active) : "");
+            const int dense = m.moe.enabled() ? m.denseLayerCount() : 0;
+            x.formula = dense > 0 ? "embeddings + L x (attention + norms) + L_moe x mlp + "
+                                    "L_dense x dense_mlp + final norm + lm_head"
+                                  : "embeddings + L x (attention + mlp + norms) + final norm + "
+                                    "lm_head";
+            x.substituted =
+                dense > 0 ? n(e.params.embeddings) + " + " + std::to_string(m.layers) + " x (" +
+                                n(e.params.attentionPerLayer) + " + " + n(e.params.normsPerLayer) +
+                                ") + " + std::to_string(m.moeLayerCount()) + " x " +
+                                n(e.params.mlpPerLayer) + " + " + std::to_string(dense) + " x " +
+                                n(e.params.denseMlpPerLayer) + " (the first dense layers)"
+                          : n(e.params.embeddings) + " + " + std::to_string(m.layers) + " x (" +
+                                n(e.params.attentionPerLayer) + " + " + n(e.params.mlpPerLayer) +
+                                " + " + n(e.params.normsPerLayer) + ")";
+            x.substituted += " + " + n(e.params.finalNorm) + " + " + n(e.params.lmHead) + " = " +
+                             n(e.params.total) +
+                             (m.moe.enabled() ? "; active per token " + n(e.params.active) : "");
         }
         x.source = m.source.empty() ? "Counted from the model's shapes" : m.source;
         break;
@@ -454,12 +470,17 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         } else {
             // The terms paramsOnStage adds for the most loaded stage, each with its divisor.
             const std::string tp = std::to_string(std::max(1, p.tp));
-            x.substituted = std::to_string(e.memory.layersOnRank) + " layers x " +
+            const int dense = e.memory.firstDenseLayersOnRank;
+            x.substituted = std::to_string(e.memory.layersOnRank - dense) + " layers x " +
                             n(layerParamsPerTpRank(m, e.params, p.tp, p.ep, p.etp)) +
                             (p.expertsApart() ? " (a layer on a tp rank, its experts over ep " +
                                                     std::to_string(p.ep) + " x etp " +
                                                     std::to_string(p.expertTp()) + ")"
                                               : " (a layer on a tp rank)");
+            if (dense > 0)
+                x.substituted +=
+                    " + " + std::to_string(dense) + " dense layers x " +
+                    n(layerParamsPerTpRank(m, e.params, p.tp, p.ep, p.etp, LayerKind::Dense));
             if (e.worstStage == 0) {
                 const double positions = e.params.embeddings - double(m.vocab) * m.hidden;
                 x.substituted += " + " + n(e.params.embeddings - positions) + " / " + tp +
@@ -504,14 +525,26 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
             break;
         }
         x.formula =
-            "3 x [L x (2 x matmul_params_per_layer + attention) + 2 V h]; attention = 4 s q" +
+            std::string(m.moe.enabled() && m.denseLayerCount() > 0
+                            ? "3 x [L_moe x (2 x matmul_params_per_layer + attention) + L_dense x "
+                              "(2 x dense_matmul_params_per_layer + attention) + 2 V h]"
+                            : "3 x [L x (2 x matmul_params_per_layer + attention) + 2 V h]") +
+            "; attention = 4 s q" +
             std::string(in.assume.causalAttention ? " / 2 (causal half counted)"
                                                   : " (full square counted)");
-        x.substituted = m.isBare()
-                            ? "6 x " + n(*m.bareParams) + " = " + n(f.model)
-                            : "3 x [" + std::to_string(m.layers) + " x (" + n(f.layerMatmul) +
-                                  " + " + n(f.attentionCore) + ") + " + n(f.lmHead) +
-                                  "] = " + n(f.model) + "; with recompute " + n(f.hardware);
+        const int dense = m.moe.enabled() ? m.denseLayerCount() : 0;
+        if (m.isBare())
+            x.substituted = "6 x " + n(*m.bareParams) + " = " + n(f.model);
+        else if (dense > 0)
+            x.substituted = "3 x [" + std::to_string(m.moeLayerCount()) + " x (" +
+                            n(f.layerMatmul) + " + " + n(f.attentionCore) + ") + " +
+                            std::to_string(dense) + " dense x (" + n(f.denseLayerMatmul) + " + " +
+                            n(f.attentionCore) + ") + " + n(f.lmHead) + "] = " + n(f.model) +
+                            "; with recompute " + n(f.hardware);
+        else
+            x.substituted = "3 x [" + std::to_string(m.layers) + " x (" + n(f.layerMatmul) + " + " +
+                            n(f.attentionCore) + ") + " + n(f.lmHead) + "] = " + n(f.model) +
+                            "; with recompute " + n(f.hardware);
         x.source =
             "Kaplan et al. 2020 (6N); Narayanan et al. 2021 Appendix (attention and LM head)";
         break;

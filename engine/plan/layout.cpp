@@ -16,10 +16,32 @@ int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage) {
     return layers;
 }
 
-double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int ep, int etp) {
+StageLayers stageLayers(const ModelSpec& m, const ParallelConfig& p, int stage) {
+    StageLayers s;
+    if (m.isBare())
+        return s;
+    const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp), chunks = pp * vpp;
+    const int slots = p.pipelineSlots(m.layers);
+    const int base = slots / chunks, extra = slots % chunks;
+    const int dense = m.denseLayerCount();
+    for (int v = 0; v < vpp; ++v) {
+        const int chunk = v * pp + stage;
+        const int held = layersOnChunk(m.layers, p, chunk);
+        // The chunk's first layer: the slots before it, less the embedding's where it has one.
+        const int before = chunk * base + std::min(chunk, extra) -
+                           (chunk > 0 && p.embeddingInPipelineSplit ? 1 : 0);
+        const int denseHere = std::clamp(dense - before, 0, held);
+        s.dense += denseHere;
+        s.moe += held - denseHere;
+    }
+    return s;
+}
+
+double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int ep, int etp,
+                            LayerKind kind) {
     const double t = std::max(1, tp);
-    const double routedHeld =
-        c.routedExpertsPerLayer / (double(std::max(1, ep)) * (etp > 0 ? etp : t));
+    const double routed = c.layerRoutedExperts(kind);
+    const double routedHeld = routed / (double(std::max(1, ep)) * (etp > 0 ? etp : t));
     double attention = c.attentionPerLayer;
     if (m.kvHeads > 0 && t > m.kvHeads) // each rank keeps a whole KV head: replicas add weights
         attention += 2.0 * m.hidden * double(m.kvDim()) * (t / m.kvHeads - 1.0);
@@ -27,15 +49,19 @@ double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int
     // keeps them whole (Megatron-LM's RowParallelLinear).
     const double replicatedBiases =
         m.moe.enabled() ? 0.0 : double(m.hidden) * ((m.outputBias ? 1 : 0) + (m.mlpBias ? 1 : 0));
-    return (attention + c.mlpPerLayer - c.routedExpertsPerLayer - replicatedBiases) / t +
-           routedHeld + replicatedBiases + c.normsPerLayer;
+    return (attention + c.layerMlp(kind) - routed - replicatedBiases) / t + routedHeld +
+           replicatedBiases + c.normsPerLayer;
 }
 
 double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage) {
     const double t = std::max(1, p.tp);
     if (m.isBare())
         return c.total / (t * std::max(1, p.pp));
-    double params = layersOnStage(m, p, stage) * layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp);
+    const StageLayers layers = stageLayers(m, p, stage);
+    double params = 0;
+    for (const LayerKind kind : {LayerKind::Dense, LayerKind::Moe})
+        if (layers.of(kind) > 0)
+            params += layers.of(kind) * layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp, kind);
     const bool first = stage == 0, last = stage == p.pp - 1;
     if (first) { // the vocabulary is split; learned positions are kept whole on every rank
         const double positions = c.embeddings - double(m.vocab) * m.hidden;
@@ -53,7 +79,7 @@ double expertParamsOnStage(const ModelSpec& m, const ParamCount& c, const Parall
                            int stage) {
     if (m.isBare() || c.routedExpertsPerLayer <= 0)
         return 0.0;
-    return layersOnStage(m, p, stage) * c.routedExpertsPerLayer /
+    return stageLayers(m, p, stage).moe * c.routedExpertsPerLayer /
            (double(p.expertTp()) * std::max(1, p.ep));
 }
 

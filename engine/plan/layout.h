@@ -11,11 +11,22 @@ namespace shardscope {
 // slots taken from the first and last where the layout counts them.
 int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage);
 
-// Parameters of one transformer layer held by one tensor-parallel rank. Norms are replicated;
-// K/V projections are replicated when tp exceeds the KV head count; the routed experts are split
-// over ep x etp ranks instead (etp 0 follows tp, Megatron-Core's default).
+// The same layers by kind: an MoE model's first dense layers (moe.firstDenseLayers) sit on the
+// first chunks, so on pipeline rank 0 unless they outnumber its first chunk's layers. Every
+// layer of a dense model is dense.
+struct StageLayers {
+    int dense = 0;
+    int moe = 0;
+    int total() const { return dense + moe; }
+    int of(LayerKind kind) const { return kind == LayerKind::Moe ? moe : dense; }
+};
+StageLayers stageLayers(const ModelSpec& m, const ParallelConfig& p, int stage);
+
+// Parameters of one transformer layer of `kind` held by one tensor-parallel rank. Norms are
+// replicated; K/V projections are replicated when tp exceeds the KV head count; the routed
+// experts are split over ep x etp ranks instead (etp 0 follows tp, Megatron-Core's default).
 double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int ep = 1,
-                            int etp = 0);
+                            int etp = 0, LayerKind kind = LayerKind::Moe);
 
 // Parameters held by one rank of pipeline stage `stage` (before ZeRO-3 sharding), and the part
 // of them that are routed experts' (sharded by ZeRO over the expert data-parallel ranks).

@@ -9,7 +9,7 @@
 
 namespace shardscope {
 
-double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p) {
+double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, LayerKind kind) {
     if (m.isBare())
         return 0.0;
     const double ab = p.precision.activationBytes();
@@ -30,9 +30,9 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p) {
     // Q, K, V kept for the attention backward, and the input of the output projection.
     double split = ab * T * (q + 2.0 * kv) + ab * T * q;
 
-    const double experts =
-        m.moe.enabled() ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
-    const double f = double(m.expertFfn()) * experts;
+    const bool routes = m.routes(kind);
+    const double experts = routes ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
+    const double f = double(m.layerFfn(kind)) * experts;
     split += (m.gated() ? 3.0 : 2.0) * ab * T * f; // gate/up outputs (or GELU input) + down input
 
     if (p.recompute == Recompute::None && !p.flashAttention) {
@@ -44,8 +44,7 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p) {
     // factor), whole on every rank of the experts' etp group: the tokens its etp ranks hold
     // between them (each rank's own under SP or tp 1; without SP all tp ranks hold the same).
     const double expertTokens = p.tp > 1 && !p.sequenceParallel ? T : T / sp * p.expertTp();
-    const double expertInputs =
-        m.moe.enabled() ? ab * expertTokens * h * m.moe.topK * p.expertLoad() : 0.0;
+    const double expertInputs = routes ? ab * expertTokens * h * m.moe.topK * p.expertLoad() : 0.0;
     return replicated / sp + split / t + expertInputs;
 }
 
@@ -63,7 +62,10 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     const double params = paramsOnStage(m, c, p, stage);
     mem.paramsOnRank = params;
     mem.expertParamsOnRank = expertParamsOnStage(m, c, p, stage);
-    mem.layersOnRank = layersOnStage(m, p, stage);
+    const StageLayers layers = stageLayers(m, p, stage);
+    mem.layersOnRank = layers.total();
+    if (m.moe.enabled())
+        mem.firstDenseLayersOnRank = layers.dense;
 
     // Model state, sharded by ZeRO stage; offload moves the optimizer's share to the host. The
     // routed experts' state shards over the ranks holding the same experts (tp dp cp / etp ep).
@@ -89,6 +91,8 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     const double T = localTokens(m, p);
     const double sp = p.sequenceParallel ? t : 1.0;
     mem.activationsPerLayer = activationBytesPerLayer(m, p);
+    if (mem.firstDenseLayersOnRank > 0)
+        mem.firstDenseActivationsPerLayer = activationBytesPerLayer(m, p, LayerKind::Dense);
     mem.inflightMicrobatches =
         pipelineInflightMicrobatches(p.schedule, p.pp, std::max(1, p.microbatches()), p.vpp, stage);
     if (!m.isBare()) {
@@ -98,15 +102,19 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
         if (last) // final norm input and LM head input
             mem.stageExtraActivations += 2.0 * ab * T * m.hidden / sp;
     }
-    mem.activations = mem.layersOnRank * mem.activationsPerLayer * mem.inflightMicrobatches +
+    mem.activations = ((mem.layersOnRank - mem.firstDenseLayersOnRank) * mem.activationsPerLayer +
+                       mem.firstDenseLayersOnRank * mem.firstDenseActivationsPerLayer) *
+                          mem.inflightMicrobatches +
                       mem.stageExtraActivations;
 
     // Temporary buffers.
     if (p.zero >= 3 && shards > 1 && !m.isBare()) {
         // The largest module gathered whole, with its gradient before the reduce-scatter (the
         // 4 x largest-layer term of DeepSpeed's estimate_zero3_model_states_mem_needs).
-        const double largest =
-            std::max(layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp), c.embeddings / t);
+        double largest = std::max(layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp), c.embeddings / t);
+        if (m.denseLayerCount() > 0)
+            largest =
+                std::max(largest, layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp, LayerKind::Dense));
         mem.zero3Gather = largest * 2.0 * prec.weightBytes();
     }
     // Buckets of gradients in flight to an all-reduce or reduce-scatter (under ZeRO-3 the
@@ -122,6 +130,9 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
         ParallelConfig none = p;
         none.recompute = Recompute::None;
         mem.recomputeLayer = activationBytesPerLayer(m, none);
+        if (mem.firstDenseLayersOnRank > 0)
+            mem.recomputeLayer =
+                std::max(mem.recomputeLayer, activationBytesPerLayer(m, none, LayerKind::Dense));
     }
     mem.temporary =
         mem.zero3Gather + mem.gradBuckets + mem.logits + mem.fp8WeightCache + mem.recomputeLayer;

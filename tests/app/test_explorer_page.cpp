@@ -88,6 +88,20 @@ private slots:
         setInt(f.form(), "etp", 1);
         QCOMPARE(f.doc.session().parallel.etp, 1);
         QVERIFY(f.value("Weights") > splitWeights);
+        // DeepSeek's dense first layers: each trades its experts for one dense MLP, and they
+        // are never all the layers (a model file refuses that).
+        QVERIFY(f.form()->control("first-dense-layers")->isEnabled());
+        const double params = f.doc.estimate().params.total;
+        setInt(f.form(), "first-dense-layers", 2);
+        QCOMPARE(f.doc.session().model.moe.firstDenseLayers, 2);
+        const ParamCount c = f.doc.estimate().params;
+        QCOMPARE(c.total, params - 2 * (c.mlpPerLayer - c.denseMlpPerLayer));
+        setInt(f.form(), "layers", 2);
+        QCOMPARE(f.doc.session().model.moe.firstDenseLayers, 1);
+        QCOMPARE(f.doc.estimate().params.total - f.doc.estimate().params.embeddings -
+                     f.doc.estimate().params.lmHead,
+                 2 * (c.attentionPerLayer + c.normsPerLayer) + c.mlpPerLayer + c.denseMlpPerLayer +
+                     c.finalNorm);
         setInt(f.form(), "experts", 0); // dense again: no top-k, no shared experts
         QCOMPARE(f.doc.session().model.moe.topK, 0);
         QVERIFY(!f.form()->control("ep")->isEnabled());
@@ -95,6 +109,8 @@ private slots:
         QCOMPARE(f.doc.session().parallel.ep, 1); // nothing left that the form cannot undo
         QCOMPARE(f.doc.session().parallel.etp, 0);
         QVERIFY(!f.doc.session().parallel.epCommOverlap);
+        QCOMPARE(f.doc.session().model.moe.firstDenseLayers, 0);
+        QVERIFY(!f.form()->control("first-dense-layers")->isEnabled());
     }
 
     void clusterControlsMoveThroughputAndCost() {

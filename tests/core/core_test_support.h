@@ -70,6 +70,7 @@ inline void expectSame(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(a.moe.topK, b.moe.topK);
     EXPECT_EQ(a.moe.sharedExperts, b.moe.sharedExperts);
     EXPECT_EQ(a.moe.expertFfn, b.moe.expertFfn);
+    EXPECT_EQ(a.moe.firstDenseLayers, b.moe.firstDenseLayers);
     EXPECT_DOUBLE_EQ(a.publishedParams, b.publishedParams);
     EXPECT_EQ(a.source, b.source);
     EXPECT_EQ(a.bareParams, b.bareParams);

@@ -135,7 +135,7 @@ TEST(ModelJson, RoundTripsEveryField) {
     m.norm = Norm::LayerNorm;
     m.positions = PositionEmbedding::Learned;
     m.attentionBias = m.outputBias = m.mlpBias = m.dropout = true;
-    m.moe = {16, 2, 1, 2048};
+    m.moe = {16, 2, 1, 2048, 3};
     m.publishedParams = 1.25e10;
     m.source = "a test";
     expectSame(roundTrip(m), m);
@@ -242,6 +242,15 @@ TEST(ModelJson, ChecksFieldsAgainstEachOther) {
     j = llamaJson();
     j["moe"] = {{"experts", 8}, {"top_k", 9}};
     EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("top_k"), std::string::npos);
+    // Dense first layers need experts after them.
+    j["moe"] = {{"experts", 8}, {"top_k", 2}, {"first_dense_layers", j["layers"]}};
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("first_dense_layers: expected fewer"),
+              std::string::npos);
+    j["moe"] = {{"experts", 0}, {"first_dense_layers", 1}};
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("moe.experts"), std::string::npos);
+    j["moe"] = {{"experts", 8}, {"top_k", 2}, {"first_dense_layers", -1}};
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("first_dense_layers"),
+              std::string::npos);
 }
 
 TEST(ModelJson, NotAnObject) {

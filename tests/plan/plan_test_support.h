@@ -65,6 +65,32 @@ inline ModelSpec mixtral8x7b(int seq = 4096) {
     return m;
 }
 
+// DeepSeekMoE 16B as Dai et al. 2024 (arXiv 2401.06066) and its config.json give it: 28 layers of
+// width 2048, 16 heads, a dense first layer (MLP 10944 wide), then 64 routed experts of 1408 with
+// top-6 routing and 2 shared experts; vocabulary 102400, untied head.
+inline ModelSpec deepSeekMoe16b(int seq = 4096) {
+    ModelSpec m;
+    m.name = "DeepSeekMoE 16B";
+    m.layers = 28;
+    m.hidden = 2048;
+    m.heads = m.kvHeads = 16;
+    m.ffnHidden = 10944;
+    m.vocab = 102400;
+    m.seqLen = m.maxPositions = seq;
+    m.moe.experts = 64;
+    m.moe.topK = 6;
+    m.moe.sharedExperts = 2;
+    m.moe.expertFfn = 1408;
+    m.moe.firstDenseLayers = 1;
+    return m;
+}
+
+// The same shapes with every layer dense: what a dense first layer is, counted a second way.
+inline ModelSpec withoutExperts(ModelSpec m) {
+    m.moe = MoeSpec{};
+    return m;
+}
+
 // The routed experts' weights of that model: 32 layers x 8 experts x 3 matrices of 4096 x 14336.
 inline constexpr double kMixtralRoutedExperts = 32.0 * 8 * 3 * 4096 * 14336;
 

@@ -569,6 +569,64 @@ TEST(Estimate, ExpertParallelAllToAllsMoveTopKCopiesOfEveryToken) {
     EXPECT_GT(e.axis(Axis::EP).exposed, 0);
 }
 
+// Mixtral with its first `dense` layers made dense (DeepSeek's first_k_dense_replace): those
+// layers route nothing, so the all-to-alls and the experts' collectives run in the other layers
+// only, and a dense layer's MLP has its tp pair as in a dense model.
+TEST(Estimate, DenseFirstLayersSendNoAllToAllsAndKeepTheirTpPair) {
+    PlanInputs in = mixtral(8, 8, 2, 1, 2); // tp 2 (SP), ep 8
+    in.parallel.etp = 1;                    // experts whole on each tp rank: no ETP collectives
+    const Estimate all = estimate(in);
+    ASSERT_TRUE(all.valid());
+    in.model.moe.firstDenseLayers = 3;
+    const Estimate e = estimate(in);
+    ASSERT_TRUE(e.valid());
+    EXPECT_EQ(all.axis(Axis::EP).collectives, 32 * 4);
+    EXPECT_EQ(e.axis(Axis::EP).collectives, 29 * 4);
+    EXPECT_NEAR(e.axis(Axis::EP).bytes, all.axis(Axis::EP).bytes * 29 / 32, 1.0);
+    // TP: an all-gather and a reduce-scatter for attention in every layer, forward and backward,
+    // and for the MLP in the dense layers only.
+    EXPECT_EQ(all.axis(Axis::TP).collectives, 32 * 2 * 2);
+    EXPECT_EQ(e.axis(Axis::TP).collectives, (32 + 3) * 2 * 2);
+    // The FLOPs: each dense layer's MLP is one 14336-wide SwiGLU where an MoE layer has two
+    // experts of it and the router.
+    const double h = 4096, f = 14336;
+    EXPECT_NEAR(all.modelFlopsPerToken - e.modelFlopsPerToken,
+                3 * 3 * 2.0 * (2 * 3 * h * f + 8 * h - 3 * h * f), 1.0);
+}
+
+// The estimate's memory and compute are those of the most loaded and the slowest of all the
+// stages, found by planning every stage, for models whose first stages differ from the rest.
+TEST(Estimate, TheHeaviestStageIsFoundWhereverTheDenseLayersPutIt) {
+    for (const int dense : {0, 1, 3, 10})
+        for (const int pp : {2, 4, 7})
+            for (const int vpp : {1, 2})
+                for (const bool embedding : {false, true}) {
+                    PlanInputs in;
+                    in.model = test::deepSeekMoe16b();
+                    in.model.moe.firstDenseLayers = dense;
+                    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 7);
+                    in.parallel = test::layout(4, 2, pp, 64, 1);
+                    in.parallel.sequenceParallel = true;
+                    in.parallel.ep = 4;
+                    in.parallel.vpp = vpp;
+                    in.parallel.schedule =
+                        vpp > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
+                    in.parallel.embeddingInPipelineSplit = embedding;
+                    if (vpp > 1 && in.parallel.microbatches() % pp != 0)
+                        continue;
+                    SCOPED_TRACE(testing::Message() << "dense " << dense << " pp " << pp << " vpp "
+                                                    << vpp << " emb " << embedding);
+                    const Estimate e = evaluate(in);
+                    double slowest = 0, heaviest = 0;
+                    for (int stage = 0; stage < pp; ++stage) {
+                        slowest = std::max(slowest, stageCompute(in, stage).seconds());
+                        heaviest = std::max(heaviest, memoryForStage(in, stage).total());
+                    }
+                    EXPECT_DOUBLE_EQ(e.microbatchCompute, slowest);
+                    EXPECT_DOUBLE_EQ(e.memory.total(), heaviest);
+                }
+}
+
 // Megatron-Core's EP overlap (combined 1F1B) runs each microbatch's all-to-alls beside another
 // microbatch's compute: of m microbatches, m - 1 have a partner. With the all-to-alls shorter
 // than that window, what stays exposed is their cost to the compute beside them,

@@ -110,5 +110,43 @@ TEST(TpCrossesNodes, OnlyWhenTpDoesNotDivideTheNode) {
     EXPECT_EQ(placeAxis(c, layout(8, 8, 1, 1), Assumptions{}, Axis::TP).crossesNodes, false);
 }
 
+// An MoE model's dense first layers sit where its first layers do: walking the chunks in order
+// and dealing layer indices from layersOnChunk (a second count) gives the same kinds per stage,
+// for pipelines with and without virtual stages and embedding or loss slots.
+TEST(StageLayers, DenseFirstLayersSitWhereTheFirstLayersDo) {
+    ModelSpec m = test::deepSeekMoe16b();
+    for (const int dense : {1, 3, 9})
+        for (const int pp : {1, 2, 4, 7})
+            for (const int vpp : {1, 2})
+                for (const bool embedding : {false, true})
+                    for (const bool loss : {false, true}) {
+                        m.moe.firstDenseLayers = dense;
+                        ParallelConfig p = layout(1, 1, pp, 1);
+                        p.vpp = vpp;
+                        p.embeddingInPipelineSplit = embedding;
+                        p.lossInPipelineSplit = loss;
+                        std::map<int, StageLayers> walked;
+                        int next = 0;
+                        for (int chunk = 0; chunk < pp * vpp; ++chunk)
+                            for (int i = 0; i < layersOnChunk(m.layers, p, chunk); ++i, ++next)
+                                ++(next < dense ? walked[chunk % pp].dense
+                                                : walked[chunk % pp].moe);
+                        ASSERT_EQ(next, m.layers);
+                        for (int stage = 0; stage < pp; ++stage) {
+                            const StageLayers s = stageLayers(m, p, stage);
+                            SCOPED_TRACE(testing::Message()
+                                         << "dense " << dense << " pp " << pp << " vpp " << vpp
+                                         << " stage " << stage);
+                            EXPECT_EQ(s.dense, walked[stage].dense);
+                            EXPECT_EQ(s.moe, walked[stage].moe);
+                            EXPECT_EQ(s.total(), layersOnStage(m, p, stage));
+                        }
+                    }
+    // Every layer of a dense model is dense.
+    const StageLayers dense = stageLayers(test::withoutExperts(m), layout(1, 1, 4, 1), 2);
+    EXPECT_EQ(dense.moe, 0);
+    EXPECT_EQ(dense.dense, 7);
+}
+
 } // namespace
 } // namespace shardscope

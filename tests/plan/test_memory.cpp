@@ -1,6 +1,7 @@
 // Memory per GPU: activations against Korthikanti et al. 2022 Table 2, ZeRO stages, offload,
 // pipeline in-flight microbatches and the most loaded stage.
 #include "plan/formulas.h"
+#include "plan/layout.h"
 #include "plan_test_support.h"
 
 #include <gtest/gtest.h>
@@ -233,6 +234,41 @@ TEST(ExpertParallelMemory, ExpertTensorParallelismSplitsTheExpertsApartFromTp) {
     // The experts' token copies: each rank gathers what its etp ranks hold (s/tp under SP).
     EXPECT_NEAR(memory(2, 4).activations - memory(1, 8).activations,
                 32.0 * 4096 / 2 * 2 * 4096 * 2 * (2 - 1), 1e3);
+}
+
+// DeepSeekMoE 16B on 4 pipeline stages of 7 layers (16 H100s, tp 2, ep 2): the first stage
+// holds the dense first layer, which keeps what a layer of the same model without experts keeps
+// (the weights and activations of a dense model's layer, counted a second way) in place of an
+// MoE layer's. The model's published 16.4 B parameters come out of the count.
+TEST(DenseFirstLayersMemory, TheFirstStageHoldsADenseLayerAsADenseModelDoes) {
+    PlanInputs in;
+    in.model = test::deepSeekMoe16b();
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 2);
+    in.parallel = test::layout(2, 2, 4, 64, 1);
+    in.parallel.ep = 2;
+    in.parallel.sequenceParallel = true;
+    const ParamCount c = countParameters(in.model);
+    EXPECT_NEAR(c.total, 16.4e9, 0.005 * 16.4e9);
+    const ModelSpec dense = test::withoutExperts(in.model);
+    const ParamCount d = countParameters(dense);
+    const ParallelConfig& p = in.parallel;
+
+    const MemoryBreakdown first = memoryForStage(in, 0), second = memoryForStage(in, 1);
+    EXPECT_EQ(first.layersOnRank, 7);
+    EXPECT_EQ(first.firstDenseLayersOnRank, 1);
+    EXPECT_EQ(second.firstDenseLayersOnRank, 0);
+    EXPECT_DOUBLE_EQ(first.firstDenseActivationsPerLayer, activationBytesPerLayer(dense, p));
+    EXPECT_DOUBLE_EQ(first.activationsPerLayer, second.activationsPerLayer);
+    EXPECT_NEAR(first.activations - first.stageExtraActivations,
+                (6 * first.activationsPerLayer + activationBytesPerLayer(dense, p)) *
+                    first.inflightMicrobatches,
+                1.0);
+    // Weights: the embedding aside, stage 0 has one dense layer where stage 1 has an MoE one.
+    const double embedding = c.embeddings / 2;
+    EXPECT_NEAR(first.paramsOnRank - embedding - second.paramsOnRank,
+                layerParamsPerTpRank(dense, d, 2) - layerParamsPerTpRank(in.model, c, 2, 2), 1.0);
+    EXPECT_NEAR(first.expertParamsOnRank, 6 * c.routedExpertsPerLayer / 4, 1.0);
+    EXPECT_NEAR(second.expertParamsOnRank, 7 * c.routedExpertsPerLayer / 4, 1.0);
 }
 
 } // namespace

@@ -114,6 +114,9 @@ QComboBox* addModelControls(SessionForm& form) {
                 // Fewer layers keep an MoE model's dense first ones fewer than all of them.
                 s.model.moe.firstDenseLayers =
                     std::clamp(s.model.moe.firstDenseLayers, 0, std::max(0, s.model.layers - 1));
+                // Latent attention has keys and values for every head.
+                if (s.model.mla.enabled())
+                    s.model.kvHeads = s.model.heads;
             }));
     };
     archInt("layers", "Layers", "Transformer layers (L)", 1024, &ModelSpec::layers);

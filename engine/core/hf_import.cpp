@@ -234,11 +234,11 @@ void refuseUnmodelledLayers(const json& config, ConfigReader& r, const std::stri
         const auto [name, v] = r.find({key});
         return v ? jsonExcerpt(*v) : std::string();
     };
-    const std::string q = value("q_lora_rank"), kv = value("kv_lora_rank");
-    if (!q.empty() || !kv.empty())
-        found.push_back("multi-head latent attention (" +
-                        (q.empty() ? "" : "q_lora_rank " + q + (kv.empty() ? "" : ", ")) +
-                        (kv.empty() ? "" : "kv_lora_rank " + kv) + ")");
+    // A query bottleneck with no key-value latent is not multi-head latent attention.
+    if (!value("q_lora_rank").empty() && value("kv_lora_rank").empty())
+        found.push_back("a query low-rank bottleneck without multi-head latent attention "
+                        "(q_lora_rank " +
+                        value("q_lora_rank") + " and no kv_lora_rank)");
     const auto positive = [&](const char* key, std::int64_t above) {
         const auto n = r.number({key});
         return n && *n > double(above);
@@ -378,6 +378,18 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
         }
     }
 
+    // Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): the latent ranks and the per-head
+    // widths; keys and values exist for every head, whatever num_key_value_heads says.
+    if (const auto kvLora = r.whole({"kv_lora_rank"}, false, 1)) {
+        m.mla.kvLoraRank = int(*kvLora);
+        m.mla.qLoraRank = int(r.whole({"q_lora_rank"}, false, 1).value_or(0));
+        const auto nope = r.whole({"qk_nope_head_dim"}, true, 0);
+        const auto rope = r.whole({"qk_rope_head_dim"}, true, 0);
+        const auto v = r.whole({"v_head_dim"}, true);
+        m.mla.qkNopeHeadDim = int(nope.value_or(0));
+        m.mla.qkRopeHeadDim = int(rope.value_or(0));
+        m.mla.vHeadDim = int(v.value_or(0));
+    }
     const bool moe = experts.value_or(0) > 0;
     const int firstDense = moe && layers ? leadingDenseLayers(config, r, *layers) : 0;
     m.moe.firstDenseLayers = std::max(0, firstDense);
@@ -391,6 +403,10 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
     m.maxPositions = int(*maxPositions);
     m.headDim = int(headDim.value_or(0));
     m.kvHeads = int(kvHeads.value_or(*heads));
+    if (m.mla.enabled()) { // a head's output is a value wide; every head has its keys
+        m.headDim = m.mla.vHeadDim;
+        m.kvHeads = m.heads;
+    }
     // Training runs rarely use the full context a model supports; 8192 keeps the default plan
     // realistic. Callers that train at another length set seqLen themselves.
     m.seqLen = std::min(m.maxPositions, 8192);

@@ -316,6 +316,13 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
     moe.whole("expert_ffn", m.moe.expertFfn, 0, kMaxFfn);
     moe.whole("first_dense_layers", m.moe.firstDenseLayers, 0, kMaxLayers);
 
+    const Reader mla = r.child("mla");
+    mla.whole("q_lora_rank", m.mla.qLoraRank, 0, kMaxHidden);
+    mla.whole("kv_lora_rank", m.mla.kvLoraRank, 0, kMaxHidden);
+    mla.whole("qk_nope_head_dim", m.mla.qkNopeHeadDim, 0, kMaxHidden);
+    mla.whole("qk_rope_head_dim", m.mla.qkRopeHeadDim, 0, kMaxHidden);
+    mla.whole("v_head_dim", m.mla.vHeadDim, 0, kMaxHidden);
+
     // Relations between fields, checked only when the fields themselves were valid.
     Problems& p = r.problems();
     if (haveHeads && m.kvHeads > 0 && (m.kvHeads > m.heads || m.heads % m.kvHeads != 0))
@@ -333,6 +340,22 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
         (m.moe.topK > 0 || m.moe.sharedExperts > 0 || m.moe.firstDenseLayers > 0))
         p.invalid("moe.experts: expected a whole number >= 1 when moe.top_k, "
                   "moe.shared_experts or moe.first_dense_layers is set, got 0");
+    if (m.mla.enabled()) {
+        if (m.mla.qkHeadDim() < 1 || m.mla.vHeadDim < 1)
+            p.invalid("mla: expected qk_nope_head_dim + qk_rope_head_dim >= 1 and v_head_dim >= 1 "
+                      "for multi-head latent attention, got " +
+                      std::to_string(m.mla.qkHeadDim()) + " and " + std::to_string(m.mla.vHeadDim));
+        if (haveHeads && m.kvHeads != m.heads)
+            p.invalid("kv_heads: multi-head latent attention up-projects keys and values for "
+                      "every head, so kv_heads must equal heads (" +
+                      std::to_string(m.heads) + "), got " + std::to_string(m.kvHeads));
+        if (m.attentionBias)
+            p.invalid("attention_bias: multi-head latent attention is modelled without biases; "
+                      "set it false");
+    } else if (m.mla.qLoraRank > 0 || m.mla.qkHeadDim() > 0 || m.mla.vHeadDim > 0) {
+        p.invalid("mla.kv_lora_rank: expected a whole number >= 1 when other mla fields are set, "
+                  "got 0");
+    }
     if (m.moe.experts > 0 && m.layers > 0 && m.moe.firstDenseLayers >= m.layers)
         p.invalid("moe.first_dense_layers: expected fewer than layers (" +
                   std::to_string(m.layers) + ") so that some layers have experts, got " +
@@ -373,6 +396,12 @@ void to_json(json& j, const ModelSpec& m) {
                         {"shared_experts", m.moe.sharedExperts},
                         {"expert_ffn", m.moe.expertFfn},
                         {"first_dense_layers", m.moe.firstDenseLayers}};
+        if (m.mla.enabled() || m.mla.qLoraRank || m.mla.qkHeadDim() || m.mla.vHeadDim)
+            j["mla"] = {{"q_lora_rank", m.mla.qLoraRank},
+                        {"kv_lora_rank", m.mla.kvLoraRank},
+                        {"qk_nope_head_dim", m.mla.qkNopeHeadDim},
+                        {"qk_rope_head_dim", m.mla.qkRopeHeadDim},
+                        {"v_head_dim", m.mla.vHeadDim}};
     }
     // Zero means "not known" for these; leaving them out keeps that meaning on the way back.
     if (m.seqLen > 0)

@@ -34,9 +34,24 @@ ParamCount countParameters(const ModelSpec& m) {
         c.embeddings += double(m.maxPositions) * h;
     c.lmHead = m.tiedEmbeddings ? 0.0 : V * h;
 
-    c.attentionPerLayer = h * q + 2.0 * h * kv + q * h;
-    if (m.attentionBias)
-        c.attentionPerLayer += q + 2.0 * kv;
+    if (m.mla.enabled()) {
+        // DeepSeek-V2/V3's modeling code: q_a_proj, its norm and q_b_proj (or one q_proj),
+        // kv_a_proj_with_mqa (the latent and the shared rotary key), its norm, kv_b_proj (a key's
+        // position-free part and a value, per head), o_proj.
+        const MlaSpec& a = m.mla;
+        const double scores = double(m.scoreDim()), values = double(m.valueDim());
+        const double qLora = a.qLoraRank, kvLora = a.kvLoraRank;
+        const double qDown = qLora > 0 ? h * qLora + qLora : 0.0;
+        const double kvDown = h * (kvLora + a.qkRopeHeadDim) + kvLora;
+        const double qUp = (qLora > 0 ? qLora : h) * scores;
+        const double kvUp = kvLora * m.heads * double(a.qkNopeHeadDim + a.vHeadDim);
+        c.attentionReplicatedPerLayer = qDown + kvDown;
+        c.attentionPerLayer = qDown + kvDown + qUp + kvUp + values * h;
+    } else {
+        c.attentionPerLayer = h * q + 2.0 * h * kv + q * h;
+        if (m.attentionBias)
+            c.attentionPerLayer += q + 2.0 * kv;
+    }
     if (m.outputBias)
         c.attentionPerLayer += h;
 

@@ -23,6 +23,20 @@ struct MoeSpec {
     bool enabled() const { return experts > 0; }
 };
 
+// Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): queries through an optional low-rank
+// bottleneck, keys and values up-projected per head from one shared latent, and a rotary part of
+// each key shared by all heads. Its down projections and their norms are replicated on every
+// tensor-parallel rank (Megatron-Core's MLA); the up projections split by heads.
+struct MlaSpec {
+    int qLoraRank = 0;     // 0: queries projected from the hidden state directly (V2-Lite)
+    int kvLoraRank = 0;    // the shared key-value latent; 0 means not MLA
+    int qkNopeHeadDim = 0; // per head, the part of a query and a key without positions
+    int qkRopeHeadDim = 0; // per head, the rotary part (a key's is shared by the heads)
+    int vHeadDim = 0;      // per head, a value's width
+    bool enabled() const { return kvLoraRank > 0; }
+    int qkHeadDim() const { return qkNopeHeadDim + qkRopeHeadDim; }
+};
+
 // The two kinds of layer a model can have: every layer of a dense model is Dense; an MoE model's
 // layers are Moe, after its first dense ones.
 enum class LayerKind { Dense, Moe };
@@ -49,6 +63,7 @@ struct ModelSpec {
     bool mlpBias = false;
     bool dropout = false; // dropout masks are stored as activations when on
     MoeSpec moe;
+    MlaSpec mla;
     double publishedParams = 0; // total the model's authors state, for checks; 0 if unknown
     std::string source;         // where the numbers come from
 
@@ -62,6 +77,21 @@ struct ModelSpec {
     }
     std::int64_t qDim() const { return std::int64_t(heads) * effectiveHeadDim(); }
     std::int64_t kvDim() const { return std::int64_t(kvHeads) * effectiveHeadDim(); }
+    // What attention's core multiplies, per token and over all heads: the width of a query and of
+    // a key in the scores, and of a value. MLA's queries and keys are wider than its values;
+    // otherwise both are heads x head_dim (keys and values of GQA are repeated to every head).
+    std::int64_t scoreDim() const {
+        return mla.enabled() ? std::int64_t(heads) * mla.qkHeadDim() : qDim();
+    }
+    std::int64_t valueDim() const {
+        return mla.enabled() ? std::int64_t(heads) * mla.vHeadDim : qDim();
+    }
+    // Keys and values as a layer stores them for its backward and passes them around a CP ring,
+    // per token: MLA up-projects both for every head; GQA keeps its kv heads.
+    // The q of the papers' 12 l q s attention term: the mean of the score and value widths.
+    double attentionWidth() const { return 0.5 * double(scoreDim() + valueDim()); }
+    std::int64_t keyDim() const { return mla.enabled() ? scoreDim() : kvDim(); }
+    std::int64_t storedValueDim() const { return mla.enabled() ? valueDim() : kvDim(); }
     std::int64_t expertFfn() const { return moe.expertFfn > 0 ? moe.expertFfn : ffnHidden; }
     int moeLayerCount() const {
         return moe.enabled() ? layers - std::min(layers, std::max(0, moe.firstDenseLayers)) : 0;
@@ -86,6 +116,8 @@ struct ParamCount {
     double active = 0; // parameters touched per token (MoE: top-k + shared experts only)
 
     double attentionPerLayer = 0;
+    double attentionReplicatedPerLayer =
+        0;                            // of it, on every tp rank whole (MLA's down projections)
     double mlpPerLayer = 0;           // all experts (of an MoE layer)
     double mlpActivePerLayer = 0;     // top-k + shared experts
     double routedExpertsPerLayer = 0; // the routed experts of mlpPerLayer (what EP splits)

@@ -22,7 +22,9 @@ TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumpt
     const double routedActive =
         m.moe.enabled() ? c.routedExpertsPerLayer / m.moe.experts * m.moe.topK : 0.0;
     f.layerMatmulRun = f.layerMatmul + 2.0 * routedActive * (p.expertLoad() - 1.0);
-    f.attentionCore = 4.0 * m.seqLen * double(m.qDim()) * causal;
+    // Q K^T over the score width and the weights times V over the value width: 4 s q when both
+    // are q wide.
+    f.attentionCore = 2.0 * m.seqLen * double(m.scoreDim() + m.valueDim()) * causal;
     f.lmHead = 2.0 * double(m.vocab) * m.hidden;
     const double moeLayers = m.moeLayerCount(), denseLayers = m.denseLayerCount();
     const double projections = moeLayers * f.layerMatmul + denseLayers * f.denseLayerMatmul;
@@ -43,9 +45,9 @@ double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c) {
     const double h = m.hidden, l = m.layers, s = m.seqLen, V = double(m.vocab);
     switch (c) {
     case FlopsConvention::Causal:
-        return 6.0 * matmulParamsPerToken(m) + 6.0 * l * double(m.qDim()) * s;
+        return 6.0 * matmulParamsPerToken(m) + 6.0 * l * m.attentionWidth() * s;
     case FlopsConvention::Palm:
-        return 6.0 * matmulParamsPerToken(m) + 12.0 * l * double(m.qDim()) * s;
+        return 6.0 * matmulParamsPerToken(m) + 12.0 * l * m.attentionWidth() * s;
     case FlopsConvention::Megatron:
         return 96.0 * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
     case FlopsConvention::SixN:
@@ -162,9 +164,18 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
         if (fp8) {
             const double ffnIn = ffn * (m.activation == Activation::Gelu ? 1.0 : 2.0);
             const double hiddenTerms = 1.0 + experts; // attention's input, the MLP's inputs
-            const double forwardInputs = hiddenTerms * m.hidden / sp + (double(m.qDim()) + ffn) / t;
-            const double backwardGrads = hiddenTerms * m.hidden / sp +
-                                         (double(m.qDim()) + 2.0 * double(m.kvDim()) + ffnIn) / t;
+            // The attention projections' other inputs (MLA's latents, the output projection's)
+            // and their outputs' gradients (Q, K and V, or MLA's up and down projections').
+            const MlaSpec& mla = m.mla;
+            const double latents = mla.enabled() ? double(mla.qLoraRank + mla.kvLoraRank) : 0.0;
+            const double qkvOut = mla.enabled()
+                                      ? double(m.scoreDim()) +
+                                            double(m.heads) * (mla.qkNopeHeadDim + mla.vHeadDim) +
+                                            mla.qLoraRank + mla.kvLoraRank + mla.qkRopeHeadDim
+                                      : double(m.qDim()) + 2.0 * double(m.kvDim());
+            const double forwardInputs =
+                hiddenTerms * m.hidden / sp + latents + (double(m.valueDim()) + ffn) / t;
+            const double backwardGrads = hiddenTerms * m.hidden / sp + (qkvOut + ffnIn) / t;
             casts = 3.0 * ((projectionRuns - 2.0) * forwardInputs + backwardGrads);
         }
         return bytes + scoreBytesPerToken + casts;

@@ -24,8 +24,9 @@ struct TokenFlops {
 };
 
 // Forward is 2 FLOPs per multiply-add; backward is twice the forward (Kaplan et al. 2020).
-// Attention scores cost 4 s q FLOPs per token per layer in full, half of that when only the
-// causal triangle is computed (Assumptions::causalAttention).
+// Attention scores cost 4 s q FLOPs per token per layer in full (2 s (q_scores + v) where MLA's
+// queries and keys are wider than its values), half of that when only the causal triangle is
+// computed (Assumptions::causalAttention).
 TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumptions& a);
 
 // Model FLOPs per token in a paper's convention (flops_convention.h); a bare parameter count

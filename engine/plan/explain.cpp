@@ -146,9 +146,10 @@ void explainConvention(Explanation& x, const PlanInputs& in, const TokenFlops& f
         "; what runs, with recompute: " + n(f.hardware) + ")";
     switch (in.assume.flopsConvention) {
     case FlopsConvention::Palm:
-        x.formula = "6 x matmul_params + 12 x L x q x s (the whole attention square)";
+        x.formula = "6 x matmul_params + 12 x L x q x s (the whole attention square; q the mean "
+                    "of the query-key and value widths where MLA's differ)";
         x.substituted = "6 x " + n(matmulParamsPerToken(m)) + " + 12 x " + L + " x " +
-                        std::to_string(m.qDim()) + " x " + s + " = " + n(x.value) + tail;
+                        n(m.attentionWidth()) + " x " + s + " = " + n(x.value) + tail;
         x.source = "Chowdhery et al. 2022 (PaLM), Appendix B";
         break;
     case FlopsConvention::Megatron:

@@ -17,8 +17,10 @@ double cpHopBytes(const PlanInputs& in) {
     const ModelSpec& m = in.model;
     const double t = std::max(1, p.tp);
     // K and V heads split over tp ranks; with fewer KV heads than ranks each rank keeps one.
-    const double kvPerRank = double(m.kvDim()) * std::max(1.0, t / std::max(1, m.kvHeads)) / t;
-    return 2.0 * localTokens(m, p) * kvPerRank * p.precision.activationBytes();
+    // MLA's keys and values are up-projected for every head before the ring passes them.
+    const double replicas = m.mla.enabled() ? 1.0 : std::max(1.0, t / std::max(1, m.kvHeads));
+    const double kvPerRank = double(m.keyDim() + m.storedValueDim()) * replicas / t;
+    return localTokens(m, p) * kvPerRank * p.precision.activationBytes();
 }
 
 double epMessageBytes(const PlanInputs& in) {

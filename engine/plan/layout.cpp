@@ -49,8 +49,9 @@ double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int
     // keeps them whole (Megatron-LM's RowParallelLinear).
     const double replicatedBiases =
         m.moe.enabled() ? 0.0 : double(m.hidden) * ((m.outputBias ? 1 : 0) + (m.mlpBias ? 1 : 0));
-    return (attention + c.layerMlp(kind) - routed - replicatedBiases) / t + routedHeld +
-           replicatedBiases + c.normsPerLayer;
+    const double replicated = replicatedBiases + c.attentionReplicatedPerLayer;
+    return (attention + c.layerMlp(kind) - routed - replicated) / t + routedHeld + replicated +
+           c.normsPerLayer;
 }
 
 double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage) {

@@ -22,9 +22,10 @@ struct StageLayers {
 };
 StageLayers stageLayers(const ModelSpec& m, const ParallelConfig& p, int stage);
 
-// Parameters of one transformer layer of `kind` held by one tensor-parallel rank. Norms are
-// replicated; K/V projections are replicated when tp exceeds the KV head count; the routed
-// experts are split over ep x etp ranks instead (etp 0 follows tp, Megatron-Core's default).
+// Parameters of one transformer layer of `kind` held by one tensor-parallel rank. Norms and MLA's
+// down projections are replicated; K/V projections are replicated when tp exceeds the KV head
+// count; the routed experts are split over ep x etp ranks instead (etp 0 follows tp,
+// Megatron-Core's default).
 double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int ep = 1,
                             int etp = 0, LayerKind kind = LayerKind::Moe);
 

@@ -16,7 +16,7 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
     const double t = std::max(1, p.tp);
     const double sp = p.sequenceParallel ? t : 1.0; // SP shards what TP leaves replicated
     const double T = localTokens(m, p);
-    const double h = m.hidden, q = double(m.qDim());
+    const double h = m.hidden;
     const double kv = double(m.kvDim()) * std::max(1.0, t / std::max(1, m.kvHeads)); // replicas
 
     if (p.recompute == Recompute::Full)
@@ -27,8 +27,14 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
     if (m.dropout)
         replicated += 2.0 * T * h; // one-byte masks after attention and after the MLP
 
-    // Q, K, V kept for the attention backward, and the input of the output projection.
-    double split = ab * T * (q + 2.0 * kv) + ab * T * q;
+    // Q, K, V kept for the attention backward, and the input of the output projection; MLA keeps
+    // its latents too (the inputs of its norms and up projections, which tp does not split).
+    const double keys = m.mla.enabled() ? double(m.keyDim()) : kv;
+    const double values = m.mla.enabled() ? double(m.storedValueDim()) : kv;
+    double split = ab * T * (double(m.scoreDim()) + keys + values) + ab * T * double(m.valueDim());
+    if (m.mla.enabled())
+        replicated +=
+            ab * T * (2.0 * m.mla.qLoraRank + 2.0 * m.mla.kvLoraRank + m.mla.qkRopeHeadDim);
 
     const bool routes = m.routes(kind);
     const double experts = routes ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;

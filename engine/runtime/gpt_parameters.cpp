@@ -106,6 +106,8 @@ GptShape GptShape::of(const ModelSpec& m) {
         problems.push_back("head_dim must be hidden / heads");
     if (m.moe.enabled())
         problems.push_back("mixture-of-experts layers are not in the engine");
+    if (m.mla.enabled())
+        problems.push_back("multi-head latent attention is not in the engine");
     if (m.dropout)
         problems.push_back("dropout is on; the engine trains without dropout (set "
                            "\"dropout\": false, as modern pre-training runs do)");

@@ -71,6 +71,11 @@ inline void expectSame(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(a.moe.sharedExperts, b.moe.sharedExperts);
     EXPECT_EQ(a.moe.expertFfn, b.moe.expertFfn);
     EXPECT_EQ(a.moe.firstDenseLayers, b.moe.firstDenseLayers);
+    EXPECT_EQ(a.mla.qLoraRank, b.mla.qLoraRank);
+    EXPECT_EQ(a.mla.kvLoraRank, b.mla.kvLoraRank);
+    EXPECT_EQ(a.mla.qkNopeHeadDim, b.mla.qkNopeHeadDim);
+    EXPECT_EQ(a.mla.qkRopeHeadDim, b.mla.qkRopeHeadDim);
+    EXPECT_EQ(a.mla.vHeadDim, b.mla.vHeadDim);
     EXPECT_DOUBLE_EQ(a.publishedParams, b.publishedParams);
     EXPECT_EQ(a.source, b.source);
     EXPECT_EQ(a.bareParams, b.bareParams);

@@ -141,6 +141,36 @@ TEST(ModelJson, RoundTripsEveryField) {
     expectSame(roundTrip(m), m);
 }
 
+// Multi-head latent attention's fields travel with the model, and what it cannot be is said.
+TEST(ModelJson, LatentAttentionRoundTripsAndIsChecked) {
+    json j = llamaJson();
+    j["kv_heads"] = j["heads"];
+    j["mla"] = {{"q_lora_rank", 1536},
+                {"kv_lora_rank", 512},
+                {"qk_nope_head_dim", 128},
+                {"qk_rope_head_dim", 64},
+                {"v_head_dim", 128}};
+    const ModelSpec m = j.get<ModelSpec>();
+    EXPECT_EQ(m.mla.qLoraRank, 1536);
+    EXPECT_EQ(m.mla.qkHeadDim(), 192);
+    expectSame(roundTrip(m), m);
+    json gqa = j;
+    gqa["kv_heads"] = 8;
+    EXPECT_NE(inputErrorOf([&] { gqa.get<ModelSpec>(); }).find("every head"), std::string::npos);
+    json noValues = j;
+    noValues["mla"]["v_head_dim"] = 0;
+    EXPECT_NE(inputErrorOf([&] { noValues.get<ModelSpec>(); }).find("v_head_dim"),
+              std::string::npos);
+    json noLatent = j;
+    noLatent["mla"]["kv_lora_rank"] = 0;
+    EXPECT_NE(inputErrorOf([&] { noLatent.get<ModelSpec>(); }).find("mla.kv_lora_rank"),
+              std::string::npos);
+    json bias = j;
+    bias["attention_bias"] = true;
+    EXPECT_NE(inputErrorOf([&] { bias.get<ModelSpec>(); }).find("attention_bias"),
+              std::string::npos);
+}
+
 TEST(ModelJson, RoundTripsEveryPreset) {
     for (const ModelSpec& m : modelPresets()) {
         SCOPED_TRACE(m.id);

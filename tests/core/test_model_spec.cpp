@@ -68,6 +68,40 @@ TEST(CountParameters, MixtralActiveCountsTopKExperts) {
     EXPECT_EQ(c.mlpPerLayer - c.mlpActivePerLayer, 6 * 3.0 * 4096 * 14336);
 }
 
+// Multi-head latent attention, counted as DeepSeek-V2's modeling code builds it (q_a_proj and its
+// norm, q_b_proj or one q_proj; kv_a_proj_with_mqa, its norm, kv_b_proj; o_proj), for V2-Lite
+// (no query bottleneck) and V2 (q_lora_rank 1536): widths 128 heads x (128 + 64) for queries and
+// keys, x 128 for values.
+TEST(CountParameters, MultiHeadLatentAttentionCountsItsProjections) {
+    ModelSpec lite;
+    lite.layers = 27;
+    lite.hidden = 2048;
+    lite.heads = lite.kvHeads = 16;
+    lite.headDim = 128;
+    lite.ffnHidden = 10944;
+    lite.vocab = 102400;
+    lite.seqLen = lite.maxPositions = 4096;
+    lite.mla = {0, 512, 128, 64, 128};
+    EXPECT_EQ(lite.scoreDim(), 16 * 192);
+    EXPECT_EQ(lite.valueDim(), 16 * 128);
+    EXPECT_EQ(lite.keyDim(), 16 * 192);
+    const ParamCount c = countParameters(lite);
+    const double q = 2048.0 * 16 * 192, kvDown = 2048.0 * (512 + 64) + 512,
+                 kvUp = 512.0 * 16 * (128 + 128), o = 16.0 * 128 * 2048;
+    EXPECT_DOUBLE_EQ(c.attentionPerLayer, q + kvDown + kvUp + o);
+    EXPECT_DOUBLE_EQ(c.attentionReplicatedPerLayer, kvDown);
+
+    ModelSpec v2 = lite;
+    v2.hidden = 5120;
+    v2.heads = v2.kvHeads = 128;
+    v2.mla.qLoraRank = 1536;
+    const ParamCount c2 = countParameters(v2);
+    const double qDown = 5120.0 * 1536 + 1536, qUp = 1536.0 * 128 * 192,
+                 kvDown2 = 5120.0 * 576 + 512, kvUp2 = 512.0 * 128 * 256, o2 = 128.0 * 128 * 5120;
+    EXPECT_DOUBLE_EQ(c2.attentionPerLayer, qDown + qUp + kvDown2 + kvUp2 + o2);
+    EXPECT_DOUBLE_EQ(c2.attentionReplicatedPerLayer, qDown + kvDown2);
+}
+
 TEST(CountParameters, ExplicitHeadDimWidensAttention) {
     ModelSpec m = llama3_8b();
     m.headDim = 256; // Gemma style: heads * head_dim != hidden

@@ -85,6 +85,22 @@ inline ModelSpec deepSeekMoe16b(int seq = 4096) {
     return m;
 }
 
+// DeepSeek-V2-Lite as the DeepSeek-V2 paper's appendix and its config.json give it: multi-head
+// latent attention with no query bottleneck (16 heads, 128 + 64 query-key and 128 value
+// dimensions a head, a 512-wide key-value latent) over width 2048, 27 layers, the first dense
+// (MLP 10944), then 64 routed experts of 1408 (top-6) and 2 shared.
+inline ModelSpec deepSeekV2Lite(int seq = 4096) {
+    ModelSpec m = deepSeekMoe16b(seq);
+    m.name = "DeepSeek-V2-Lite";
+    m.layers = 27;
+    m.headDim = 128;
+    m.mla.kvLoraRank = 512;
+    m.mla.qkNopeHeadDim = 128;
+    m.mla.qkRopeHeadDim = 64;
+    m.mla.vHeadDim = 128;
+    return m;
+}
+
 // The same shapes with every layer dense: what a dense first layer is, counted a second way.
 inline ModelSpec withoutExperts(ModelSpec m) {
     m.moe = MoeSpec{};

@@ -349,6 +349,18 @@ TEST(Estimate, FlopConventionsRelateAsThePapersCountThem) {
     EXPECT_THROW(flopsConventionFromString("kaplan"), InputError);
 }
 
+// MLA's scores multiply 192-wide queries and keys a head, its weights 128-wide values: the core
+// costs 2 s (16 x 192 + 16 x 128) FLOPs a token forward, half under the causal mask, and the
+// papers' 12 l q s term takes q as the mean of the two widths.
+TEST(Estimate, LatentAttentionsScoresAreWiderThanItsValues) {
+    const ModelSpec m = test::deepSeekV2Lite(4096);
+    const TokenFlops f = tokenFlops(m, ParallelConfig{}, Assumptions{});
+    EXPECT_DOUBLE_EQ(f.attentionCore, 2.0 * 4096 * (16 * 192 + 16 * 128) / 2);
+    EXPECT_DOUBLE_EQ(conventionFlopsPerToken(m, FlopsConvention::Palm) -
+                         conventionFlopsPerToken(m, FlopsConvention::Causal),
+                     6.0 * 27 * (16 * 192 + 16 * 128) / 2 * 4096);
+}
+
 TEST(Estimate, ModelFlopsFollowSixNForLargeModels) {
     // Without the attention and LM-head terms the count is exactly 6N on the matmul parameters.
     const ModelSpec m = findModelPreset("llama3-70b");

@@ -80,6 +80,18 @@ TEST(LayerComm, RingAttentionPassesKeysAndValuesAroundTheContextRanks) {
 
 // An MoE layer under expert parallelism: the router, then each token dispatched to its experts'
 // ranks and combined back (GShard), forward and backward, with top-k copies of each token.
+// MLA's keys and values are up-projected for every head before attention: a ring hop carries
+// each head's key (128 + 64 wide) and value (128), split over tp, never a shared latent.
+TEST(LayerComm, RingAttentionPassesMlasPerHeadKeysAndValues) {
+    PlanInputs in;
+    in.model = test::deepSeekV2Lite();
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 1);
+    in.parallel = test::layout(1, 2, 1, 1);
+    in.parallel.cp = 4;
+    in.parallel.sequenceParallel = true;
+    EXPECT_DOUBLE_EQ(cpHopBytes(in), 4096.0 / 4 * 16 * (192 + 128) / 2 * 2);
+}
+
 TEST(LayerComm, ExpertParallelismDispatchesAndCombinesEachWay) {
     PlanInputs in;
     in.model = test::mixtral8x7b();

@@ -148,5 +148,17 @@ TEST(StageLayers, DenseFirstLayersSitWhereTheFirstLayersDo) {
     EXPECT_EQ(dense.dense, 7);
 }
 
+// Megatron-Core keeps MLA's down projections (and their norms) whole on every tensor-parallel
+// rank and splits the up and output projections by heads.
+TEST(LayerParams, LatentAttentionsDownProjectionsAreOnEveryTpRank) {
+    const ModelSpec m = test::withoutExperts(test::deepSeekV2Lite());
+    const ParamCount c = countParameters(m);
+    const double down = 2048.0 * (512 + 64) + 512;
+    ASSERT_DOUBLE_EQ(c.attentionReplicatedPerLayer, down);
+    EXPECT_DOUBLE_EQ(layerParamsPerTpRank(m, c, 4),
+                     (c.attentionPerLayer - down + c.denseMlpPerLayer) / 4 + down +
+                         c.normsPerLayer);
+}
+
 } // namespace
 } // namespace shardscope

@@ -271,5 +271,21 @@ TEST(DenseFirstLayersMemory, TheFirstStageHoldsADenseLayerAsADenseModelDoes) {
     EXPECT_NEAR(second.expertParamsOnRank, 7 * c.routedExpertsPerLayer / 4, 1.0);
 }
 
+// An MLA layer keeps each head's query, key (192 wide) and value (128), the output projection's
+// input (128 a head) and its latents (the 512-wide key-value latent and 64 rotary key dimensions
+// out of the down projection, the latent again after its norm), which tp does not split; the rest
+// as any layer (bf16, no recompute, fused attention).
+TEST(ActivationMemory, LatentAttentionKeepsPerHeadKeysAndValuesAndItsLatents) {
+    const ModelSpec m = test::withoutExperts(test::deepSeekV2Lite(4096));
+    for (const int tp : {1, 4}) {
+        ParallelConfig p = korthikanti(tp, true, Recompute::None);
+        p.flashAttention = true;
+        const double T = 4096, h = 2048, f = 10944, t = tp;
+        const double replicated = 2 * T * (4 * h + 2 * 512 + 64);
+        const double split = 2 * T * (16 * 192 * 2 + 16 * 128 + 16 * 128) + 2 * T * 3 * f;
+        EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, p), replicated / t + split / t) << tp;
+    }
+}
+
 } // namespace
 } // namespace shardscope

@@ -76,12 +76,13 @@ TEST(GptModel, RefusesWhatIsNotGpt2WithEveryReason) {
     m.norm = Norm::RmsNorm;
     m.kvHeads = 1;
     m.dropout = true;
+    m.mla.kvLoraRank = 16;
     try {
         GptShape::of(m);
         FAIL() << "expected InputError";
     } catch (const InputError& e) {
         const std::string what = e.what();
-        for (const char* word : {"swiglu", "rmsnorm", "kv_heads", "dropout"})
+        for (const char* word : {"swiglu", "rmsnorm", "kv_heads", "dropout", "latent attention"})
             EXPECT_NE(what.find(word), std::string::npos) << word << " in: " << what;
     }
 }

@@ -20,6 +20,10 @@ StageLayers stageLayers(const ModelSpec& m, const ParallelConfig& p, int stage) 
     StageLayers s;
     if (m.isBare())
         return s;
+    if (!m.moe.enabled() || m.moe.firstDenseLayers <= 0) { // one kind of layer (the search's case)
+        (m.moe.enabled() ? s.moe : s.dense) = layersOnStage(m, p, stage);
+        return s;
+    }
     const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp), chunks = pp * vpp;
     const int slots = p.pipelineSlots(m.layers);
     const int base = slots / chunks, extra = slots % chunks;

@@ -180,6 +180,15 @@ QComboBox* addModelControls(SessionForm& form) {
         firstDense, [](const Session& s) { return !s.model.isBare() && s.model.moe.enabled(); });
     archInt("vocab", "Vocabulary", "Tokens in the vocabulary (embedding and LM head rows)", 1 << 22,
             &ModelSpec::vocab);
+    architecture(form.addInt(
+        "mtp-modules", "MTP modules",
+        "Multi-token prediction modules (DeepSeek-V3): each trains one more layer, a 2h x h "
+        "projection and the output head again, on the last pipeline stage",
+        0, 64, [](const Session& s) { return s.model.mtpModules; },
+        [](Session& s, int v) {
+            makeCustom(s);
+            s.model.mtpModules = v;
+        }));
     architecture(form.addChoice(
         "activation", "MLP", "GELU (2 matrices) or a gated MLP (SwiGLU/GeGLU, 3 matrices)",
         {{"GELU", "gelu"}, {"SwiGLU", "swiglu"}, {"GeGLU", "geglu"}},

@@ -226,7 +226,8 @@ int leadingDenseLayers(const json& config, ConfigReader& r, std::int64_t layers)
 // Layers the planner cannot describe: every layer is one kind of attention (multi-head or
 // grouped-query) and one kind of MLP, an MoE model's dense ones first. A config that says
 // otherwise is refused, naming what, so an import never counts a different model without a word
-// (DeepSeek-V3 would read as 705 B parameters against its 671 B).
+// (DeepSeek-V3 read as a plain MoE model would count 705 B parameters against its 671 B; it is
+// now counted exactly, latent attention, dense first layers and MTP module included).
 void refuseUnmodelledLayers(const json& config, ConfigReader& r, const std::string& what, bool moe,
                             bool denseLayersApart) {
     std::vector<std::string> found;
@@ -246,15 +247,19 @@ void refuseUnmodelledLayers(const json& config, ConfigReader& r, const std::stri
     if (moe && positive("moe_layer_freq", 1))
         found.push_back("MoE in every n-th layer only (moe_layer_freq " + value("moe_layer_freq") +
                         ")");
+    if (moe && positive("interleave_moe_layer_step", 1))
+        found.push_back("MoE in every n-th layer only (interleave_moe_layer_step " +
+                        value("interleave_moe_layer_step") + ")");
+    if (moe && value("model_type").rfind("\"llama4", 0) == 0)
+        found.push_back("Llama 4's always-on shared expert, which its config does not state "
+                        "(model_type " +
+                        value("model_type") + ")");
     if (moe && positive("decoder_sparse_step", 1))
         found.push_back("MoE in every n-th layer only (decoder_sparse_step " +
                         value("decoder_sparse_step") + ")");
     if (moe && denseLayersApart)
         found.push_back("dense layers among the MoE ones (mlp_only_layers or mlp_layer_types "
                         "other than the first layers)");
-    if (positive("num_nextn_predict_layers", 0))
-        found.push_back("multi-token prediction modules (num_nextn_predict_layers " +
-                        value("num_nextn_predict_layers") + ")");
     for (const char* key : {"attn_layer_period", "expert_layer_period"})
         if (positive(key, 1))
             found.push_back(std::string("layers of several kinds (") + key + " " + value(key) +
@@ -390,6 +395,8 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
         m.mla.qkRopeHeadDim = int(rope.value_or(0));
         m.mla.vHeadDim = int(v.value_or(0));
     }
+    // DeepSeek-V3's (and GLM-4.5's) multi-token prediction modules.
+    m.mtpModules = int(r.whole({"num_nextn_predict_layers"}, false, 0).value_or(0));
     const bool moe = experts.value_or(0) > 0;
     const int firstDense = moe && layers ? leadingDenseLayers(config, r, *layers) : 0;
     m.moe.firstDenseLayers = std::max(0, firstDense);

@@ -316,6 +316,8 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
     moe.whole("expert_ffn", m.moe.expertFfn, 0, kMaxFfn);
     moe.whole("first_dense_layers", m.moe.firstDenseLayers, 0, kMaxLayers);
 
+    r.whole("mtp_modules", m.mtpModules, 0, 64);
+
     const Reader mla = r.child("mla");
     mla.whole("q_lora_rank", m.mla.qLoraRank, 0, kMaxHidden);
     mla.whole("kv_lora_rank", m.mla.kvLoraRank, 0, kMaxHidden);
@@ -396,6 +398,8 @@ void to_json(json& j, const ModelSpec& m) {
                         {"shared_experts", m.moe.sharedExperts},
                         {"expert_ffn", m.moe.expertFfn},
                         {"first_dense_layers", m.moe.firstDenseLayers}};
+        if (m.mtpModules > 0)
+            j["mtp_modules"] = m.mtpModules;
         if (m.mla.enabled() || m.mla.qLoraRank || m.mla.qkHeadDim() || m.mla.vHeadDim)
             j["mla"] = {{"q_lora_rank", m.mla.qLoraRank},
                         {"kv_lora_rank", m.mla.kvLoraRank},

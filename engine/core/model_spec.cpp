@@ -73,8 +73,15 @@ ParamCount countParameters(const ModelSpec& m) {
     c.attention = L * c.attentionPerLayer;
     c.mlp = moeLayers * c.mlpPerLayer + denseLayers * c.denseMlpPerLayer;
     c.norms = L * c.normsPerLayer + c.finalNorm;
-    c.total = c.embeddings + c.attention + c.mlp + c.norms + c.lmHead;
-    c.active = c.total - moeLayers * (c.mlpPerLayer - c.mlpActivePerLayer);
+    // An MTP module: a layer, the projection of [norm(h); norm(embedding)] to h, and the norms
+    // of its two inputs and of its output before the shared head (DeepSeek-V3's enorm, hnorm,
+    // eh_proj and shared_head.norm).
+    const LayerKind mtpKind = m.mtpLayerKind();
+    c.mtpPerModule = c.layer(mtpKind) + 2.0 * h * h + 3.0 * normParams(m);
+    c.mtp = m.mtpModules * c.mtpPerModule;
+    c.total = c.embeddings + c.attention + c.mlp + c.norms + c.lmHead + c.mtp;
+    c.active = c.total - moeLayers * (c.mlpPerLayer - c.mlpActivePerLayer) -
+               m.mtpModules * (c.layerMlp(mtpKind) - c.layerMlpActive(mtpKind));
     return c;
 }
 
@@ -83,8 +90,11 @@ double matmulParamsPerToken(const ModelSpec& m) {
         return *m.bareParams;
     const ParamCount c = countParameters(m);
     const double lmHead = double(m.vocab) * m.hidden; // the output projection runs even when tied
+    // Each MTP module runs a layer, its projection and the output head once more.
+    const double mtp = m.mtpModules * (c.attentionPerLayer + c.layerMlpActive(m.mtpLayerKind()) +
+                                       2.0 * m.hidden * m.hidden + lmHead);
     return m.layers * c.attentionPerLayer + m.moeLayerCount() * c.mlpActivePerLayer +
-           m.denseLayerCount() * c.denseMlpPerLayer + lmHead;
+           m.denseLayerCount() * c.denseMlpPerLayer + lmHead + mtp;
 }
 
 std::string toString(Activation a) {

@@ -64,6 +64,12 @@ struct ModelSpec {
     bool dropout = false; // dropout masks are stored as activations when on
     MoeSpec moe;
     MlaSpec mla;
+    // Multi-token prediction modules (DeepSeek-V3's num_nextn_predict_layers, Megatron-Core's
+    // --mtp-num-layers): each predicts one token further ahead with one more layer of the
+    // model's last kind, a 2h -> h projection of its normed input and the next token's
+    // embedding, and its own norms, sharing the embedding and the output head. They train with
+    // the model, on the last pipeline stage.
+    int mtpModules = 0;
     double publishedParams = 0; // total the model's authors state, for checks; 0 if unknown
     std::string source;         // where the numbers come from
 
@@ -97,6 +103,8 @@ struct ModelSpec {
         return moe.enabled() ? layers - std::min(layers, std::max(0, moe.firstDenseLayers)) : 0;
     }
     int denseLayerCount() const { return layers - moeLayerCount(); }
+    // The kind of layer an MTP module repeats: the model's last layer's.
+    LayerKind mtpLayerKind() const { return moe.enabled() ? LayerKind::Moe : LayerKind::Dense; }
     // Whether a layer of this kind routes its tokens to experts (never in a dense model).
     bool routes(LayerKind kind) const { return kind == LayerKind::Moe && moe.enabled(); }
     // FFN width of one MLP of a layer of this kind: an expert's, or the dense MLP's.
@@ -108,10 +116,12 @@ struct ModelSpec {
 // tied to the embedding. Per-layer figures are for one transformer layer.
 struct ParamCount {
     double embeddings = 0;
-    double attention = 0; // all layers
+    double attention = 0; // all layers (not the MTP modules')
     double mlp = 0;       // all layers, all experts (and the router)
     double norms = 0;     // all layer norms plus the final norm
     double lmHead = 0;
+    double mtp = 0;          // the multi-token prediction modules (in total, not in the parts)
+    double mtpPerModule = 0; // one of them: a layer, the 2h x h projection, three norms
     double total = 0;
     double active = 0; // parameters touched per token (MoE: top-k + shared experts only)
 

@@ -26,16 +26,22 @@ TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumpt
     // are q wide.
     f.attentionCore = 2.0 * m.seqLen * double(m.scoreDim() + m.valueDim()) * causal;
     f.lmHead = 2.0 * double(m.vocab) * m.hidden;
-    const double moeLayers = m.moeLayerCount(), denseLayers = m.denseLayerCount();
+    // Each MTP module runs one more layer of the model's last kind, its 2h -> h projection and
+    // the output head again.
+    const bool mtpMoe = m.mtpLayerKind() == LayerKind::Moe;
+    const double moeLayers = m.moeLayerCount() + (mtpMoe ? m.mtpModules : 0);
+    const double denseLayers = m.denseLayerCount() + (mtpMoe ? 0 : m.mtpModules);
+    const double layers = m.layers + m.mtpModules;
+    f.mtpExtra = m.mtpModules * (2.0 * 2.0 * m.hidden * m.hidden + f.lmHead);
     const double projections = moeLayers * f.layerMatmul + denseLayers * f.denseLayerMatmul;
     const double projectionsRun = moeLayers * f.layerMatmulRun + denseLayers * f.denseLayerMatmul;
-    const double forward = projections + m.layers * f.attentionCore + f.lmHead;
+    const double forward = projections + layers * f.attentionCore + f.lmHead + f.mtpExtra;
     f.model = 3.0 * forward;
     f.hardware = f.model + 3.0 * (projectionsRun - projections);
     if (p.recompute == Recompute::Full)
-        f.hardware += projectionsRun + m.layers * f.attentionCore;
+        f.hardware += projectionsRun + layers * f.attentionCore;
     else if (p.recompute == Recompute::Selective)
-        f.hardware += m.layers * f.attentionCore;
+        f.hardware += layers * f.attentionCore;
     return f;
 }
 
@@ -119,7 +125,7 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
     const double projectionFlops =
         projectionRuns * share * (kinds.moe * f.layerMatmulRun + kinds.dense * f.denseLayerMatmul);
     const double coreFlops = layers * coreRuns * f.attentionCore * share;
-    const double headFlops = stage == p.pp - 1 ? 3.0 * f.lmHead * share : 0.0;
+    const double headFlops = stage == p.pp - 1 ? 3.0 * (f.lmHead + f.mtpExtra) * share : 0.0;
     s.flops = projectionFlops + coreFlops + headFlops;
     // A fused kernel runs attention's core at its own measured speed, forward (again where
     // recomputed) and backward, whose 2.5 x the forward FLOPs count the recomputed scores; a CP

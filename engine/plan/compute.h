@@ -19,6 +19,7 @@ struct TokenFlops {
     }
     double attentionCore = 0; // forward FLOPs of QK^T and AV of one layer, per token
     double lmHead = 0;        // forward FLOPs of the output projection, per token
+    double mtpExtra = 0;      // the MTP modules' projections and output heads, per token, forward
     double model = 0;         // forward + backward of the whole model, per token
     double hardware = 0;      // model + recomputed forward work, per token
 };

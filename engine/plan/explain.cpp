@@ -451,8 +451,13 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                           : n(e.params.embeddings) + " + " + std::to_string(m.layers) + " x (" +
                                 n(e.params.attentionPerLayer) + " + " + n(e.params.mlpPerLayer) +
                                 " + " + n(e.params.normsPerLayer) + ")";
-            x.substituted += " + " + n(e.params.finalNorm) + " + " + n(e.params.lmHead) + " = " +
-                             n(e.params.total) +
+            x.substituted += " + " + n(e.params.finalNorm) + " + " + n(e.params.lmHead);
+            if (m.mtpModules > 0) {
+                x.formula += " + MTP modules x (layer + 2 h^2 + 3 norms)";
+                x.substituted += " + " + std::to_string(m.mtpModules) + " x " +
+                                 n(e.params.mtpPerModule) + " (MTP)";
+            }
+            x.substituted += " = " + n(e.params.total) +
                              (m.moe.enabled() ? "; active per token " + n(e.params.active) : "");
         }
         x.source = m.source.empty() ? "Counted from the model's shapes" : m.source;

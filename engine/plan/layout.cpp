@@ -20,8 +20,11 @@ StageLayers stageLayers(const ModelSpec& m, const ParallelConfig& p, int stage) 
     StageLayers s;
     if (m.isBare())
         return s;
+    // The MTP modules' layers run on the last stage, after the model's.
+    if (stage == std::max(1, p.pp) - 1)
+        (m.mtpLayerKind() == LayerKind::Moe ? s.moe : s.dense) += m.mtpModules;
     if (!m.moe.enabled() || m.moe.firstDenseLayers <= 0) { // one kind of layer (the search's case)
-        (m.moe.enabled() ? s.moe : s.dense) = layersOnStage(m, p, stage);
+        (m.moe.enabled() ? s.moe : s.dense) += layersOnStage(m, p, stage);
         return s;
     }
     const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp), chunks = pp * vpp;
@@ -76,6 +79,9 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
         // A tied LM head on a separate last stage keeps its own copy of the embedding matrix.
         const double head = c.lmHead > 0 ? c.lmHead : (p.pp > 1 ? double(m.vocab) * m.hidden : 0.0);
         params += head / t + c.finalNorm;
+        // The MTP modules' projections (split over tp) and norms; their layers are counted above.
+        params += m.mtpModules * (c.mtpPerModule - c.layer(m.mtpLayerKind()) -
+                                  (1.0 - 1.0 / t) * 2.0 * m.hidden * m.hidden);
     }
     return params;
 }

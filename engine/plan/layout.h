@@ -13,7 +13,8 @@ int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage);
 
 // The same layers by kind: an MoE model's first dense layers (moe.firstDenseLayers) sit on the
 // first chunks, so on pipeline rank 0 unless they outnumber its first chunk's layers. Every
-// layer of a dense model is dense.
+// layer of a dense model is dense. The last stage also runs the MTP modules' layers
+// (ModelSpec::mtpModules), of the model's last kind.
 struct StageLayers {
     int dense = 0;
     int moe = 0;

@@ -105,8 +105,9 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
         if (first) // token ids (int64) and, with dropout, the embedding dropout mask
             mem.stageExtraActivations +=
                 mem.inflightMicrobatches * T * (8.0 + (m.dropout ? m.hidden : 0.0)) / sp;
-        if (last) // final norm input and LM head input
-            mem.stageExtraActivations += 2.0 * ab * T * m.hidden / sp;
+        if (last) // final norm input and LM head input; each MTP module's projection input
+                  // (its two normed inputs) and head input
+            mem.stageExtraActivations += (2.0 + 3.0 * m.mtpModules) * ab * T * m.hidden / sp;
     }
     mem.activations = ((mem.layersOnRank - mem.firstDenseLayersOnRank) * mem.activationsPerLayer +
                        mem.firstDenseLayersOnRank * mem.firstDenseActivationsPerLayer) *

@@ -108,6 +108,9 @@ GptShape GptShape::of(const ModelSpec& m) {
         problems.push_back("mixture-of-experts layers are not in the engine");
     if (m.mla.enabled())
         problems.push_back("multi-head latent attention is not in the engine");
+    if (m.mtpModules > 0)
+        problems.push_back("multi-token prediction modules are not in the engine (set "
+                           "\"mtp_modules\": 0)");
     if (m.dropout)
         problems.push_back("dropout is on; the engine trains without dropout (set "
                            "\"dropout\": false, as modern pre-training runs do)");

@@ -96,6 +96,15 @@ private slots:
         QCOMPARE(f.doc.session().model.moe.firstDenseLayers, 2);
         const ParamCount c = f.doc.estimate().params;
         QCOMPARE(c.total, params - 2 * (c.mlpPerLayer - c.denseMlpPerLayer));
+        // A multi-token prediction module: one more MoE layer and a projection to train.
+        const double withoutMtp = f.doc.estimate().params.total;
+        setInt(f.form(), "mtp-modules", 1);
+        QCOMPARE(f.doc.session().model.mtpModules, 1);
+        QCOMPARE(f.doc.estimate().params.total, withoutMtp + f.doc.estimate().params.mtpPerModule);
+        QCOMPARE(f.doc.estimate().params.mtpPerModule, c.attentionPerLayer + c.mlpPerLayer +
+                                                           c.normsPerLayer + 2.0 * 8192 * 8192 +
+                                                           3 * 8192.0);
+        setInt(f.form(), "mtp-modules", 0);
         setInt(f.form(), "layers", 2);
         QCOMPARE(f.doc.session().model.moe.firstDenseLayers, 1);
         QCOMPARE(f.doc.estimate().params.total - f.doc.estimate().params.embeddings -

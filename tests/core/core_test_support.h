@@ -71,6 +71,7 @@ inline void expectSame(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(a.moe.sharedExperts, b.moe.sharedExperts);
     EXPECT_EQ(a.moe.expertFfn, b.moe.expertFfn);
     EXPECT_EQ(a.moe.firstDenseLayers, b.moe.firstDenseLayers);
+    EXPECT_EQ(a.mtpModules, b.mtpModules);
     EXPECT_EQ(a.mla.qLoraRank, b.mla.qLoraRank);
     EXPECT_EQ(a.mla.kvLoraRank, b.mla.kvLoraRank);
     EXPECT_EQ(a.mla.qkNopeHeadDim, b.mla.qkNopeHeadDim);

@@ -36,7 +36,9 @@ json llamaConfig() {
 }
 
 // tests/data/hf/expected.json: {"<fixture stem>": {"total": N, "active": N (MoE), "active_within":
-// relative tolerance where the figure is published rounded (default 0.5 %), "source": ...}}
+// relative tolerance where the figure is published rounded (default 0.5 %), "main_model": true
+// where both leave out the MTP modules, "active_without_input_embedding": true where the active
+// count does, "source": ...}}
 TEST(HfImport, EveryFixtureMatchesItsPublishedCount) {
     const auto expectedPath = test::hfDataDir() / "expected.json";
     ASSERT_TRUE(std::filesystem::exists(expectedPath))
@@ -45,12 +47,23 @@ TEST(HfImport, EveryFixtureMatchesItsPublishedCount) {
     ASSERT_FALSE(expected.empty());
     for (const auto& [stem, published] : expected.items()) {
         SCOPED_TRACE(stem);
-        const ParamCount c = countParameters(importFixture(stem));
-        EXPECT_TRUE(withinRelative(c.total, published.at("total").get<double>(), 0.005));
+        const ModelSpec m = importFixture(stem);
+        const ParamCount c = countParameters(m);
+        // DeepSeek-V3 states its main model without the multi-token prediction module.
+        const bool mainModel = published.value("main_model", false);
+        const double mtpActive =
+            m.mtpModules *
+            (c.mtpPerModule - (c.layerMlp(m.mtpLayerKind()) - c.layerMlpActive(m.mtpLayerKind())));
+        const double total = mainModel ? c.total - c.mtp : c.total;
+        EXPECT_TRUE(withinRelative(total, published.at("total").get<double>(), 0.005)) << total;
         if (published.contains("active")) {
+            double active = mainModel ? c.active - mtpActive : c.active;
+            if (published.value("active_without_input_embedding", false))
+                active -= double(m.vocab) * m.hidden;
             // A figure published to two digits ("2.8B") is only that close: the entry says so.
             const double within = published.value("active_within", 0.005);
-            EXPECT_TRUE(withinRelative(c.active, published["active"].get<double>(), within));
+            EXPECT_TRUE(withinRelative(active, published["active"].get<double>(), within))
+                << active;
         }
     }
     // A fixture without an expected count would go unchecked.
@@ -237,21 +250,8 @@ TEST(HfImport, InvalidFieldsAreNamed) {
     EXPECT_NE(importError(config).find("layers"), std::string::npos);
 }
 
-// Real configs whose layers the planner cannot describe are refused with the fields that say
-// so (tests/data/hf-refused: DeepSeek-R1, the DeepSeek-V3 architecture, for its multi-token
-// prediction module).
+// Configs whose layers the planner cannot describe are refused with the fields that say so.
 TEST(HfImport, ArchitecturesItCannotModelAreRefusedWithTheirFields) {
-    const auto refused = test::hfDataDir().parent_path() / "hf-refused";
-    const auto message = [&](const std::string& stem) {
-        return importError(readJsonFile((refused / (stem + ".json")).string()));
-    };
-    const std::string v3 = message("deepseek-r1");
-    for (const char* says : {"cannot model", "num_nextn_predict_layers 1", "--params"})
-        EXPECT_NE(v3.find(says), std::string::npos) << says << " in: " << v3;
-    // Its latent attention and three dense first layers are modelled, so they are not reasons.
-    for (const char* modelled : {"first_k_dense_replace", "kv_lora_rank", "latent"})
-        EXPECT_EQ(v3.find(modelled), std::string::npos) << modelled << " in: " << v3;
-
     // One field at a time on a config that imports: each alone is refused.
     json moe = llamaConfig();
     moe["num_local_experts"] = 8;
@@ -263,11 +263,14 @@ TEST(HfImport, ArchitecturesItCannotModelAreRefusedWithTheirFields) {
                                                    {"decoder_sparse_step", 2},
                                                    {"mlp_only_layers", json::array({0, 5})},
                                                    {"mlp_layer_types", {"sparse", "dense"}},
-                                                   {"num_nextn_predict_layers", 1},
+                                                   {"interleave_moe_layer_step", 2},
+                                                   {"model_type", "llama4_text"},
                                                    {"layer_types", {"full_attention", "mamba"}}}) {
         json config = moe;
         config[key] = value;
-        EXPECT_NE(importError(config).find(key), std::string::npos) << key;
+        const std::string message = importError(config);
+        EXPECT_NE(message.find(key), std::string::npos) << key << " in: " << message;
+        EXPECT_NE(message.find("--params"), std::string::npos) << message;
     }
     // What says "nothing unusual" imports: a null rank, dense layers counted as none, one MoE
     // layer in every one, sliding-window layers.

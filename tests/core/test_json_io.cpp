@@ -136,6 +136,7 @@ TEST(ModelJson, RoundTripsEveryField) {
     m.positions = PositionEmbedding::Learned;
     m.attentionBias = m.outputBias = m.mlpBias = m.dropout = true;
     m.moe = {16, 2, 1, 2048, 3};
+    m.mtpModules = 2;
     m.publishedParams = 1.25e10;
     m.source = "a test";
     expectSame(roundTrip(m), m);

@@ -2,6 +2,7 @@
 #include "core/error.h"
 #include "plan/compute.h"
 #include "plan/formulas.h"
+#include "plan/layout.h"
 #include "plan_test_support.h"
 
 #include <algorithm>
@@ -604,6 +605,42 @@ TEST(Estimate, DenseFirstLayersSendNoAllToAllsAndKeepTheirTpPair) {
     const double h = 4096, f = 14336;
     EXPECT_NEAR(all.modelFlopsPerToken - e.modelFlopsPerToken,
                 3 * 3 * 2.0 * (2 * 3 * h * f + 8 * h - 3 * h * f), 1.0);
+}
+
+// DeepSeek-V3's multi-token prediction: one more MoE layer, a 2h -> h projection and the output
+// head once more per module, trained on the last pipeline stage; its all-to-alls are that
+// stage's, and the first stage is untouched.
+TEST(Estimate, AnMtpModuleRunsOneMoreLayerAndHeadOnTheLastStage) {
+    PlanInputs in;
+    in.model = test::deepSeekMoe16b();
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 2);
+    in.parallel = test::layout(4, 2, 2, 64, 1);
+    in.parallel.sequenceParallel = true;
+    in.parallel.ep = 4;
+    const PlanInputs without = in;
+    in.model.mtpModules = 1;
+    const ParamCount c = countParameters(in.model);
+    const double h = 2048, V = 102400;
+    EXPECT_DOUBLE_EQ(c.mtp, c.layer(LayerKind::Moe) + 2 * h * h + 3 * h);
+    EXPECT_DOUBLE_EQ(c.total - c.mtp, countParameters(without.model).total);
+
+    const int last = 1;
+    EXPECT_EQ(stageLayers(in.model, in.parallel, last).moe, 14 + 1);
+    EXPECT_EQ(stageLayers(in.model, in.parallel, 0).total(), 14);
+    EXPECT_NEAR(paramsOnStage(in.model, c, in.parallel, last) -
+                    paramsOnStage(without.model, c, without.parallel, last),
+                layerParamsPerTpRank(in.model, c, 2, 4) + 2 * h * h / 2 + 3 * h, 1.0);
+    EXPECT_DOUBLE_EQ(memoryForStage(in, 0).total(), memoryForStage(without, 0).total());
+
+    const TokenFlops f = tokenFlops(in.model, in.parallel, in.assume);
+    const TokenFlops f0 = tokenFlops(without.model, without.parallel, without.assume);
+    EXPECT_NEAR(f.model - f0.model, 3 * (f.layerMatmul + f.attentionCore + 4 * h * h + 2 * V * h),
+                1.0);
+    const Estimate e = evaluate(in), e0 = evaluate(without);
+    EXPECT_GT(stageCompute(in, last).seconds(), stageCompute(without, last).seconds());
+    EXPECT_DOUBLE_EQ(stageCompute(in, 0).seconds(), stageCompute(without, 0).seconds());
+    EXPECT_EQ(e.axis(Axis::EP).collectives, e0.axis(Axis::EP).collectives / 14 * 15);
+    EXPECT_GT(e.microbatchCompute, e0.microbatchCompute);
 }
 
 // The estimate's memory and compute are those of the most loaded and the slowest of all the

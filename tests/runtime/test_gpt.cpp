@@ -77,12 +77,14 @@ TEST(GptModel, RefusesWhatIsNotGpt2WithEveryReason) {
     m.kvHeads = 1;
     m.dropout = true;
     m.mla.kvLoraRank = 16;
+    m.mtpModules = 1;
     try {
         GptShape::of(m);
         FAIL() << "expected InputError";
     } catch (const InputError& e) {
         const std::string what = e.what();
-        for (const char* word : {"swiglu", "rmsnorm", "kv_heads", "dropout", "latent attention"})
+        for (const char* word : {"swiglu", "rmsnorm", "kv_heads", "dropout", "latent attention",
+                                 "multi-token prediction"})
             EXPECT_NE(what.find(word), std::string::npos) << word << " in: " << what;
     }
 }

@@ -95,6 +95,10 @@ std::string describeAttentionSpeedFor(const PlanInputs& in) {
 }
 
 StageCompute stageCompute(const PlanInputs& in, int stage) {
+    return stageCompute(in, stage, tokenFlops(in.model, in.parallel, in.assume));
+}
+
+StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
     const Assumptions& a = in.assume;
@@ -107,7 +111,6 @@ StageCompute stageCompute(const PlanInputs& in, int stage) {
         fp8 ? in.cluster.gpu.peak(Precision::Fp8) * a.fp8GemmEfficiency : peak;
     const double t = std::max(1, p.tp), cp = std::max(1, p.cp);
     const double tokens = double(m.seqLen) * p.microBatch; // one microbatch, before CP splits it
-    const TokenFlops f = tokenFlops(m, p, a);
 
     StageCompute s;
     if (m.isBare()) { // no architecture to split: every FLOP at the policy's GEMM rate

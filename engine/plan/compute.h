@@ -43,6 +43,8 @@ struct StageCompute {
 };
 
 StageCompute stageCompute(const PlanInputs& in, int stage);
+// The same with the model's FLOPs a token already counted (the search plans several stages).
+StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f);
 // The fused attention kernel a plan runs and its speed; `measured` false where attention's core
 // runs as GEMMs (unfused, fp32, or a GPU with no measurement).
 AttentionSpeed attentionSpeedFor(const PlanInputs& in);

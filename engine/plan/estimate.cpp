@@ -370,10 +370,14 @@ CandidateStages candidateStages(const ModelSpec& m, const ParallelConfig& p) {
 } // namespace
 
 MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, int* stage) {
+    return mostLoadedStageMemory(in, countParameters(in.model), stage);
+}
+
+MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, const ParamCount& c, int* stage) {
     MemoryBreakdown worst;
     int worstStage = -1;
     for (const int s : candidateStages(in.model, in.parallel)) {
-        MemoryBreakdown m = memoryForStage(in, s);
+        MemoryBreakdown m = memoryForStage(in, s, c);
         if (worstStage < 0 || m.total() > worst.total()) {
             worst = m;
             worstStage = s;
@@ -392,7 +396,7 @@ Estimate evaluate(const PlanInputs& in) {
     e.params = countParameters(m);
     const int world = std::max(1, p.worldSize());
 
-    e.memory = mostLoadedStageMemory(in, &e.worstStage);
+    e.memory = mostLoadedStageMemory(in, e.params, &e.worstStage);
     e.capacity = cl.gpu.memoryBytes;
     e.fits = e.memory.total() <= e.capacity;
 
@@ -412,7 +416,7 @@ Estimate evaluate(const PlanInputs& in) {
     StageCompute slow;
     int slowStage = -1;
     for (const int s : candidateStages(m, p)) {
-        const StageCompute c = stageCompute(in, s);
+        const StageCompute c = stageCompute(in, s, f);
         if (slowStage < 0 || c.seconds() > slow.seconds()) {
             slow = c;
             slowStage = s;

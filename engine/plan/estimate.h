@@ -131,8 +131,11 @@ std::vector<StepPart> stepTimeParts(const Estimate& e);
 
 // Pieces, exposed for tests and for the explanation of single figures.
 MemoryBreakdown memoryForStage(const PlanInputs& in, int stage);
+// The same with the model's parameters already counted (the search plans several stages).
+MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount& c);
 // Memory of the most loaded pipeline stage (its index in *stage when given).
 MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, int* stage = nullptr);
+MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, const ParamCount& c, int* stage);
 double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p,
                                LayerKind kind = LayerKind::Moe);
 

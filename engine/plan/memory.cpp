@@ -55,11 +55,14 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
 }
 
 MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
+    return memoryForStage(in, stage, countParameters(in.model));
+}
+
+MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount& c) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
     const Assumptions& a = in.assume;
     const PrecisionPolicy& prec = p.precision;
-    const ParamCount c = countParameters(m);
     const double shards = std::max(1, p.zeroShards()); // dp*cp, or the hybrid shard group
     const double t = std::max(1, p.tp);
     const bool first = stage == 0, last = stage == p.pp - 1;

@@ -124,6 +124,10 @@ QComboBox* addModelControls(SessionForm& form) {
     archInt("heads", "Attention heads", "Query heads a", 1024, &ModelSpec::heads);
     archInt("kv-heads", "KV heads", "Key/value heads (fewer than heads: grouped-query attention)",
             1024, &ModelSpec::kvHeads);
+    // Latent attention (an imported DeepSeek model) has keys and values for every head.
+    form.setEnabledWhen(form.control("kv-heads"), [](const Session& s) {
+        return !s.model.isBare() && !s.model.mla.enabled();
+    });
     archInt("ffn", "FFN hidden", "Width of the MLP's inner layer", 1 << 20, &ModelSpec::ffnHidden);
     // Mixture of experts, kept valid as a session file requires: no routed experts is a dense
     // model (no top-k, no shared experts); otherwise 1 <= top-k <= experts.
@@ -170,7 +174,7 @@ QComboBox* addModelControls(SessionForm& form) {
     QSpinBox* firstDense = form.addInt(
         "first-dense-layers", "Dense first layers",
         "Layers before the MoE ones whose MLP is dense, of the FFN hidden width (DeepSeek's "
-        "first_k_dense_replace); they sit on the first pipeline stage",
+        "first_k_dense_replace); they sit on the first pipeline stages",
         0, 1 << 14, [](const Session& s) { return s.model.moe.firstDenseLayers; },
         [](Session& s, int v) {
             makeCustom(s);

@@ -331,7 +331,7 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
         p.invalid("kv_heads: " + std::to_string(m.kvHeads) + " must divide heads (" +
                   std::to_string(m.heads) + "); use " + std::to_string(m.heads) +
                   " for multi-head attention or a divisor for grouped-query attention");
-    if (haveHeads && m.headDim == 0 && m.hidden > 0 && m.hidden % m.heads != 0)
+    if (haveHeads && m.headDim == 0 && !m.mla.enabled() && m.hidden > 0 && m.hidden % m.heads != 0)
         p.invalid("head_dim: hidden (" + std::to_string(m.hidden) +
                   ") is not divisible by heads (" + std::to_string(m.heads) +
                   "); give head_dim explicitly");

@@ -49,11 +49,12 @@ double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c) {
     if (m.isBare())
         return 6.0 * *m.bareParams;
     const double h = m.hidden, l = m.layers, s = m.seqLen, V = double(m.vocab);
+    const double attending = l + m.mtpModules; // the MTP modules' layers attend too
     switch (c) {
     case FlopsConvention::Causal:
-        return 6.0 * matmulParamsPerToken(m) + 6.0 * l * m.attentionWidth() * s;
+        return 6.0 * matmulParamsPerToken(m) + 6.0 * attending * m.attentionWidth() * s;
     case FlopsConvention::Palm:
-        return 6.0 * matmulParamsPerToken(m) + 12.0 * l * m.attentionWidth() * s;
+        return 6.0 * matmulParamsPerToken(m) + 12.0 * attending * m.attentionWidth() * s;
     case FlopsConvention::Megatron:
         return 96.0 * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
     case FlopsConvention::SixN:
@@ -84,8 +85,10 @@ AttentionSpeed attentionSpeedFor(const PlanInputs& in) {
         return {};
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
+    // MLA's kernel runs at the query-key width a head (its values are narrower).
+    const int headDim = m.mla.enabled() ? m.mla.qkHeadDim() : m.effectiveHeadDim();
     return attentionSpeed(p.attentionKernel, in.cluster.gpu, double(m.seqLen) / std::max(1, p.cp),
-                          m.effectiveHeadDim(), in.assume.causalAttention);
+                          headDim, in.assume.causalAttention);
 }
 
 std::string describeAttentionSpeedFor(const PlanInputs& in) {
@@ -176,7 +179,8 @@ StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f) 
             // The attention projections' other inputs (MLA's latents, the output projection's)
             // and their outputs' gradients (Q, K and V, or MLA's up and down projections').
             const MlaSpec& mla = m.mla;
-            const double latents = mla.enabled() ? double(mla.qLoraRank + mla.kvLoraRank) : 0.0;
+            const double latents =
+                mla.enabled() ? double(mla.qLoraRank + mla.kvLoraRank) / sp : 0.0;
             const double qkvOut = mla.enabled()
                                       ? double(m.scoreDim()) +
                                             double(m.heads) * (mla.qkNopeHeadDim + mla.vHeadDim) +

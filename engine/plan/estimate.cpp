@@ -341,9 +341,9 @@ double optimizerSeconds(const PlanInputs& in, double params, double expertParams
 // the LM head and the logits; the second holds the most layers when the embedding takes one of
 // the first stage's places (layers go to the first chunks first). An MoE model's dense first
 // layers make the early stages lighter or heavier than the rest: the first stage holding none of
-// them stands for the rest.
+// them stands for the rest, and the one before it (both kinds) is planned too.
 struct CandidateStages {
-    std::array<int, 4> stage{};
+    std::array<int, 5> stage{};
     int count = 0;
     const int* begin() const { return stage.data(); }
     const int* end() const { return stage.data() + count; }
@@ -359,8 +359,10 @@ CandidateStages candidateStages(const ModelSpec& m, const ParallelConfig& p) {
         int allMoe = 1;
         while (allMoe < last && stageLayers(m, p, allMoe).dense > 0)
             ++allMoe;
-        if (allMoe < last && c.stage[std::size_t(c.count - 1)] != allMoe)
-            c.stage[std::size_t(c.count++)] = allMoe;
+        // The stage before it mixes the two kinds and may hold one layer more.
+        for (const int s : {allMoe - 1, allMoe})
+            if (s > 0 && s < last && c.stage[std::size_t(c.count - 1)] < s)
+                c.stage[std::size_t(c.count++)] = s;
     }
     if (last > 0)
         c.stage[std::size_t(c.count++)] = last;

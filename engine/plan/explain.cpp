@@ -224,7 +224,11 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         x.value = m.activations;
         x.formula = "layers_on_rank x act_per_layer x in_flight_microbatches + stage_extras; "
                     "act_per_layer = s*b/cp x [(4h x a_bytes + 2h dropout) / sp + "
-                    "(a_bytes (2q + 2kv) + ffn terms + attention scores) / tp]";
+                    "(a_bytes (2q + 2kv) + ffn terms + attention scores) / tp]" +
+                    std::string(in.model.mla.enabled()
+                                    ? "; with MLA q, k and v a head's query-key and value widths "
+                                      "and the latents (2 r_q + 2 r_kv + d_r) a_bytes / sp"
+                                    : "");
         x.substituted =
             (m.firstDenseLayersOnRank > 0
                  ? "(" + std::to_string(m.layersOnRank - m.firstDenseLayersOnRank) + " x " +
@@ -501,6 +505,17 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                     x.substituted += " + " + n(head) + " / " + tp;
                 x.substituted += " + " + n(e.params.finalNorm) + " (LM head, final norm, stage " +
                                  std::to_string(e.worstStage) + ")";
+                if (m.mtpModules > 0) {
+                    const double projection = 2.0 * m.hidden * m.hidden;
+                    double extra =
+                        m.mtpModules * (e.params.mtpPerModule - e.params.layer(m.mtpLayerKind()) -
+                                        projection + projection / std::max(1, p.tp));
+                    if (p.pp > 1 && e.params.lmHead > 0)
+                        extra += double(m.vocab) * m.hidden / std::max(1, p.tp);
+                    x.substituted += " + " + n(extra) + " (MTP projections and norms" +
+                                     (p.pp > 1 && e.params.lmHead > 0 ? ", embedding copy" : "") +
+                                     "; their layers among the stage's)";
+                }
             }
         }
         if (p.zero >= 3 && p.expertsApart())
@@ -530,27 +545,38 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
             explainConvention(x, in, f);
             break;
         }
+        const int dense = m.moe.enabled() ? m.denseLayerCount() : 0;
+        const int mtp = m.mtpModules;
         x.formula =
-            std::string(m.moe.enabled() && m.denseLayerCount() > 0
+            std::string(dense > 0
                             ? "3 x [L_moe x (2 x matmul_params_per_layer + attention) + L_dense x "
-                              "(2 x dense_matmul_params_per_layer + attention) + 2 V h]"
-                            : "3 x [L x (2 x matmul_params_per_layer + attention) + 2 V h]") +
-            "; attention = 4 s q" +
+                              "(2 x dense_matmul_params_per_layer + attention) + 2 V h"
+                            : "3 x [L x (2 x matmul_params_per_layer + attention) + 2 V h") +
+            (mtp > 0 ? " + MTP modules x (4 h^2 + 2 V h)], the modules' layers among L" : "]") +
+            (m.mla.enabled() ? "; attention = 2 s a (d_qk + d_v)" : "; attention = 4 s q") +
             std::string(in.assume.causalAttention ? " / 2 (causal half counted)"
                                                   : " (full square counted)");
-        const int dense = m.moe.enabled() ? m.denseLayerCount() : 0;
-        if (m.isBare())
+        if (m.isBare()) {
             x.substituted = "6 x " + n(*m.bareParams) + " = " + n(f.model);
-        else if (dense > 0)
-            x.substituted = "3 x [" + std::to_string(m.moeLayerCount()) + " x (" +
-                            n(f.layerMatmul) + " + " + n(f.attentionCore) + ") + " +
-                            std::to_string(dense) + " dense x (" + n(f.denseLayerMatmul) + " + " +
-                            n(f.attentionCore) + ") + " + n(f.lmHead) + "] = " + n(f.model) +
-                            "; with recompute " + n(f.hardware);
-        else
-            x.substituted = "3 x [" + std::to_string(m.layers) + " x (" + n(f.layerMatmul) + " + " +
-                            n(f.attentionCore) + ") + " + n(f.lmHead) + "] = " + n(f.model) +
-                            "; with recompute " + n(f.hardware);
+        } else {
+            // The MTP modules' layers are of the model's last kind.
+            const bool mtpMoe = m.mtpLayerKind() == LayerKind::Moe;
+            const int moeLayers = m.moeLayerCount() + (mtpMoe ? mtp : 0);
+            const int denseLayers = (m.moe.enabled() ? dense : m.layers) + (mtpMoe ? 0 : mtp);
+            std::string terms;
+            if (moeLayers > 0)
+                terms += std::to_string(moeLayers) + " x (" + n(f.layerMatmul) + " + " +
+                         n(f.attentionCore) + ")";
+            if (denseLayers > 0)
+                terms += std::string(terms.empty() ? "" : " + ") + std::to_string(denseLayers) +
+                         (m.moe.enabled() ? " dense" : "") + " x (" + n(f.denseLayerMatmul) +
+                         " + " + n(f.attentionCore) + ")";
+            terms += " + " + n(f.lmHead);
+            if (mtp > 0)
+                terms += " + " + n(f.mtpExtra) + " (MTP projections and heads)";
+            x.substituted =
+                "3 x [" + terms + "] = " + n(f.model) + "; with recompute " + n(f.hardware);
+        }
         x.source =
             "Kaplan et al. 2020 (6N); Narayanan et al. 2021 Appendix (attention and LM head)";
         break;

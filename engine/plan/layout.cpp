@@ -82,6 +82,10 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
         // The MTP modules' projections (split over tp) and norms; their layers are counted above.
         params += m.mtpModules * (c.mtpPerModule - c.layer(m.mtpLayerKind()) -
                                   (1.0 - 1.0 / t) * 2.0 * m.hidden * m.hidden);
+        // They embed the next tokens, so a separate last stage keeps a copy of the embedding
+        // (Megatron-Core builds it where MTP runs); a tied head's copy already serves.
+        if (m.mtpModules > 0 && p.pp > 1 && c.lmHead > 0)
+            params += double(m.vocab) * m.hidden / t;
     }
     return params;
 }

@@ -354,12 +354,30 @@ TEST(Estimate, FlopConventionsRelateAsThePapersCountThem) {
 // costs 2 s (16 x 192 + 16 x 128) FLOPs a token forward, half under the causal mask, and the
 // papers' 12 l q s term takes q as the mean of the two widths.
 TEST(Estimate, LatentAttentionsScoresAreWiderThanItsValues) {
-    const ModelSpec m = test::deepSeekV2Lite(4096);
+    ModelSpec m = test::deepSeekV2Lite(4096);
     const TokenFlops f = tokenFlops(m, ParallelConfig{}, Assumptions{});
     EXPECT_DOUBLE_EQ(f.attentionCore, 2.0 * 4096 * (16 * 192 + 16 * 128) / 2);
     EXPECT_DOUBLE_EQ(conventionFlopsPerToken(m, FlopsConvention::Palm) -
                          conventionFlopsPerToken(m, FlopsConvention::Causal),
                      6.0 * 27 * (16 * 192 + 16 * 128) / 2 * 4096);
+    m.mtpModules = 1;
+    EXPECT_NEAR(conventionFlopsPerToken(m, FlopsConvention::Causal),
+                tokenFlops(m, ParallelConfig{}, Assumptions{}).model, 1e-9 * 1e10);
+
+    // head_dim means nothing to MLA (its widths are its own): a model file with another one
+    // plans the same as the import, which sets it to v_head_dim.
+    PlanInputs in;
+    in.model = test::deepSeekV2Lite(4096);
+    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 1);
+    in.parallel = test::layout(2, 2, 2, 64, 1);
+    in.parallel.sequenceParallel = true;
+    in.parallel.cp = 2;
+    in.parallel.ep = 2;
+    const Estimate imported = evaluate(in);
+    in.model.headDim = 64;
+    const Estimate written = evaluate(in);
+    EXPECT_DOUBLE_EQ(written.stepTime, imported.stepTime);
+    EXPECT_DOUBLE_EQ(written.memory.total(), imported.memory.total());
 }
 
 TEST(Estimate, ModelFlopsFollowSixNForLargeModels) {
@@ -627,9 +645,14 @@ TEST(Estimate, AnMtpModuleRunsOneMoreLayerAndHeadOnTheLastStage) {
     const int last = 1;
     EXPECT_EQ(stageLayers(in.model, in.parallel, last).moe, 14 + 1);
     EXPECT_EQ(stageLayers(in.model, in.parallel, 0).total(), 14);
+    // The layer, the projection over tp 2, three norms, and (untied head, pp 2) the copy of the
+    // embedding the modules look up the next tokens in.
     EXPECT_NEAR(paramsOnStage(in.model, c, in.parallel, last) -
                     paramsOnStage(without.model, c, without.parallel, last),
-                layerParamsPerTpRank(in.model, c, 2, 4) + 2 * h * h / 2 + 3 * h, 1.0);
+                layerParamsPerTpRank(in.model, c, 2, 4) + 2 * h * h / 2 + 3 * h + V * h / 2, 1.0);
+    // The planner's own FLOP count is the causal convention's, MTP modules included.
+    EXPECT_NEAR(conventionFlopsPerToken(in.model, FlopsConvention::Causal),
+                tokenFlops(in.model, in.parallel, Assumptions{}).model, 1e-9 * c.total);
     EXPECT_DOUBLE_EQ(memoryForStage(in, 0).total(), memoryForStage(without, 0).total());
 
     const TokenFlops f = tokenFlops(in.model, in.parallel, in.assume);
@@ -646,34 +669,38 @@ TEST(Estimate, AnMtpModuleRunsOneMoreLayerAndHeadOnTheLastStage) {
 // The estimate's memory and compute are those of the most loaded and the slowest of all the
 // stages, found by planning every stage, for models whose first stages differ from the rest.
 TEST(Estimate, TheHeaviestStageIsFoundWhereverTheDenseLayersPutIt) {
-    for (const int dense : {0, 1, 3, 10})
-        for (const int pp : {2, 4, 7})
-            for (const int vpp : {1, 2})
-                for (const bool embedding : {false, true}) {
-                    PlanInputs in;
-                    in.model = test::deepSeekMoe16b();
-                    in.model.moe.firstDenseLayers = dense;
-                    in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 7);
-                    in.parallel = test::layout(4, 2, pp, 64, 1);
-                    in.parallel.sequenceParallel = true;
-                    in.parallel.ep = 4;
-                    in.parallel.vpp = vpp;
-                    in.parallel.schedule =
-                        vpp > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
-                    in.parallel.embeddingInPipelineSplit = embedding;
-                    if (vpp > 1 && in.parallel.microbatches() % pp != 0)
-                        continue;
-                    SCOPED_TRACE(testing::Message() << "dense " << dense << " pp " << pp << " vpp "
-                                                    << vpp << " emb " << embedding);
-                    const Estimate e = evaluate(in);
-                    double slowest = 0, heaviest = 0;
-                    for (int stage = 0; stage < pp; ++stage) {
-                        slowest = std::max(slowest, stageCompute(in, stage).seconds());
-                        heaviest = std::max(heaviest, memoryForStage(in, stage).total());
+    for (const int layers : {28, 30})
+        for (const int dense : {0, 1, 3, 10})
+            for (const int pp : {2, 4, 7})
+                for (const int vpp : {1, 2})
+                    for (const bool embedding : {false, true}) {
+                        PlanInputs in;
+                        in.model = test::deepSeekMoe16b();
+                        in.model.layers =
+                            layers; // 30 on 4 stages: 8, 8, 7, 7, a mixed stage heavier
+                        in.model.moe.firstDenseLayers = dense;
+                        in.cluster = makeCluster(findGpuPreset("h100-sxm"), 8, 7);
+                        in.parallel = test::layout(4, 2, pp, 64, 1);
+                        in.parallel.sequenceParallel = true;
+                        in.parallel.ep = 4;
+                        in.parallel.vpp = vpp;
+                        in.parallel.schedule =
+                            vpp > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
+                        in.parallel.embeddingInPipelineSplit = embedding;
+                        if (vpp > 1 && in.parallel.microbatches() % pp != 0)
+                            continue;
+                        SCOPED_TRACE(testing::Message()
+                                     << "layers " << layers << " dense " << dense << " pp " << pp
+                                     << " vpp " << vpp << " emb " << embedding);
+                        const Estimate e = evaluate(in);
+                        double slowest = 0, heaviest = 0;
+                        for (int stage = 0; stage < pp; ++stage) {
+                            slowest = std::max(slowest, stageCompute(in, stage).seconds());
+                            heaviest = std::max(heaviest, memoryForStage(in, stage).total());
+                        }
+                        EXPECT_DOUBLE_EQ(e.microbatchCompute, slowest);
+                        EXPECT_DOUBLE_EQ(e.memory.total(), heaviest);
                     }
-                    EXPECT_DOUBLE_EQ(e.microbatchCompute, slowest);
-                    EXPECT_DOUBLE_EQ(e.memory.total(), heaviest);
-                }
 }
 
 // Megatron-Core's EP overlap (combined 1F1B) runs each microbatch's all-to-alls beside another

@@ -92,10 +92,10 @@ struct ModelSpec {
     std::int64_t valueDim() const {
         return mla.enabled() ? std::int64_t(heads) * mla.vHeadDim : qDim();
     }
-    // Keys and values as a layer stores them for its backward and passes them around a CP ring,
-    // per token: MLA up-projects both for every head; GQA keeps its kv heads.
     // The q of the papers' 12 l q s attention term: the mean of the score and value widths.
     double attentionWidth() const { return 0.5 * double(scoreDim() + valueDim()); }
+    // Keys and values as a layer stores them for its backward and passes them around a CP ring,
+    // per token: MLA up-projects both for every head; GQA keeps its kv heads.
     std::int64_t keyDim() const { return mla.enabled() ? scoreDim() : kvDim(); }
     std::int64_t storedValueDim() const { return mla.enabled() ? valueDim() : kvDim(); }
     std::int64_t expertFfn() const { return moe.expertFfn > 0 ? moe.expertFfn : ffnHidden; }
@@ -105,6 +105,11 @@ struct ModelSpec {
     int denseLayerCount() const { return layers - moeLayerCount(); }
     // The kind of layer an MTP module repeats: the model's last layer's.
     LayerKind mtpLayerKind() const { return moe.enabled() ? LayerKind::Moe : LayerKind::Dense; }
+    // Layers of a kind a token passes through in training, the MTP modules' included.
+    int trainedLayers(LayerKind kind) const {
+        return (kind == LayerKind::Moe ? moeLayerCount() : denseLayerCount()) +
+               (mtpLayerKind() == kind ? mtpModules : 0);
+    }
     // Whether a layer of this kind routes its tokens to experts (never in a dense model).
     bool routes(LayerKind kind) const { return kind == LayerKind::Moe && moe.enabled(); }
     // FFN width of one MLP of a layer of this kind: an expert's, or the dense MLP's.
@@ -126,12 +131,11 @@ struct ParamCount {
     double active = 0; // parameters touched per token (MoE: top-k + shared experts only)
 
     double attentionPerLayer = 0;
-    double attentionReplicatedPerLayer =
-        0;                            // of it, on every tp rank whole (MLA's down projections)
-    double mlpPerLayer = 0;           // all experts (of an MoE layer)
-    double mlpActivePerLayer = 0;     // top-k + shared experts
-    double routedExpertsPerLayer = 0; // the routed experts of mlpPerLayer (what EP splits)
-    double denseMlpPerLayer = 0;      // a dense layer's MLP (ffnHidden wide)
+    double attentionReplicatedPerLayer = 0; // of it, whole on every tp rank (MLA's down proj.)
+    double mlpPerLayer = 0;                 // all experts (of an MoE layer)
+    double mlpActivePerLayer = 0;           // top-k + shared experts
+    double routedExpertsPerLayer = 0;       // the routed experts of mlpPerLayer (what EP splits)
+    double denseMlpPerLayer = 0;            // a dense layer's MLP (ffnHidden wide)
     double normsPerLayer = 0;
     double finalNorm = 0;
     double layerMlp(LayerKind kind) const {

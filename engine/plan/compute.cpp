@@ -28,10 +28,9 @@ TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumpt
     f.lmHead = 2.0 * double(m.vocab) * m.hidden;
     // Each MTP module runs one more layer of the model's last kind, its 2h -> h projection and
     // the output head again.
-    const bool mtpMoe = m.mtpLayerKind() == LayerKind::Moe;
-    const double moeLayers = m.moeLayerCount() + (mtpMoe ? m.mtpModules : 0);
-    const double denseLayers = m.denseLayerCount() + (mtpMoe ? 0 : m.mtpModules);
-    const double layers = m.layers + m.mtpModules;
+    const double moeLayers = m.trainedLayers(LayerKind::Moe);
+    const double denseLayers = m.trainedLayers(LayerKind::Dense);
+    const double layers = moeLayers + denseLayers;
     f.mtpExtra = m.mtpModules * (2.0 * 2.0 * m.hidden * m.hidden + f.lmHead);
     const double projections = moeLayers * f.layerMatmul + denseLayers * f.denseLayerMatmul;
     const double projectionsRun = moeLayers * f.layerMatmulRun + denseLayers * f.denseLayerMatmul;

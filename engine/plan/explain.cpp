@@ -506,13 +506,8 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                 x.substituted += " + " + n(e.params.finalNorm) + " (LM head, final norm, stage " +
                                  std::to_string(e.worstStage) + ")";
                 if (m.mtpModules > 0) {
-                    const double projection = 2.0 * m.hidden * m.hidden;
-                    double extra =
-                        m.mtpModules * (e.params.mtpPerModule - e.params.layer(m.mtpLayerKind()) -
-                                        projection + projection / std::max(1, p.tp));
-                    if (p.pp > 1 && e.params.lmHead > 0)
-                        extra += double(m.vocab) * m.hidden / std::max(1, p.tp);
-                    x.substituted += " + " + n(extra) + " (MTP projections and norms" +
+                    x.substituted += " + " + n(mtpParamsBesideLayers(m, e.params, p)) +
+                                     " (MTP projections and norms" +
                                      (p.pp > 1 && e.params.lmHead > 0 ? ", embedding copy" : "") +
                                      "; their layers among the stage's)";
                 }
@@ -559,10 +554,8 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         if (m.isBare()) {
             x.substituted = "6 x " + n(*m.bareParams) + " = " + n(f.model);
         } else {
-            // The MTP modules' layers are of the model's last kind.
-            const bool mtpMoe = m.mtpLayerKind() == LayerKind::Moe;
-            const int moeLayers = m.moeLayerCount() + (mtpMoe ? mtp : 0);
-            const int denseLayers = (m.moe.enabled() ? dense : m.layers) + (mtpMoe ? 0 : mtp);
+            const int moeLayers = m.trainedLayers(LayerKind::Moe);
+            const int denseLayers = m.trainedLayers(LayerKind::Dense);
             std::string terms;
             if (moeLayers > 0)
                 terms += std::to_string(moeLayers) + " x (" + n(f.layerMatmul) + " + " +

@@ -79,14 +79,19 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
         // A tied LM head on a separate last stage keeps its own copy of the embedding matrix.
         const double head = c.lmHead > 0 ? c.lmHead : (p.pp > 1 ? double(m.vocab) * m.hidden : 0.0);
         params += head / t + c.finalNorm;
-        // The MTP modules' projections (split over tp) and norms; their layers are counted above.
-        params += m.mtpModules * (c.mtpPerModule - c.layer(m.mtpLayerKind()) -
-                                  (1.0 - 1.0 / t) * 2.0 * m.hidden * m.hidden);
-        // They embed the next tokens, so a separate last stage keeps a copy of the embedding
-        // (Megatron-Core builds it where MTP runs); a tied head's copy already serves.
-        if (m.mtpModules > 0 && p.pp > 1 && c.lmHead > 0)
-            params += double(m.vocab) * m.hidden / t;
+        params += mtpParamsBesideLayers(m, c, p); // their layers are counted above
     }
+    return params;
+}
+
+double mtpParamsBesideLayers(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p) {
+    if (m.isBare() || m.mtpModules <= 0)
+        return 0.0;
+    const double t = std::max(1, p.tp), projection = 2.0 * m.hidden * m.hidden;
+    double params =
+        m.mtpModules * (c.mtpPerModule - c.layer(m.mtpLayerKind()) - projection + projection / t);
+    if (p.pp > 1 && c.lmHead > 0) // a tied head's copy on the last stage already serves
+        params += double(m.vocab) * m.hidden / t;
     return params;
 }
 

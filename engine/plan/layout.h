@@ -33,6 +33,10 @@ double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int
 // Parameters held by one rank of pipeline stage `stage` (before ZeRO-3 sharding), and the part
 // of them that are routed experts' (sharded by ZeRO over the expert data-parallel ranks).
 double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage);
+// What the MTP modules add to the last stage beside their layers: each module's projection
+// (split over tp) and norms, and with pp > 1 and an untied head a copy of the embedding the
+// modules look the next tokens up in (Megatron-Core builds it where MTP runs).
+double mtpParamsBesideLayers(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p);
 double expertParamsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
                            int stage);
 // Of `params` on a rank (`expertParams` of them routed experts'), the share whose state ZeRO

@@ -122,7 +122,7 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
         // The largest module gathered whole, with its gradient before the reduce-scatter (the
         // 4 x largest-layer term of DeepSpeed's estimate_zero3_model_states_mem_needs).
         double largest = std::max(layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp), c.embeddings / t);
-        if (m.denseLayerCount() > 0)
+        if (m.moe.enabled() && m.denseLayerCount() > 0)
             largest =
                 std::max(largest, layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp, LayerKind::Dense));
         mem.zero3Gather = largest * 2.0 * prec.weightBytes();

@@ -122,6 +122,21 @@ private slots:
         QVERIFY(!f.form()->control("first-dense-layers")->isEnabled());
     }
 
+    // A model with multi-head latent attention (as a DeepSeek config imports) has keys and values
+    // for every head: the KV heads control is off and follows the heads.
+    void latentAttentionKeepsKvHeadsWithTheHeads() {
+        Fixture f;
+        QVERIFY(f.form()->control("kv-heads")->isEnabled());
+        f.doc.edit("latent attention", [](Session& s) {
+            s.model.mla = {1536, 512, 128, 64, 128};
+            s.model.kvHeads = s.model.heads;
+        });
+        QVERIFY(!f.form()->control("kv-heads")->isEnabled());
+        setInt(f.form(), "heads", 32);
+        QCOMPARE(f.doc.session().model.heads, 32);
+        QCOMPARE(f.doc.session().model.kvHeads, 32);
+    }
+
     void clusterControlsMoveThroughputAndCost() {
         Fixture f;
         const double tps = f.value("Throughput");

@@ -412,6 +412,14 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
             s.parallel.attentionKernel = attentionKernelFromString(k.toStdString());
         });
     form.setEnabledWhen(kernel, [](const Session& s) { return s.parallel.flashAttention; });
+    form.addBool(
+        "fused-elementwise", "Fused elementwise kernels",
+        "Norms, residual adds, rotary embeddings and the activation run as fused kernels, as "
+        "torch.compile and Megatron-LM's and Transformer Engine's fused kernels run them. Off: "
+        "PyTorch eager, one kernel an op with fp32 copies in the norms and rotary (torchtitan "
+        "without --training.compile): about three times the memory traffic of a Llama layer",
+        [](const Session& s) { return s.parallel.fusedElementwise; },
+        [](Session& s, bool on) { s.parallel.fusedElementwise = on; });
 }
 
 void addOverlapControls(SessionForm& form) {

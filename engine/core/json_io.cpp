@@ -680,6 +680,7 @@ void to_json(json& j, const ParallelConfig& p) {
              {"offload_optimizer", p.offloadOptimizer},
              {"flash_attention", p.flashAttention},
              {"attention_kernel", toString(p.attentionKernel)},
+             {"fused_elementwise", p.fusedElementwise},
              {"overlap_grad_reduce", p.overlapGradReduce},
              {"overlap_param_gather", p.overlapParamGather},
              {"tp_comm_overlap", p.tpCommOverlap},
@@ -721,6 +722,7 @@ void from_json(const json& j, ParallelConfig& out) {
     r.boolean("offload_optimizer", p.offloadOptimizer);
     r.boolean("flash_attention", p.flashAttention);
     r.choice("attention_kernel", p.attentionKernel, attentionKernelFromString);
+    r.boolean("fused_elementwise", p.fusedElementwise);
     r.boolean("overlap_grad_reduce", p.overlapGradReduce);
     r.boolean("overlap_param_gather", p.overlapParamGather);
     r.boolean("tp_comm_overlap", p.tpCommOverlap);

@@ -686,6 +686,8 @@ std::string layoutSummary(const ParallelConfig& p) {
         s << " tp-overlap";
     if (p.epCommOverlap)
         s << " ep-overlap";
+    if (!p.fusedElementwise)
+        s << " eager";
     if (!p.flashAttention)
         s << " unfused-attention";
     else if (p.attentionKernel != AttentionKernel::Auto)

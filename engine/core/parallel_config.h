@@ -111,6 +111,13 @@ struct ParallelConfig {
     // stored and no memory-bound softmax/dropout passes run. Runs before 2022 did not have it.
     bool flashAttention = true;
     AttentionKernel attentionKernel = AttentionKernel::Auto;
+    // The memory-bound ops (norms, residual adds, rotary embeddings, the activation function)
+    // run as fused kernels, as torch.compile and Megatron-LM's and Transformer Engine's fused
+    // kernels run them. Off: PyTorch eager, one kernel an op with fp32 copies in the norms and
+    // rotary (torchtitan without --training.compile, Hugging Face's Trainer): several times the
+    // memory traffic (plan/eager_traffic.h). Only the planner's time depends on it; the engine
+    // runs its own kernels.
+    bool fusedElementwise = true;
     // Which communication the framework runs beside compute (Megatron-LM's --overlap-grad-reduce,
     // --overlap-param-gather and --tp-comm-overlap). Gradient reduction and parameter gathers
     // overlap by default, as PyTorch DDP and FSDP and Megatron-Core's recipes do; runs before

@@ -1,5 +1,6 @@
 #include "compute.h"
 
+#include "eager_traffic.h"
 #include "layout.h"
 
 #include <algorithm>
@@ -96,6 +97,66 @@ std::string describeAttentionSpeedFor(const PlanInputs& in) {
     return describeAttentionSpeed(attentionSpeedFor(in), in.cluster.gpu);
 }
 
+double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    const Assumptions& a = in.assume;
+    if (m.isBare())
+        return 0.0;
+    const bool fp8 = p.precision.fp8On(in.cluster.gpu);
+    const double t = std::max(1, p.tp);
+    // Forward once, again where full recompute repeats it, and the backward.
+    const double forwardRuns = p.recompute == Recompute::Full ? 2.0 : 1.0;
+    // Fused memory-bound kernels: norms and adds on the hidden state (split by TP only under SP)
+    // and the activation function on the FFN width (split by TP), forward once and backward
+    // twice. Eager PyTorch: op by op (eager_traffic.h), the forward again where recomputed.
+    // An MoE layer also permutes each token into its k expert slots (read h, write k h) and
+    // un-permutes the experts' outputs back (read k h, write h): Megatron-Core's permute and
+    // unpermute, with the slots padded to the capacity factor.
+    const double ab = p.precision.activationBytes();
+    const double sp = p.sequenceParallel ? t : 1.0;
+    // Unfused attention writes the scores, then masks, softmaxes and drops them out in separate
+    // passes: about six reads or writes of every score, forward once and backward twice.
+    const double scoreBytesPerToken =
+        p.flashAttention ? 0.0 : 3.0 * 6.0 * ab * m.heads * double(m.seqLen) / t;
+    const bool routes = m.routes(kind);
+    const double routedCopies = routes ? m.moe.topK * p.expertLoad() : 0.0;
+    const double experts = routes ? routedCopies + m.moe.sharedExperts : 1.0;
+    const double ffn = double(m.layerFfn(kind)) * experts;
+    const double permuteTerms = routes ? 2.0 * (1.0 + routedCopies) : 0.0;
+    double bytes = 3.0 * ab * permuteTerms * m.hidden / sp;
+    if (p.fusedElementwise) {
+        bytes +=
+            3.0 * ab * (a.elementwiseHiddenTerms * m.hidden / sp + a.elementwiseFfnTerms * ffn / t);
+    } else {
+        const EagerTraffic eager = eagerLayerTraffic(m, kind, p);
+        bytes += forwardRuns * eager.forward + eager.backward;
+    }
+    // FP8 casts: each projection's input is cast in the forward (read bf16, write fp8: 3
+    // bytes an element) and its output gradient in the backward; a recomputed forward casts
+    // again. An MoE layer's up projection takes each token once per expert it goes to, and
+    // its down projection's output gradient comes back once per expert.
+    double casts = 0;
+    if (fp8) {
+        const double ffnIn = ffn * (m.activation == Activation::Gelu ? 1.0 : 2.0);
+        const double hiddenTerms = 1.0 + experts; // attention's input, the MLP's inputs
+        // The attention projections' other inputs (MLA's latents, the output projection's)
+        // and their outputs' gradients (Q, K and V, or MLA's up and down projections').
+        const MlaSpec& mla = m.mla;
+        const double latents = mla.enabled() ? double(mla.qLoraRank + mla.kvLoraRank) / sp : 0.0;
+        const double qkvOut = mla.enabled()
+                                  ? double(m.scoreDim()) +
+                                        double(m.heads) * (mla.qkNopeHeadDim + mla.vHeadDim) +
+                                        mla.qLoraRank + mla.kvLoraRank + mla.qkRopeHeadDim
+                                  : double(m.qDim()) + 2.0 * double(m.kvDim());
+        const double forwardInputs =
+            hiddenTerms * m.hidden / sp + latents + (double(m.valueDim()) + ffn) / t;
+        const double backwardGrads = hiddenTerms * m.hidden / sp + (qkvOut + ffnIn) / t;
+        casts = 3.0 * (forwardRuns * forwardInputs + backwardGrads);
+    }
+    return bytes + scoreBytesPerToken + casts;
+}
+
 StageCompute stageCompute(const PlanInputs& in, int stage) {
     return stageCompute(in, stage, tokenFlops(in.model, in.parallel, in.assume));
 }
@@ -147,55 +208,10 @@ StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f) 
     if (peak > 0 && projectionPeak > 0)
         s.gemmSeconds = projectionFlops / projectionPeak + headFlops / peak + s.attentionSeconds;
 
-    // Memory-bound kernels: norms and adds on the hidden state (split by TP only under SP) and
-    // the activation function on the FFN width (split by TP), forward once and backward twice.
-    // An MoE layer also permutes each token into its k expert slots (read h, write k h) and
-    // un-permutes the experts' outputs back (read k h, write h): Megatron-Core's permute and
-    // unpermute, with the slots padded to the capacity factor.
-    const double ab = p.precision.activationBytes();
-    const double sp = p.sequenceParallel ? t : 1.0;
-    // Unfused attention writes the scores, then masks, softmaxes and drops them out in separate
-    // passes: about six reads or writes of every score, forward once and backward twice.
-    const double scoreBytesPerToken =
-        p.flashAttention ? 0.0 : 3.0 * 6.0 * ab * m.heads * double(m.seqLen) / t;
-    const auto layerBytesPerToken = [&](LayerKind kind) {
-        const bool routes = m.routes(kind);
-        const double routedCopies = routes ? m.moe.topK * p.expertLoad() : 0.0;
-        const double experts = routes ? routedCopies + m.moe.sharedExperts : 1.0;
-        const double ffn = double(m.layerFfn(kind)) * experts;
-        const double permuteTerms = routes ? 2.0 * (1.0 + routedCopies) : 0.0;
-        const double bytes = 3.0 * ab *
-                             ((a.elementwiseHiddenTerms + permuteTerms) * m.hidden / sp +
-                              a.elementwiseFfnTerms * ffn / t);
-        // FP8 casts: each projection's input is cast in the forward (read bf16, write fp8: 3
-        // bytes an element) and its output gradient in the backward; a recomputed forward casts
-        // again. An MoE layer's up projection takes each token once per expert it goes to, and
-        // its down projection's output gradient comes back once per expert.
-        double casts = 0;
-        if (fp8) {
-            const double ffnIn = ffn * (m.activation == Activation::Gelu ? 1.0 : 2.0);
-            const double hiddenTerms = 1.0 + experts; // attention's input, the MLP's inputs
-            // The attention projections' other inputs (MLA's latents, the output projection's)
-            // and their outputs' gradients (Q, K and V, or MLA's up and down projections').
-            const MlaSpec& mla = m.mla;
-            const double latents =
-                mla.enabled() ? double(mla.qLoraRank + mla.kvLoraRank) / sp : 0.0;
-            const double qkvOut = mla.enabled()
-                                      ? double(m.scoreDim()) +
-                                            double(m.heads) * (mla.qkNopeHeadDim + mla.vHeadDim) +
-                                            mla.qLoraRank + mla.kvLoraRank + mla.qkRopeHeadDim
-                                      : double(m.qDim()) + 2.0 * double(m.kvDim());
-            const double forwardInputs =
-                hiddenTerms * m.hidden / sp + latents + (double(m.valueDim()) + ffn) / t;
-            const double backwardGrads = hiddenTerms * m.hidden / sp + (qkvOut + ffnIn) / t;
-            casts = 3.0 * ((projectionRuns - 2.0) * forwardInputs + backwardGrads);
-        }
-        return bytes + scoreBytesPerToken + casts;
-    };
     double stageBytesPerToken = 0;
     for (const LayerKind kind : {LayerKind::Dense, LayerKind::Moe})
         if (kinds.of(kind) > 0)
-            stageBytesPerToken += kinds.of(kind) * layerBytesPerToken(kind);
+            stageBytesPerToken += kinds.of(kind) * layerElementwiseBytes(in, kind);
     const double bandwidth = in.cluster.gpu.hbmBandwidth * a.memoryEfficiency;
     s.elementwiseSeconds = bandwidth > 0 ? stageBytesPerToken * tokens / cp / bandwidth : 0.0;
     return s;

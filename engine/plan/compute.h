@@ -43,6 +43,10 @@ struct StageCompute {
 };
 
 StageCompute stageCompute(const PlanInputs& in, int stage);
+// Bytes a token moves through one layer's memory-bound kernels on one rank in a step's forward,
+// backward and recomputed forward: fused or eager elementwise ops, MoE permutation, unfused
+// attention's score passes and FP8 casts. Zero for a bare model.
+double layerElementwiseBytes(const PlanInputs& in, LayerKind kind);
 // The same with the model's FLOPs a token already counted (the search plans several stages).
 StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f);
 // The fused attention kernel a plan runs and its speed; `measured` false where attention's core

@@ -3,6 +3,7 @@
 #include "compute.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "eager_traffic.h"
 #include "formulas.h"
 #include "layout.h"
 #include "sched/zero_bubble_auto.h"
@@ -34,6 +35,7 @@ constexpr std::array kFigures = {
     FigureInfo{FigureId::FlopsPerToken, "flops.per_token", "Training FLOPs per token"},
     FigureInfo{FigureId::FlopsPerStep, "flops.per_step", "Training FLOPs per step"},
     FigureInfo{FigureId::ComputeTime, "time.compute", "Compute time per step"},
+    FigureInfo{FigureId::ElementwiseTraffic, "compute.elementwise_bytes", "Elementwise traffic"},
     FigureInfo{FigureId::CommDP, "comm.dp", "Data-parallel communication"},
     FigureInfo{FigureId::CommTP, "comm.tp", "Tensor-parallel communication"},
     FigureInfo{FigureId::CommPP, "comm.pp", "Pipeline communication"},
@@ -375,6 +377,45 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
                     where + " -> " + s(c.seconds) + tail;
 }
 
+// One layer of the model's main kind (an MoE model's MoE layer), on one rank.
+void explainElementwiseTraffic(Explanation& x, const PlanInputs& in) {
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    x.unit = "B";
+    if (m.isBare()) {
+        x.formula = "a bare parameter count has no layers";
+        return;
+    }
+    const LayerKind kind = m.moe.enabled() ? LayerKind::Moe : LayerKind::Dense;
+    x.value = layerElementwiseBytes(in, kind);
+    const std::string forwardRuns = p.recompute == Recompute::Full ? "2" : "1";
+    if (p.fusedElementwise) {
+        x.formula = "3 x activation_bytes x (" + n(in.assume.elementwiseHiddenTerms) +
+                    " h / sp + " + n(in.assume.elementwiseFfnTerms) +
+                    " ffn / tp): fused kernels read and write each norm's, add's and the "
+                    "activation's tensors once forward, twice backward";
+        x.source = "Counted from a Llama-style layer (Assumptions::elementwiseHiddenTerms)";
+    } else {
+        x.formula = "forward_runs x forward + backward, op by op as PyTorch eager runs them";
+        x.substituted = "forward_runs " + forwardRuns + ";";
+        forEachEagerTerm(m, kind, p, [&](const EagerTerm& term) {
+            x.substituted += std::string(" ") + term.name + " " + b(term.forward) + " + " +
+                             b(term.backward) + ";";
+        });
+        x.source = "PyTorch eager autograd, op by op, for torchtitan's Llama layer and GPT-2's; "
+                   "checked against PyTorch's dispatcher (tests/plan/oracle/"
+                   "eager_traffic_oracle.py)";
+    }
+    if (m.routes(kind))
+        x.formula += " + MoE permute and unpermute, 3 x activation_bytes x 2 (1 + top_k x "
+                     "capacity) h / sp";
+    if (!p.flashAttention)
+        x.formula += " + unfused attention's score passes, 18 x activation_bytes x heads x s / tp";
+    if (p.precision.fp8On(in.cluster.gpu))
+        x.formula += " + FP8 casts of each projection's input and output gradient";
+    x.substituted += " total " + b(x.value) + " a token a layer";
+}
+
 } // namespace
 
 const std::vector<FigureId>& allFigures() {
@@ -626,6 +667,9 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                              "2.5 / fused_backward_rate), the core taken out of the GEMM term";
             x.substituted += "; attention: " + describeAttentionSpeedFor(in);
         }
+        break;
+    case FigureId::ElementwiseTraffic:
+        explainElementwiseTraffic(x, in);
         break;
     case FigureId::CommDP:
         explainComm(x, in, e, Axis::DP);

@@ -21,6 +21,7 @@ enum class FigureId {
     FlopsPerToken,
     FlopsPerStep,
     ComputeTime,
+    ElementwiseTraffic,
     CommDP,
     CommTP,
     CommPP,

@@ -201,6 +201,24 @@ private slots:
         QCOMPARE(f.value("Step time"), h1);
     }
 
+    // Eager PyTorch (no torch.compile): the Llama layer's memory-bound ops move about three
+    // times the bytes of fused kernels, and the step pays for it; back to fused, back to the
+    // same plan.
+    void eagerElementwiseSlowsTheStep() {
+        Fixture f;
+        QVERIFY(f.doc.session().parallel.fusedElementwise);
+        const double bytes = f.value("Elementwise traffic");
+        const double step = f.value("Step time");
+        QVERIFY(bytes > 0);
+        setBool(f.form(), "fused-elementwise", false);
+        QVERIFY(!f.doc.session().parallel.fusedElementwise);
+        QVERIFY(f.value("Elementwise traffic") > 2.5 * bytes);
+        QVERIFY(f.value("Step time") > step);
+        QVERIFY(tooltip(f.page.figures(), "Elementwise traffic").contains("RMSNorm"));
+        setBool(f.form(), "fused-elementwise", true);
+        QCOMPARE(f.value("Step time"), step);
+    }
+
     // Counting FLOPs as PaLM does (the whole attention square) raises MFU, not the step time.
     void flopCountMovesMfuNotTheStep() {
         Fixture f;

@@ -134,6 +134,7 @@ inline void expectSame(const ParallelConfig& a, const ParallelConfig& b) {
     EXPECT_EQ(a.embeddingInPipelineSplit, b.embeddingInPipelineSplit);
     EXPECT_EQ(a.lossInPipelineSplit, b.lossInPipelineSplit);
     EXPECT_EQ(a.flashAttention, b.flashAttention);
+    EXPECT_EQ(a.fusedElementwise, b.fusedElementwise);
     EXPECT_EQ(a.attentionKernel, b.attentionKernel);
     EXPECT_EQ(a.sequenceParallel, b.sequenceParallel);
     EXPECT_EQ(a.schedule, b.schedule);

@@ -402,6 +402,7 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
     p.overlapParamGather = false;
     p.tpCommOverlap = true;
     p.epCommOverlap = true;
+    p.fusedElementwise = false;
     p.ep = 4;
     p.etp = 1;
     p.expertCapacityFactor = 1.25;

@@ -379,7 +379,8 @@ TEST(CliPlan, LayoutFlagsReachTheLayout) {
              "2",     "--cp",           "2",   "--zero",      "3",    "--sp",
              "false", "--micro-batch",  "2",   "--recompute", "full", "--precision",
              "fp8",   "--optimizer",    "sgd", "--offload",   "true", "--flash-attention",
-             "false", "--global-batch", "256", "--tokens",    "0",    "--json"});
+             "false", "--global-batch", "256", "--tokens",    "0",    "--fused-elementwise",
+             "false", "--json"});
     ASSERT_EQ(r.code, 0) << r.err;
     const json j = parseOrFail(r.out);
     const json& p = j.at("parallel");
@@ -398,6 +399,7 @@ TEST(CliPlan, LayoutFlagsReachTheLayout) {
     EXPECT_EQ(p.at("optimizer"), "sgd");
     EXPECT_EQ(p.at("offload_optimizer"), true);
     EXPECT_EQ(p.at("flash_attention"), false);
+    EXPECT_EQ(p.at("fused_elementwise"), false);
     EXPECT_DOUBLE_EQ(j.at("train").at("train_tokens").get<double>(), 0);
     EXPECT_DOUBLE_EQ(j.at("summary").at("time_to_train_s").get<double>(), 0);
     EXPECT_GT(j.at("memory").at("cpu_offloaded").get<double>(), 0);

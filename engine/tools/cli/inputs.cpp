@@ -88,6 +88,11 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
                    "FlashAttention-2 before it); its speed is the kernel's published one "
                    "(docs/validation.md)")
         ->capture_default_str();
+    app.add_option("--fused-elementwise", f.fusedElementwise,
+                   "Norms, adds, rotary and the activation run as fused kernels (torch.compile, "
+                   "Megatron's and Transformer Engine's fused kernels); false: PyTorch eager, one "
+                   "kernel an op, as torchtitan without --training.compile (true/false)")
+        ->capture_default_str();
     app.add_option("--overlap-grad-reduce", f.overlapGradReduce,
                    "Reduce gradients during the last backward, bucket by bucket, as PyTorch DDP, "
                    "FSDP and Megatron's --overlap-grad-reduce do; false: after it (true/false)")
@@ -216,6 +221,7 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.offloadOptimizer = f.offload;
     p.flashAttention = f.flashAttention;
     p.attentionKernel = attentionKernelFromString(f.attentionKernel);
+    p.fusedElementwise = f.fusedElementwise;
     p.overlapGradReduce = f.overlapGradReduce;
     p.overlapParamGather = f.overlapParamGather;
     p.tpCommOverlap = f.tpCommOverlap;

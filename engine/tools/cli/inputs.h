@@ -43,6 +43,7 @@ struct LayoutFlags {
     bool offload = false;
     bool flashAttention = true;
     std::string attentionKernel = "auto";
+    bool fusedElementwise = true;
     bool embeddingInPipelineSplit = false, lossInPipelineSplit = false;
     bool overlapGradReduce = true, overlapParamGather = true, tpCommOverlap = false;
     bool epCommOverlap = false;

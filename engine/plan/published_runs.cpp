@@ -241,6 +241,9 @@ PublishedRun parseRow(const Row& r, int line) {
     const std::string kernel = r.text("attention_kernel");
     p.attentionKernel = kernel.empty() ? AttentionKernel::Auto
                                        : word("attention_kernel", attentionKernelFromString);
+    // Empty: fused, as torch.compile and Megatron-LM's kernels run them; false where the run
+    // was PyTorch eager.
+    p.fusedElementwise = r.flag("fused_elementwise", true);
     // Empty: what current frameworks do (ParallelConfig's defaults).
     p.overlapGradReduce = r.flag("overlap_grad_reduce", true);
     p.overlapParamGather = r.flag("overlap_param_gather", true);

@@ -127,6 +127,21 @@ TEST(PublishedRuns, TokensPerSecondIsComparedFirstAndFractionsAreFractions) {
     EXPECT_THROW(parsePublishedRuns(header + row + ",43,,true,palm,src\n"), InputError);
 }
 
+TEST(PublishedRuns, AnEagerRunMovesMoreThroughItsElementwiseKernels) {
+    const std::string header = kRunColumns + "reported_tokens_per_s_per_gpu,flash_attention,"
+                                             "fused_elementwise,flops_convention,source\n";
+    const std::string row = "x-1,a100-80gb,8,2,256,4,4,704,1000,512,swiglu,false,1,1,,1,8,0,1,8,"
+                            "none,1000,true,";
+    const std::vector<PublishedRun> runs = parsePublishedRuns(
+        header + row + ",palm,src\n" + row + "false,palm,src\n" + row + "true,palm,src\n");
+    ASSERT_EQ(runs.size(), 3u);
+    EXPECT_TRUE(runs[0].parallel.fusedElementwise); // empty: fused
+    EXPECT_FALSE(runs[1].parallel.fusedElementwise);
+    EXPECT_TRUE(runs[2].parallel.fusedElementwise);
+    EXPECT_LT(compareRun(runs[1]).predicted, compareRun(runs[0]).predicted);
+    EXPECT_THROW(parsePublishedRuns(header + row + "maybe,palm,src\n"), InputError);
+}
+
 TEST(PublishedRuns, MegatronConventionMatchesThePaperFormula) {
     // Narayanan et al. 2021, Appendix: 96 B s l h^2 (1 + s/6h + V/16lh) per step (B sequences).
     ModelSpec m;

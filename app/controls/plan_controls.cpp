@@ -412,6 +412,10 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
             s.parallel.attentionKernel = attentionKernelFromString(k.toStdString());
         });
     form.setEnabledWhen(kernel, [](const Session& s) { return s.parallel.flashAttention; });
+}
+
+void addKernelControls(SessionForm& form) {
+    form.addSection("Kernels");
     form.addBool(
         "fused-elementwise", "Fused elementwise kernels",
         "Norms, residual adds, rotary embeddings and the activation run as fused kernels, as "

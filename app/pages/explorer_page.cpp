@@ -56,6 +56,7 @@ ExplorerPage::ExplorerPage(SessionDocument* doc, QWidget* parent)
     addTrainingControls(*form_, true);
     addPrecisionControls(*form_);
     addLayoutControls(*form_, LayoutFollows::Cluster, true);
+    addKernelControls(*form_);
     addOverlapControls(*form_);
     panel_->setControls(form_);
 

@@ -195,8 +195,8 @@ std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& co
 // "cp1 ep8" with expert parallelism,
 // "zero3 shard8" when ZeRO's states are sharded over groups of 8 of the dp x cp ranks), with
 // the overlap settings that differ from the defaults where they matter: "no-grad-overlap",
-// "no-gather-overlap", "tp-overlap"; and the attention when it is not the default fused kernel:
-// "unfused-attention", "attention-flash2".
+// "no-gather-overlap", "tp-overlap"; "eager" for eager elementwise ops; and the attention when it
+// is not the default fused kernel: "unfused-attention", "attention-flash2".
 std::string layoutSummary(const ParallelConfig& p);
 
 std::string toString(PipelineSchedule s);

@@ -97,41 +97,65 @@ std::string describeAttentionSpeedFor(const PlanInputs& in) {
     return describeAttentionSpeed(attentionSpeedFor(in), in.cluster.gpu);
 }
 
+double forwardRuns(const ParallelConfig& p) {
+    return p.recompute == Recompute::Full ? 2.0 : 1.0;
+}
+
+double moePermuteBytes(const ModelSpec& m, LayerKind kind, const ParallelConfig& p) {
+    if (!m.routes(kind))
+        return 0.0;
+    const double sp = p.sequenceParallel ? std::max(1, p.tp) : 1;
+    const double permuteTerms = 2.0 * (1.0 + m.moe.topK * p.expertLoad());
+    return 3.0 * p.precision.activationBytes() * permuteTerms * m.hidden / sp;
+}
+
+double elementwiseOpBytes(const PlanInputs& in, LayerKind kind) {
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    if (m.isBare())
+        return 0.0;
+    // Eager PyTorch: op by op (eager_traffic.h), the forward again where full recompute repeats
+    // it.
+    if (!p.fusedElementwise) {
+        const EagerTraffic eager = eagerLayerTraffic(m, kind, p);
+        return forwardRuns(p) * eager.forward + eager.backward;
+    }
+    // Fused kernels: norms and adds on the hidden state (split by TP only under SP) and the
+    // activation function on each MLP's FFN width (split by TP), forward once and backward
+    // twice. The count predates recompute and does not repeat the forward.
+    const double t = std::max(1, p.tp);
+    const double sp = p.sequenceParallel ? t : 1.0;
+    const double mlps = m.routes(kind) ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
+    const double ffn = double(m.layerFfn(kind)) * mlps;
+    return 3.0 * p.precision.activationBytes() *
+           (in.assume.elementwiseHiddenTerms * m.hidden / sp +
+            in.assume.elementwiseFfnTerms * ffn / t);
+}
+
 double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
-    const Assumptions& a = in.assume;
     if (m.isBare())
         return 0.0;
     const bool fp8 = p.precision.fp8On(in.cluster.gpu);
     const double t = std::max(1, p.tp);
-    // Forward once, again where full recompute repeats it, and the backward.
-    const double forwardRuns = p.recompute == Recompute::Full ? 2.0 : 1.0;
-    // Fused memory-bound kernels: norms and adds on the hidden state (split by TP only under SP)
-    // and the activation function on the FFN width (split by TP), forward once and backward
-    // twice. Eager PyTorch: op by op (eager_traffic.h), the forward again where recomputed.
-    // An MoE layer also permutes each token into its k expert slots (read h, write k h) and
-    // un-permutes the experts' outputs back (read k h, write h): Megatron-Core's permute and
-    // unpermute, with the slots padded to the capacity factor.
     const double ab = p.precision.activationBytes();
     const double sp = p.sequenceParallel ? t : 1.0;
-    // Unfused attention writes the scores, then masks, softmaxes and drops them out in separate
-    // passes: about six reads or writes of every score, forward once and backward twice.
-    const double scoreBytesPerToken =
-        p.flashAttention ? 0.0 : 3.0 * 6.0 * ab * m.heads * double(m.seqLen) / t;
     const bool routes = m.routes(kind);
     const double routedCopies = routes ? m.moe.topK * p.expertLoad() : 0.0;
     const double experts = routes ? routedCopies + m.moe.sharedExperts : 1.0;
     const double ffn = double(m.layerFfn(kind)) * experts;
-    const double permuteTerms = routes ? 2.0 * (1.0 + routedCopies) : 0.0;
-    double bytes = 3.0 * ab * permuteTerms * m.hidden / sp;
-    if (p.fusedElementwise) {
-        bytes +=
-            3.0 * ab * (a.elementwiseHiddenTerms * m.hidden / sp + a.elementwiseFfnTerms * ffn / t);
-    } else {
-        const EagerTraffic eager = eagerLayerTraffic(m, kind, p);
-        bytes += forwardRuns * eager.forward + eager.backward;
-    }
+    const double recomputed = forwardRuns(p);
+
+    double bytes = elementwiseOpBytes(in, kind);
+    // An MoE layer also permutes each token into its k expert slots (read h, write k h) and
+    // un-permutes the experts' outputs back (read k h, write h): Megatron-Core's permute and
+    // unpermute, with the slots padded to the capacity factor.
+    bytes += moePermuteBytes(m, kind, p);
+    // Unfused attention writes the scores, then masks, softmaxes and drops them out in separate
+    // passes: about six reads or writes of every score, forward once and backward twice.
+    const double scoreBytesPerToken =
+        p.flashAttention ? 0.0 : 3.0 * 6.0 * ab * m.heads * double(m.seqLen) / t;
     // FP8 casts: each projection's input is cast in the forward (read bf16, write fp8: 3
     // bytes an element) and its output gradient in the backward; a recomputed forward casts
     // again. An MoE layer's up projection takes each token once per expert it goes to, and
@@ -152,7 +176,7 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
         const double forwardInputs =
             hiddenTerms * m.hidden / sp + latents + (double(m.valueDim()) + ffn) / t;
         const double backwardGrads = hiddenTerms * m.hidden / sp + (qkvOut + ffnIn) / t;
-        casts = 3.0 * (forwardRuns * forwardInputs + backwardGrads);
+        casts = 3.0 * (recomputed * forwardInputs + backwardGrads);
     }
     return bytes + scoreBytesPerToken + casts;
 }
@@ -185,7 +209,7 @@ StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f) 
     const int layers = kinds.total();
     // Forward, backward (twice the forward) and a recomputed forward where the policy runs one:
     // full recompute repeats the projections and the core, selective only the core.
-    const double projectionRuns = 3.0 + (p.recompute == Recompute::Full ? 1.0 : 0.0);
+    const double projectionRuns = forwardRuns(p) + 2.0;
     const double coreRuns = 3.0 + (p.recompute != Recompute::None ? 1.0 : 0.0);
     const double share = tokens / (t * cp);
     const double projectionFlops =

@@ -43,6 +43,14 @@ struct StageCompute {
 };
 
 StageCompute stageCompute(const PlanInputs& in, int stage);
+// How many times a step runs each layer's forward: once, twice where full recompute repeats it.
+double forwardRuns(const ParallelConfig& p);
+// Bytes a token moves through one layer's norms, adds, rotary and activation on one rank, fused
+// or eager (ParallelConfig::fusedElementwise), forward, backward and recomputed forward.
+double elementwiseOpBytes(const PlanInputs& in, LayerKind kind);
+// Bytes a token moves through an MoE layer's permutation into its expert slots and back, on one
+// rank; 0 for a layer that routes nothing.
+double moePermuteBytes(const ModelSpec& m, LayerKind kind, const ParallelConfig& p);
 // Bytes a token moves through one layer's memory-bound kernels on one rank in a step's forward,
 // backward and recomputed forward: fused or eager elementwise ops, MoE permutation, unfused
 // attention's score passes and FP8 casts. Zero for a bare model.

@@ -14,20 +14,22 @@ namespace shardscope {
 
 // One group of ops of a layer, in bytes a token moves on one rank (TP splits the head and FFN
 // widths, SP the hidden one), forward and backward. Counted op by op as PyTorch's eager
-// autograd runs them for the layers as torchtitan and Hugging Face write them (Llama: RMSNorm
-// in fp32, complex rotary in fp32, separate Q, K, V and gate/up projections, GQA's keys and
-// values repeated to every head) and as GPT-2, nanoGPT and MPT write theirs (native LayerNorm,
-// one QKV projection); tests/plan/oracle/eager_traffic_oracle.py counts the same layers
-// through PyTorch's dispatcher.
+// autograd runs them for layers written as torchtitan writes Llama (RMSNorm in fp32, complex
+// rotary in fp32, separate Q, K, V and gate/up projections, GQA's keys and values repeated to
+// every head) and as nanoGPT and MPT write GPT-style layers (native LayerNorm, one QKV
+// projection, one-kernel GELU and dropout); tests/plan/oracle/eager_traffic_oracle.py counts the
+// same layers through PyTorch's dispatcher. Other writings differ in places: Hugging Face's
+// Llama rotates in bf16, Phi-3 fuses QKV and gate/up, Qwen3 and Gemma add norms.
 struct EagerTerm {
     const char* name;
     double forward = 0;
     double backward = 0;
 };
 
-// Calls visit(const EagerTerm&) for each group of a layer of this kind; MoE layers run the
-// activation once for each expert slot a token takes (their permutation is counted with the
-// fused kernels', which it equals).
+// Calls visit(const EagerTerm&) for each group of a layer of this kind. An MoE layer runs the
+// activation once for each expert slot a token takes; its routing (the router's softmax and
+// top-k, the gathers and scatters that permute the tokens, their gradient sums) is not counted
+// here: compute.cpp counts the permutation as the fused kernels move it.
 template <typename Visit>
 void forEachEagerTerm(const ModelSpec& m, LayerKind kind, const ParallelConfig& p, Visit&& visit);
 
@@ -45,15 +47,28 @@ void forEachEagerTerm(const ModelSpec& m, LayerKind kind, const ParallelConfig& 
     const double t = std::max(1, p.tp);
     const double sp = p.sequenceParallel ? t : 1.0;
     const double h = m.hidden / sp;
-    // Below fp32, a norm or rotary op computed in fp32 first copies its input up (read ab, write
-    // 4 bytes) and its result back down; the backward does the same for the gradients.
-    const double casts = ab < 4.0 ? 2.0 * (ab + 4.0) : 0.0;
+    // A rank's query and key-value widths; kv heads are replicated where tp outnumbers them.
+    const double q = double(m.qDim()) / t;
+    const double kv = double(m.kvDim()) * std::max(1.0, t / std::max(1, m.kvHeads)) / t;
+    // Below fp32, an op computed in fp32 first copies its input up (read ab, write 4 bytes an
+    // element) and its result back down (read 4, write ab); the backward copies the gradients
+    // the same way. In fp32 the copies are no-ops.
+    const double fp32Copies = ab < 4.0 ? 2.0 * (ab + 4.0) : 0.0;
 
-    if (m.norm == Norm::RmsNorm) // x.float(), pow, mean, x * rsqrt, type_as, * weight
-        visit(EagerTerm{"RMSNorm in fp32 (2 a layer)", 2.0 * h * (20.0 + 2.0 * ab + casts),
-                        2.0 * h * (68.0 + 6.0 * ab + casts)});
-    else // native_layer_norm reads x and writes y; its backward reads dy and x, writes dx
+    if (m.norm == Norm::RmsNorm) {
+        // Bytes an element, in fp32 (y = x.float()): pow(2) reads and writes (8), mean reads
+        // (4), y * rsqrt reads and writes (8); then type_as and * weight in ab (read, write:
+        // 2 ab). Backward: grad * weight and grad * normed for the weight's gradient and its sum
+        // (6 ab); in fp32, grad * y, grad * rsqrt, their sum, mean's expand, pow's backward
+        // (y.pow(1), * 2, * grad) and the two paths' add: 12 + 8 + 4 + 4 + 8 + 8 + 12 + 12 = 68.
+        // MLA also norms its query and key-value latents, whole on every tp rank.
+        const double widths =
+            2.0 * h + (m.mla.enabled() ? double(m.mla.qLoraRank + m.mla.kvLoraRank) : 0.0);
+        visit(EagerTerm{"RMSNorm in fp32", widths * (20.0 + 2.0 * ab + fp32Copies),
+                        widths * (68.0 + 6.0 * ab + fp32Copies)});
+    } else { // native_layer_norm reads x and writes y; its backward reads dy and x, writes dx
         visit(EagerTerm{"LayerNorm (2 a layer)", 2.0 * h * 2.0 * ab, 2.0 * h * 3.0 * ab});
+    }
     visit(EagerTerm{"Residual adds (2 a layer)", 2.0 * h * 3.0 * ab, 2.0 * h * 3.0 * ab});
     if (m.dropout) // native_dropout writes its output and a one-byte mask; the backward reads both
         visit(EagerTerm{"Residual dropout (2 a layer)", 2.0 * h * (2.0 * ab + 1.0),
@@ -61,26 +76,29 @@ void forEachEagerTerm(const ModelSpec& m, LayerKind kind, const ParallelConfig& 
 
     // Llama-family layers project the normed input separately into Q, K and V (MLA: its query
     // and key-value paths) and into gate and up; autograd sums their input gradients, one add
-    // (read two, write one) for each extra consumer. GPT-style layers have one QKV projection.
-    const int attentionInputs = m.mla.enabled() ? 2 : (m.gated() ? 3 : 1);
-    const int mlpInputs = m.gated() ? 2 : 1;
-    const int gradientSums = attentionInputs - 1 + mlpInputs - 1;
-    if (gradientSums > 0)
+    // (read two, write one) for each extra consumer, on the whole hidden state even under SP
+    // (the projections take the gathered sequence). A GPT-style layer's one QKV projection is
+    // split into views instead, and split's backward concatenates the gradients.
+    const bool separateProjections = m.gated() || m.mla.enabled();
+    if (separateProjections) {
+        const int attentionConsumers = m.mla.enabled() ? 2 : 3;
+        const int mlpConsumers = m.gated() ? 2 : 1;
+        const int sums = attentionConsumers - 1 + mlpConsumers - 1;
         visit(EagerTerm{"Input-gradient sums of separate projections", 0.0,
-                        gradientSums * h * 3.0 * ab});
-    else if (!m.mla.enabled()) // the QKV output is split into views; split's backward is a cat
-        visit(EagerTerm{"QKV gradients concatenated", 0.0,
-                        2.0 * ab * double(m.qDim() + 2 * m.kvDim()) / t});
+                        sums * double(m.hidden) * 3.0 * ab});
+    } else {
+        visit(EagerTerm{"QKV gradients concatenated", 0.0, 2.0 * ab * (q + 2.0 * kv)});
+    }
 
     if (m.positions == PositionEmbedding::Rope) {
         // The rotated width a token: every query and key head, or MLA's rotary parts (a query's
-        // in every head, a key's once). Cast up, a complex multiply in fp32, cast down.
-        const double rotated =
-            m.mla.enabled()
-                ? (double(m.heads) * m.mla.qkRopeHeadDim / t + double(m.mla.qkRopeHeadDim))
-                : double(m.qDim() + m.kvDim()) / t;
-        visit(EagerTerm{"Rotary embedding in fp32 (queries and keys)", rotated * (8.0 + casts),
-                        rotated * (8.0 + casts)});
+        // in every head, a key's once). Copied up, a complex multiply in fp32 (read 4, write 4
+        // bytes an element), copied down; the backward multiplies by the conjugate.
+        const double rotated = m.mla.enabled() ? double(m.heads) * m.mla.qkRopeHeadDim / t +
+                                                     double(m.mla.qkRopeHeadDim)
+                                               : q + kv;
+        visit(EagerTerm{"Rotary embedding in fp32 (queries and keys)", rotated * (8.0 + fp32Copies),
+                        rotated * (8.0 + fp32Copies)});
     }
     if (m.mla.enabled()) {
         // Each head's query and key are concatenated from their positional and rotary parts
@@ -88,18 +106,16 @@ void forEachEagerTerm(const ModelSpec& m, LayerKind kind, const ParallelConfig& 
         const double assembled = 2.0 * double(m.scoreDim()) / t;
         visit(EagerTerm{"MLA query and key concatenation", 2.0 * ab * assembled,
                         2.0 * ab * assembled});
-    } else if (m.kvHeads < m.heads) {
-        // expand + reshape copies the keys and values out to every query head; the backward
-        // sums each group back.
-        const double widths = double(m.kvDim() + m.qDim()) / t;
-        visit(EagerTerm{"GQA keys and values repeated to every head", 2.0 * ab * widths,
-                        2.0 * ab * widths});
+    } else if (kv < q) {
+        // expand + reshape copies the keys and values out to every query head (read kv, write
+        // q, each); the backward sums each group back.
+        visit(EagerTerm{"GQA keys and values repeated to every head", 2.0 * ab * (kv + q),
+                        2.0 * ab * (kv + q)});
     }
 
-    // The activation on each MLP the token runs through: SwiGLU and GeGLU apply the function
-    // (read, write) and multiply by the up projection (read two, write one); the backward runs
-    // two multiplies and the function's backward. GELU alone: read, write; backward read two,
-    // write one.
+    // The activation on each MLP the token runs through. Gated: the function (read, write:
+    // 2 ab) and the multiply by the up projection (read two, write one: 3 ab); backward, two
+    // multiplies (6 ab) and the function's backward (3 ab). GELU alone: 2 ab, and 3 ab back.
     const bool routes = m.routes(kind);
     const double mlps = routes ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
     const double ffn = double(m.layerFfn(kind)) / t * mlps;
@@ -113,7 +129,7 @@ void forEachEagerTerm(const ModelSpec& m, LayerKind kind, const ParallelConfig& 
     // gradients, one read of each.
     double biasWidth = 0;
     if (m.attentionBias)
-        biasWidth += double(m.qDim() + 2 * m.kvDim()) / t;
+        biasWidth += q + 2.0 * kv;
     if (m.outputBias)
         biasWidth += h;
     if (m.mlpBias)

@@ -377,7 +377,8 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
                     where + " -> " + s(c.seconds) + tail;
 }
 
-// One layer of the model's main kind (an MoE model's MoE layer), on one rank.
+// One layer of the model's main kind (an MoE model's MoE layer), on one rank: each term with its
+// bytes, so that they add up to the total.
 void explainElementwiseTraffic(Explanation& x, const PlanInputs& in) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
@@ -388,32 +389,42 @@ void explainElementwiseTraffic(Explanation& x, const PlanInputs& in) {
     }
     const LayerKind kind = m.moe.enabled() ? LayerKind::Moe : LayerKind::Dense;
     x.value = layerElementwiseBytes(in, kind);
-    const std::string forwardRuns = p.recompute == Recompute::Full ? "2" : "1";
+    const double runs = forwardRuns(p);
+    std::vector<std::string> terms;
     if (p.fusedElementwise) {
         x.formula = "3 x activation_bytes x (" + n(in.assume.elementwiseHiddenTerms) +
                     " h / sp + " + n(in.assume.elementwiseFfnTerms) +
                     " ffn / tp): fused kernels read and write each norm's, add's and the "
                     "activation's tensors once forward, twice backward";
+        terms.push_back("fused kernels " + b(elementwiseOpBytes(in, kind)));
         x.source = "Counted from a Llama-style layer (Assumptions::elementwiseHiddenTerms)";
     } else {
         x.formula = "forward_runs x forward + backward, op by op as PyTorch eager runs them";
-        x.substituted = "forward_runs " + forwardRuns + ";";
+        terms.push_back("forward_runs " + count(runs));
         forEachEagerTerm(m, kind, p, [&](const EagerTerm& term) {
-            x.substituted += std::string(" ") + term.name + " " + b(term.forward) + " + " +
-                             b(term.backward) + ";";
+            terms.push_back(std::string(term.name) + " " + b(term.forward) + " + " +
+                            b(term.backward));
         });
-        x.source = "PyTorch eager autograd, op by op, for torchtitan's Llama layer and GPT-2's; "
-                   "checked against PyTorch's dispatcher (tests/plan/oracle/"
+        x.source = "PyTorch eager autograd, op by op, for torchtitan's Llama layer and nanoGPT's "
+                   "GPT layer; checked against PyTorch's dispatcher (tests/plan/oracle/"
                    "eager_traffic_oracle.py)";
     }
-    if (m.routes(kind))
+    if (m.routes(kind)) {
         x.formula += " + MoE permute and unpermute, 3 x activation_bytes x 2 (1 + top_k x "
                      "capacity) h / sp";
+        terms.push_back("MoE permutation " + b(moePermuteBytes(m, kind, p)));
+    }
     if (!p.flashAttention)
         x.formula += " + unfused attention's score passes, 18 x activation_bytes x heads x s / tp";
     if (p.precision.fp8On(in.cluster.gpu))
         x.formula += " + FP8 casts of each projection's input and output gradient";
-    x.substituted += " total " + b(x.value) + " a token a layer";
+    const double rest = x.value - elementwiseOpBytes(in, kind) - moePermuteBytes(m, kind, p);
+    if (rest > 0)
+        terms.push_back("score passes and FP8 casts " + b(rest));
+    std::string list;
+    for (const std::string& term : terms)
+        list += term + "; ";
+    x.substituted = list + "total " + b(x.value) + " a token a layer";
 }
 
 } // namespace

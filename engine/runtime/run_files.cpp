@@ -66,9 +66,11 @@ void checkResumable(const RunConfig& c, const std::string& data, const json& met
     const auto stored = [&](const char* key) { return meta.contains(key) ? meta[key] : json(); };
     // A layout written before a setting existed reads with that setting's default, as a config
     // file would: read it back before comparing.
-    // The attention kernel is the planner's: the engine runs its own attention whatever it says.
+    // The attention kernel and fused elementwise kernels are the planner's: the engine runs its
+    // own kernels whatever they say.
     const auto engineRuns = [](ParallelConfig p) {
         p.attentionKernel = AttentionKernel::Auto;
+        p.fusedElementwise = true;
         return p;
     };
     json parallelWas = stored("parallel");

@@ -21,21 +21,55 @@ PlanInputs eagerLlama8b(ParallelConfig p = test::layout(8, 1, 1, 64, 3)) {
     return test::inputs("llama3-8b", "a100-80gb", 8, 1, p);
 }
 
-TEST(EagerTraffic, EveryTermSplitsOverTensorParallelRanksUnderSequenceParallelism) {
-    const ModelSpec m = findModelPreset("llama3-70b");
-    ParallelConfig one;
+// The bytes of the term whose name starts with `name`, forward + backward.
+double term(const ModelSpec& m, const ParallelConfig& p, const std::string& name) {
+    double bytes = 0;
+    forEachEagerTerm(m, LayerKind::Dense, p, [&](const EagerTerm& t) {
+        if (std::string(t.name).rfind(name, 0) == 0)
+            bytes += t.forward + t.backward;
+    });
+    return bytes;
+}
+
+TEST(EagerTraffic, SequenceParallelismSplitsWhatTensorParallelismLeavesWhole) {
+    // A GPT-style layer has no gradient sums: under SP every term splits over the ranks.
+    const ModelSpec gpt = test::gptStyle(24, 2048, 16, 2048);
+    const ModelSpec llama = findModelPreset("llama3-70b");
+    const ParallelConfig one;
     for (const int tp : {2, 4, 8}) {
         ParallelConfig p;
         p.tp = tp;
         p.sequenceParallel = true;
-        EXPECT_NEAR(total(eagerLayerTraffic(m, LayerKind::Dense, p)),
-                    total(eagerLayerTraffic(m, LayerKind::Dense, one)) / tp, 1e-6)
+        EXPECT_NEAR(total(eagerLayerTraffic(gpt, LayerKind::Dense, p)),
+                    total(eagerLayerTraffic(gpt, LayerKind::Dense, one)) / tp, 1e-6)
             << "tp " << tp;
+        // A Llama layer's separate projections take the gathered sequence: their input
+        // gradients are summed whole on every rank.
+        const double sums = term(llama, p, "Input-gradient sums");
+        EXPECT_EQ(sums, term(llama, one, "Input-gradient sums"));
+        EXPECT_NEAR(total(eagerLayerTraffic(llama, LayerKind::Dense, p)) - sums,
+                    (total(eagerLayerTraffic(llama, LayerKind::Dense, one)) - sums) / tp, 1e-6);
         // Without SP each rank norms and adds the whole hidden state.
         p.sequenceParallel = false;
-        EXPECT_GT(total(eagerLayerTraffic(m, LayerKind::Dense, p)),
-                  total(eagerLayerTraffic(m, LayerKind::Dense, one)) / tp);
+        EXPECT_GT(total(eagerLayerTraffic(gpt, LayerKind::Dense, p)),
+                  total(eagerLayerTraffic(gpt, LayerKind::Dense, one)) / tp);
     }
+}
+
+TEST(EagerTraffic, ARankRepeatsTheWholeKeyValueHeadsItHolds) {
+    // Llama 3 70B: 64 query heads, 8 key-value heads of 128. At tp 8 a rank holds 8 query heads
+    // and one key-value head; at tp 16, 4 query heads and still one key-value head (replicated,
+    // as Megatron-LM does), so only the query side of the copy halves. At tp 64 each rank's one
+    // query head has its own key-value head: nothing to repeat.
+    const ModelSpec m = findModelPreset("llama3-70b");
+    ParallelConfig p8, p16, p64;
+    p8.tp = 8;
+    p16.tp = 16;
+    p64.tp = 64;
+    const double ab = p8.precision.activationBytes();
+    EXPECT_NEAR(term(m, p8, "GQA"), 2 * 2.0 * ab * (128 + 8 * 128), 1e-9);
+    EXPECT_NEAR(term(m, p16, "GQA"), 2 * 2.0 * ab * (128 + 4 * 128), 1e-9);
+    EXPECT_EQ(term(m, p64, "GQA"), 0.0);
 }
 
 TEST(EagerTraffic, AnMoeLayerRunsTheActivationOnceForEachExpertSlot) {

@@ -246,7 +246,8 @@ TEST(EngineLayouts, AStoppedRunResumesBitIdenticallyFromItsShards) {
                   "pp1-tp0-dp0.params.f32", "pp1-tp0-dp0.adam_m.f32", "pp1-tp0-dp0.adam_v.f32",
                   "pp1-tp0-dp1.params.f32", "pp1-tp0-dp1.adam_m.f32", "pp1-tp0-dp1.adam_v.f32"}));
 
-    // The attention kernel is the planner's alone: a run stopped under one resumes under another.
+    // The attention kernel and fused elementwise kernels are the planner's alone: a run stopped
+    // under one resumes under another.
     {
         const auto part = dir / "kernel-part";
         ASSERT_EQ(
@@ -257,6 +258,7 @@ TEST(EngineLayouts, AStoppedRunResumesBitIdenticallyFromItsShards) {
             << readText(dir / "log");
         json flash3 = c;
         flash3["parallel"]["attention_kernel"] = "flash3";
+        flash3["parallel"]["fused_elementwise"] = false;
         EXPECT_EQ(runEngine("--resume --out " + part.string() + " --config " +
                                 writeConfig(dir, "flash3", flash3) +
                                 " --pp 2 --dp 2 --zero 1 --schedule zero-bubble --ranks 4",

@@ -31,9 +31,12 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 # The planner leaves out per-token scalars (a norm's mean and rsqrt) and the rotary table's
-# reads, a few hundred bytes a token against tens of kilobytes (measured: at most 0.6 %). The
-# smallest term it counts, Qwen2's bias gradients, is 0.9 % of its layer.
+# reads, a few hundred bytes a token against tens of kilobytes (measured: at most 0.6 %).
 TOLERANCE = 0.01
+# A feature's own bytes (the difference between two layers that differ only in it), where the
+# omissions above cancel: Qwen2's bias gradients are 0.9 % of its layer, too little for the
+# whole layer's tolerance to see, but all of the difference. Measured: within 0.3 %.
+FEATURE_TOLERANCE = 0.01
 
 MATMULS = {"mm", "bmm", "addmm", "matmul", "linear"}
 MOVE_NOTHING = {"_unsafe_view", "is_same_size"}  # views by another name, and a shape check
@@ -216,32 +219,58 @@ def llama_config(hidden, heads, kv_heads, ffn, **extra):
                  "tie_word_embeddings": False}, **extra)
 
 
+def gpt2_config(dropout):
+    return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 256, "n_head": 4,
+            "n_layer": 2, "n_positions": 1024, "vocab_size": 1000, "activation_function": "gelu_new",
+            "resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
+
+
+def llama(name, heads, kv_heads, ffn, tp=1, qkv_bias=False, **extra):
+    """A Llama-family layer of hidden 256 as a tensor-parallel rank of `tp` holds it, and the
+    config.json of the whole model."""
+    config = llama_config(256, heads, kv_heads, ffn)
+    if qkv_bias:  # Qwen2: biases on Q, K and V
+        config.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"])
+    return dict({"name": name, "family": "llama", "hidden": 256, "heads": heads // tp,
+                 "kv_heads": kv_heads // tp, "head_dim": 256 // heads, "ffn": ffn // tp,
+                 "qkv_bias": qkv_bias, "tp": tp, "hf_config": config}, **extra)
+
+
+def gpt2(name, dropout):
+    return {"name": name, "family": "gpt", "hidden": 256, "heads": 4, "kv_heads": 4, "head_dim": 64,
+            "ffn": 1024, "qkv_bias": True, "dropout": dropout, "hf_config": gpt2_config(dropout)}
+
+
 CASES = [
     # Llama 3's shape at a small width: GQA with 4 query heads a key-value head.
-    {"name": "llama-gqa", "family": "llama", "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32,
-     "ffn": 704, "qkv_bias": False, "hf_config": llama_config(256, 8, 2, 704)},
+    llama("llama-gqa", 8, 2, 704),
     # Multi-head attention: no repeat.
-    {"name": "llama-mha", "family": "llama", "hidden": 256, "heads": 4, "kv_heads": 4, "head_dim": 64,
-     "ffn": 640, "qkv_bias": False, "hf_config": llama_config(256, 4, 4, 640)},
+    llama("llama-mha", 4, 4, 640),
     # Qwen2: biases on Q, K and V, whose gradients are sums over the tokens.
-    {"name": "qwen2", "family": "llama", "hidden": 256, "heads": 8, "kv_heads": 4, "head_dim": 32,
-     "ffn": 768, "qkv_bias": True,
-     "hf_config": dict(llama_config(256, 8, 4, 768), model_type="qwen2", architectures=["Qwen2ForCausalLM"])},
-    # A tensor-parallel rank of 2: half the heads and the FFN, the whole hidden state (no SP).
-    {"name": "llama-tp2", "family": "llama", "hidden": 256, "heads": 4, "kv_heads": 1, "head_dim": 32,
-     "ffn": 352, "qkv_bias": False, "tp": 2, "hf_config": llama_config(256, 8, 2, 704)},
+    llama("qwen2", 8, 4, 768, qkv_bias=True),
+    # A tensor-parallel rank of 2: half the heads (two of them key-value heads) and the FFN, the
+    # whole hidden state (no SP).
+    llama("llama-tp2", 8, 4, 704, tp=2),
     # Full recompute: the forward runs again in the backward.
-    {"name": "llama-recompute", "family": "llama", "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32,
-     "ffn": 704, "qkv_bias": False, "recompute": True, "hf_config": llama_config(256, 8, 2, 704)},
+    llama("llama-recompute", 8, 2, 704, recompute=True),
     # fp32 activations: the norms and rotary need no copies up and down.
-    {"name": "llama-fp32", "family": "llama", "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32,
-     "ffn": 704, "qkv_bias": False, "precision": "fp32", "hf_config": llama_config(256, 8, 2, 704)},
+    llama("llama-fp32", 8, 2, 704, precision="fp32"),
     # GPT-2: LayerNorm, one QKV projection, biases everywhere, tanh GELU, residual dropout.
-    {"name": "gpt2", "family": "gpt", "hidden": 256, "heads": 4, "kv_heads": 4, "head_dim": 64,
-     "ffn": 1024, "qkv_bias": True, "dropout": 0.1,
-     "hf_config": {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 256, "n_head": 4,
-                   "n_layer": 2, "n_positions": 1024, "vocab_size": 1000, "activation_function": "gelu_new",
-                   "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}},
+    gpt2("gpt2", 0.1),
+    # The features one at a time, each beside a layer without it (FEATURES below).
+    llama("qwen2-no-bias", 8, 4, 768),
+    llama("llama-kv8", 8, 8, 704),
+    gpt2("gpt2-no-dropout", 0.0),
+]
+
+
+# (with, without, what the difference is)
+FEATURES = [
+    ("qwen2", "qwen2-no-bias", "Q, K and V biases' gradients"),
+    ("llama-gqa", "llama-kv8", "GQA's repeated keys and values, less K and V's narrower ops"),
+    ("gpt2", "gpt2-no-dropout", "residual dropout"),
+    ("llama-recompute", "llama-gqa", "the forward recomputed"),
+    ("llama-gqa", "llama-fp32", "fp32 copies in bf16, less fp32's wider tensors"),
 ]
 
 
@@ -250,15 +279,24 @@ def main():
         print("usage: eager_traffic_oracle.py SHARDSCOPE_CLI")
         return 2
     failed = 0
+    torch_bytes, planner_bytes = {}, {}
     with tempfile.TemporaryDirectory() as workdir:
         for c in CASES:
-            expected = torch_bytes_per_token(c)
-            got = planner_bytes_per_token(sys.argv[1], c, workdir)
+            expected = torch_bytes[c["name"]] = torch_bytes_per_token(c)
+            got = planner_bytes[c["name"]] = planner_bytes_per_token(sys.argv[1], c, workdir)
             error = got / expected - 1.0
             ok = abs(error) <= TOLERANCE
             failed += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {c['name']:16s} PyTorch {expected:10.0f} B a token, "
                   f"planner {got:10.0f} B ({error:+.2%})")
+    for with_, without, what in FEATURES:
+        expected = torch_bytes[with_] - torch_bytes[without]
+        got = planner_bytes[with_] - planner_bytes[without]
+        error = got / expected - 1.0
+        ok = abs(error) <= FEATURE_TOLERANCE
+        failed += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {with_} - {without} ({what}): PyTorch {expected:8.0f} B, "
+              f"planner {got:8.0f} B ({error:+.2%})")
     return 1 if failed else 0
 
 

@@ -18,9 +18,9 @@ QComboBox* addModelControls(SessionForm& form);
 void addGpuControl(SessionForm& form);
 void addPrecisionControls(SessionForm& form);
 void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedule);
-// Which communication runs beside compute, as the framework is configured (time only).
 // How the framework runs the memory-bound ops (fused or eager): the step time's alone.
 void addKernelControls(SessionForm& form);
+// Which communication runs beside compute, as the framework is configured (time only).
 void addOverlapControls(SessionForm& form);
 void addClusterControls(SessionForm& form);
 void addTrainingControls(SessionForm& form, bool withTokens = true);

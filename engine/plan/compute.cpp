@@ -125,8 +125,7 @@ double elementwiseOpBytes(const PlanInputs& in, LayerKind kind) {
     // twice. The count predates recompute and does not repeat the forward.
     const double t = std::max(1, p.tp);
     const double sp = p.sequenceParallel ? t : 1.0;
-    const double mlps = m.routes(kind) ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
-    const double ffn = double(m.layerFfn(kind)) * mlps;
+    const double ffn = double(m.layerFfn(kind)) * mlpsPerToken(m, kind, p);
     return 3.0 * p.precision.activationBytes() *
            (in.assume.elementwiseHiddenTerms * m.hidden / sp +
             in.assume.elementwiseFfnTerms * ffn / t);
@@ -141,17 +140,12 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
     const double t = std::max(1, p.tp);
     const double ab = p.precision.activationBytes();
     const double sp = p.sequenceParallel ? t : 1.0;
-    const bool routes = m.routes(kind);
-    const double routedCopies = routes ? m.moe.topK * p.expertLoad() : 0.0;
-    const double experts = routes ? routedCopies + m.moe.sharedExperts : 1.0;
+    const double experts = mlpsPerToken(m, kind, p);
     const double ffn = double(m.layerFfn(kind)) * experts;
-    const double recomputed = forwardRuns(p);
-
-    double bytes = elementwiseOpBytes(in, kind);
     // An MoE layer also permutes each token into its k expert slots (read h, write k h) and
     // un-permutes the experts' outputs back (read k h, write h): Megatron-Core's permute and
     // unpermute, with the slots padded to the capacity factor.
-    bytes += moePermuteBytes(m, kind, p);
+    const double bytes = elementwiseOpBytes(in, kind) + moePermuteBytes(m, kind, p);
     // Unfused attention writes the scores, then masks, softmaxes and drops them out in separate
     // passes: about six reads or writes of every score, forward once and backward twice.
     const double scoreBytesPerToken =
@@ -176,7 +170,7 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
         const double forwardInputs =
             hiddenTerms * m.hidden / sp + latents + (double(m.valueDim()) + ffn) / t;
         const double backwardGrads = hiddenTerms * m.hidden / sp + (qkvOut + ffnIn) / t;
-        casts = 3.0 * (recomputed * forwardInputs + backwardGrads);
+        casts = 3.0 * (forwardRuns(p) * forwardInputs + backwardGrads);
     }
     return bytes + scoreBytesPerToken + casts;
 }

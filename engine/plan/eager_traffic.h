@@ -7,6 +7,7 @@
 
 #include "core/model_spec.h"
 #include "core/parallel_config.h"
+#include "layout.h"
 
 #include <algorithm>
 
@@ -49,7 +50,7 @@ void forEachEagerTerm(const ModelSpec& m, LayerKind kind, const ParallelConfig& 
     const double h = m.hidden / sp;
     // A rank's query and key-value widths; kv heads are replicated where tp outnumbers them.
     const double q = double(m.qDim()) / t;
-    const double kv = double(m.kvDim()) * std::max(1.0, t / std::max(1, m.kvHeads)) / t;
+    const double kv = kvDimOverTpGroup(m, p.tp) / t;
     // Below fp32, an op computed in fp32 first copies its input up (read ab, write 4 bytes an
     // element) and its result back down (read 4, write ab); the backward copies the gradients
     // the same way. In fp32 the copies are no-ops.
@@ -116,8 +117,7 @@ void forEachEagerTerm(const ModelSpec& m, LayerKind kind, const ParallelConfig& 
     // The activation on each MLP the token runs through. Gated: the function (read, write:
     // 2 ab) and the multiply by the up projection (read two, write one: 3 ab); backward, two
     // multiplies (6 ab) and the function's backward (3 ab). GELU alone: 2 ab, and 3 ab back.
-    const bool routes = m.routes(kind);
-    const double mlps = routes ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
+    const double mlps = mlpsPerToken(m, kind, p);
     const double ffn = double(m.layerFfn(kind)) / t * mlps;
     if (m.gated())
         visit(

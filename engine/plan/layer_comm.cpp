@@ -18,8 +18,9 @@ double cpHopBytes(const PlanInputs& in) {
     const double t = std::max(1, p.tp);
     // K and V heads split over tp ranks; with fewer KV heads than ranks each rank keeps one.
     // MLA's keys and values are up-projected for every head before the ring passes them.
-    const double replicas = m.mla.enabled() ? 1.0 : std::max(1.0, t / std::max(1, m.kvHeads));
-    const double kvPerRank = double(m.keyDim() + m.storedValueDim()) * replicas / t;
+    const double kvPerRank = (m.mla.enabled() ? double(m.keyDim() + m.storedValueDim())
+                                              : 2.0 * kvDimOverTpGroup(m, p.tp)) /
+                             t;
     return localTokens(m, p) * kvPerRank * p.precision.activationBytes();
 }
 

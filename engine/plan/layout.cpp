@@ -50,8 +50,8 @@ double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int
     const double routed = c.layerRoutedExperts(kind);
     const double routedHeld = routed / (double(std::max(1, ep)) * (etp > 0 ? etp : t));
     double attention = c.attentionPerLayer;
-    if (m.kvHeads > 0 && t > m.kvHeads) // each rank keeps a whole KV head: replicas add weights
-        attention += 2.0 * m.hidden * double(m.kvDim()) * (t / m.kvHeads - 1.0);
+    // Each rank keeps a whole KV head: replicas add weights.
+    attention += 2.0 * m.hidden * (kvDimOverTpGroup(m, tp) - double(m.kvDim()));
     // The biases of the row-parallel output projections are added after the sum, so every rank
     // keeps them whole (Megatron-LM's RowParallelLinear).
     const double replicatedBiases =
@@ -101,6 +101,14 @@ double expertParamsOnStage(const ModelSpec& m, const ParamCount& c, const Parall
         return 0.0;
     return stageLayers(m, p, stage).moe * c.routedExpertsPerLayer /
            (double(p.expertTp()) * std::max(1, p.ep));
+}
+
+double mlpsPerToken(const ModelSpec& m, LayerKind kind, const ParallelConfig& p) {
+    return m.routes(kind) ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
+}
+
+double kvDimOverTpGroup(const ModelSpec& m, int tp) {
+    return double(m.kvDim()) * std::max(1.0, double(std::max(1, tp)) / std::max(1, m.kvHeads));
 }
 
 double shardedParamsOnRank(const ParallelConfig& p, double params, double expertParams) {

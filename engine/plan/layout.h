@@ -23,6 +23,14 @@ struct StageLayers {
 };
 StageLayers stageLayers(const ModelSpec& m, const ParallelConfig& p, int stage);
 
+// MLPs a token runs through in a layer of this kind: one in a dense layer; in an MoE layer its
+// top-k routed experts, padded to the capacity factor, and the shared experts.
+double mlpsPerToken(const ModelSpec& m, LayerKind kind, const ParallelConfig& p);
+
+// Keys' and values' width summed over a tensor-parallel group's ranks: kvDim, more where tp
+// outnumbers the kv heads and each rank keeps a whole replicated head (Megatron-LM).
+double kvDimOverTpGroup(const ModelSpec& m, int tp);
+
 // Parameters of one transformer layer of `kind` held by one tensor-parallel rank. Norms and MLA's
 // down projections are replicated; K/V projections are replicated when tp exceeds the KV head
 // count; the routed experts are split over ep x etp ranks instead (etp 0 follows tp,

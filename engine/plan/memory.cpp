@@ -17,7 +17,7 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
     const double sp = p.sequenceParallel ? t : 1.0; // SP shards what TP leaves replicated
     const double T = localTokens(m, p);
     const double h = m.hidden;
-    const double kv = double(m.kvDim()) * std::max(1.0, t / std::max(1, m.kvHeads)); // replicas
+    const double kv = kvDimOverTpGroup(m, p.tp);
 
     if (p.recompute == Recompute::Full)
         return ab * T * h / sp; // only the layer input is kept
@@ -37,8 +37,7 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
             ab * T * (2.0 * m.mla.qLoraRank + 2.0 * m.mla.kvLoraRank + m.mla.qkRopeHeadDim);
 
     const bool routes = m.routes(kind);
-    const double experts = routes ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
-    const double f = double(m.layerFfn(kind)) * experts;
+    const double f = double(m.layerFfn(kind)) * mlpsPerToken(m, kind, p);
     split += (m.gated() ? 3.0 : 2.0) * ab * T * f; // gate/up outputs (or GELU input) + down input
 
     if (p.recompute == Recompute::None && !p.flashAttention) {

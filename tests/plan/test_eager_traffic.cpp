@@ -7,6 +7,7 @@
 #include "plan_test_support.h"
 
 #include <gtest/gtest.h>
+#include <string>
 #include <tuple>
 
 namespace shardscope {

@@ -103,14 +103,6 @@ double expertParamsOnStage(const ModelSpec& m, const ParamCount& c, const Parall
            (double(p.expertTp()) * std::max(1, p.ep));
 }
 
-double mlpsPerToken(const ModelSpec& m, LayerKind kind, const ParallelConfig& p) {
-    return m.routes(kind) ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
-}
-
-double kvDimOverTpGroup(const ModelSpec& m, int tp) {
-    return double(m.kvDim()) * std::max(1.0, double(std::max(1, tp)) / std::max(1, m.kvHeads));
-}
-
 double shardedParamsOnRank(const ParallelConfig& p, double params, double expertParams) {
     const double apart = p.expertsApart() ? expertParams : 0.0;
     return (params - apart) / std::max(1, p.zeroShards()) + apart / p.expertDataParallel();

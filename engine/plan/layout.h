@@ -25,11 +25,16 @@ StageLayers stageLayers(const ModelSpec& m, const ParallelConfig& p, int stage);
 
 // MLPs a token runs through in a layer of this kind: one in a dense layer; in an MoE layer its
 // top-k routed experts, padded to the capacity factor, and the shared experts.
-double mlpsPerToken(const ModelSpec& m, LayerKind kind, const ParallelConfig& p);
+// Inline: the search calls both for every stage it plans.
+inline double mlpsPerToken(const ModelSpec& m, LayerKind kind, const ParallelConfig& p) {
+    return m.routes(kind) ? m.moe.topK * p.expertLoad() + m.moe.sharedExperts : 1.0;
+}
 
 // Keys' and values' width summed over a tensor-parallel group's ranks: kvDim, more where tp
 // outnumbers the kv heads and each rank keeps a whole replicated head (Megatron-LM).
-double kvDimOverTpGroup(const ModelSpec& m, int tp);
+inline double kvDimOverTpGroup(const ModelSpec& m, int tp) {
+    return tp > m.kvHeads && m.kvHeads > 0 ? double(m.kvDim()) * tp / m.kvHeads : double(m.kvDim());
+}
 
 // Parameters of one transformer layer of `kind` held by one tensor-parallel rank. Norms and MLA's
 // down projections are replicated; K/V projections are replicated when tp exceeds the KV head

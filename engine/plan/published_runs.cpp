@@ -312,15 +312,21 @@ std::vector<PublishedRun> loadPublishedRuns(const std::string& path) {
     return parsePublishedRuns(text.str());
 }
 
-RunComparison compareRun(const PublishedRun& run, const Assumptions& assume) {
+PlanInputs planInputs(const PublishedRun& run, const Assumptions& assume) {
     PlanInputs in;
     in.model = run.model;
     in.parallel = run.parallel;
     in.assume = assume;
-    const GpuSpec& gpu = findGpuPreset(run.gpuId);
     const int gpusPerNode = 8;
-    in.cluster = makeCluster(gpu, gpusPerNode, std::max(1, run.parallel.worldSize() / gpusPerNode),
-                             run.interBandwidth);
+    in.cluster =
+        makeCluster(findGpuPreset(run.gpuId), gpusPerNode,
+                    std::max(1, run.parallel.worldSize() / gpusPerNode), run.interBandwidth);
+    return in;
+}
+
+RunComparison compareRun(const PublishedRun& run, const Assumptions& assume) {
+    const PlanInputs in = planInputs(run, assume);
+    const GpuSpec& gpu = in.cluster.gpu;
     RunComparison c;
     c.estimate = evaluate(in);
     const double tokensPerGpu = c.estimate.tokensPerSecond / run.parallel.worldSize();

@@ -46,6 +46,8 @@ struct RunComparison {
     Estimate estimate;
 };
 
+// What the planner is given for a run: its model and layout on its GPU, 8 to a node.
+PlanInputs planInputs(const PublishedRun& run, const Assumptions& assume = {});
 RunComparison compareRun(const PublishedRun& run, const Assumptions& assume = {});
 double medianAbsoluteError(const std::vector<RunComparison>& comparisons);
 

@@ -107,7 +107,7 @@ TEST(CliHelp, EveryCommandsHelpExitsZeroAndNamesItsFlags) {
         {"models", {"--json"}},
         {"gpus", {"--json"}},
         {"devices", {"--json"}},
-        {"validate", {"--markdown", "--json", "runs"}},
+        {"validate", {"--markdown", "--json", "--run", "--explain", "runs"}},
         {"schedule",
          {"--schedule", "--pp", "--microbatches", "--vpp", "--forward", "--backward-input",
           "--backward-weight", "--p2p", "--ops", "--json"}},
@@ -783,6 +783,44 @@ TEST(CliValidate, MarkdownTableWithMedianError) {
     EXPECT_CONTAINS(r.out, "median signed error per source: narayanan2021 ");
     EXPECT_CONTAINS(r.out, "|---|");
     EXPECT_CONTAINS(r.out, "Median absolute error");
+}
+
+// One run's whole plan, for a user asking why a row is off: what was reported (the CSV's own
+// figure), the planner's throughput, and the same prediction as the table's.
+TEST(CliValidate, OneRunsWholePlan) {
+    const std::string name = "llmfoundry-mpt-7b-h100-sxm-8gpu-seq2048-bf16";
+    const CliResult table = run({"validate", dataPath("published_runs.csv"), "--json"});
+    ASSERT_EQ(table.code, 0) << table.err;
+    const json all = parseOrFail(table.out);
+    json row;
+    for (const json& r : all.at("runs"))
+        if (r.at("name") == name)
+            row = r;
+    ASSERT_FALSE(row.is_null());
+
+    const CliResult one =
+        run({"validate", dataPath("published_runs.csv"), "--run", name, "--json"});
+    ASSERT_EQ(one.code, 0) << one.err;
+    const json j = parseOrFail(one.out);
+    EXPECT_EQ(j.at("name"), name);
+    EXPECT_EQ(j.at("gpu"), "h100-sxm");
+    EXPECT_DOUBLE_EQ(j.at("reported").get<double>(), 10643); // the CSV's Throughput column
+    EXPECT_DOUBLE_EQ(j.at("predicted").get<double>(), row.at("predicted").get<double>());
+    // The plan is the one compared: its tokens/s over the run's 8 GPUs is the prediction.
+    EXPECT_NEAR(j.at("plan").at("summary").at("tokens_per_second").get<double>() / 8,
+                j.at("predicted").get<double>(), 1e-9 * j.at("predicted").get<double>());
+    EXPECT_EQ(j.at("plan").at("parallel").at("zero"), 3);
+
+    const CliResult text =
+        run({"validate", dataPath("published_runs.csv"), "--run", name, "--explain"});
+    ASSERT_EQ(text.code, 0) << text.err;
+    EXPECT_CONTAINS(text.out, "reported 10600 tokens/s");
+    EXPECT_CONTAINS(text.out, "Source: mosaicml/llm-foundry");
+    EXPECT_CONTAINS(text.out, "How each figure is computed");
+
+    const CliResult unknown = run({"validate", dataPath("published_runs.csv"), "--run", "nope"});
+    EXPECT_EQ(unknown.code, 2);
+    EXPECT_CONTAINS(unknown.err, "no run named 'nope'");
 }
 
 TEST(CliValidate, TextAndJson) {

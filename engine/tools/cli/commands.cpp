@@ -118,14 +118,36 @@ int runSearch(const Options& o, std::ostream& out, std::ostream& err) {
     return 0;
 }
 
-int runValidate(const std::string& path, bool markdown, bool json, std::ostream& out,
-                std::ostream& err) {
-    const std::vector<PublishedRun> runs = loadPublishedRuns(path);
+struct ValidateOptions {
+    std::string path;
+    bool markdown = false;
+    std::string run; // one run's whole plan instead of the table
+    bool explain = false;
+};
+
+int runValidate(const ValidateOptions& o, bool json, std::ostream& out, std::ostream& err) {
+    const std::vector<PublishedRun> runs = loadPublishedRuns(o.path);
     if (runs.empty()) {
         // A median over no runs would read as a perfect 0 % error.
-        err << "error: " << path << " holds no runs; give a header line and one run per line "
+        err << "error: " << o.path << " holds no runs; give a header line and one run per line "
             << "(see tests/data/published_runs.csv)\n";
         return 2;
+    }
+    if (!o.run.empty()) {
+        const auto it = std::find_if(runs.begin(), runs.end(),
+                                     [&](const PublishedRun& r) { return r.name == o.run; });
+        if (it == runs.end()) {
+            err << "error: " << o.path << " has no run named '" << o.run << "'; `validate "
+                << o.path << "` lists the names in its first column\n";
+            return 2;
+        }
+        const PlanInputs in = planInputs(*it);
+        const RunComparison c = compareRun(*it);
+        if (json)
+            out << validationRunJson(*it, c, in).dump(2) << '\n';
+        else
+            printValidationRun(out, *it, c, in, o.explain);
+        return 0;
     }
     std::vector<RunComparison> results;
     for (const PublishedRun& run : runs)
@@ -133,7 +155,7 @@ int runValidate(const std::string& path, bool markdown, bool json, std::ostream&
     if (json)
         out << validationJson(runs, results).dump(2) << '\n';
     else
-        printValidation(out, runs, results, markdown);
+        printValidation(out, runs, results, o.markdown);
     return 0;
 }
 
@@ -344,14 +366,18 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     collectiveCmd->add_flag("--steps", co.steps, "List every step even when there are many");
     collectiveCmd->add_flag("--json", o.json, "Machine-readable output");
 
-    std::string runsPath;
-    bool markdown = false;
+    ValidateOptions vo;
     auto* validateCmd = app.add_subcommand(
         "validate", "Compare the planner with published training runs (docs/validation.md)");
     validateCmd
-        ->add_option("runs", runsPath, "CSV of published runs (tests/data/published_runs.csv)")
+        ->add_option("runs", vo.path, "CSV of published runs (tests/data/published_runs.csv)")
         ->required();
-    validateCmd->add_flag("--markdown", markdown, "Write the table as Markdown");
+    validateCmd->add_flag("--markdown", vo.markdown, "Write the table as Markdown");
+    validateCmd->add_option("--run", vo.run,
+                            "Show one run's whole plan beside what it reported (its name, the "
+                            "table's first column)");
+    validateCmd->add_flag("--explain", vo.explain,
+                          "With --run: the formula and source of every figure");
     validateCmd->add_flag("--json", o.json, "Machine-readable output");
 
     std::string runDir;
@@ -406,7 +432,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
         if (scheduleCmd->parsed())
             return runSchedule(so, o.json, out);
         if (validateCmd->parsed())
-            return runValidate(runsPath, markdown, o.json, out, err);
+            return runValidate(vo, o.json, out, err);
         if (reportCmd->parsed())
             return runReport(runDir, ro, out, err);
         if (models->parsed()) {

@@ -321,6 +321,35 @@ void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
         out << line << '\n';
 }
 
+nlohmann::json validationRunJson(const PublishedRun& run, const RunComparison& c,
+                                 const PlanInputs& in) {
+    return {{"name", run.name},
+            {"source_id", run.sourceId},
+            {"split", toString(run.split)},
+            {"gpu", run.gpuId},
+            {"metric", c.metric},
+            {"reported", c.reported},
+            {"predicted", c.predicted},
+            {"error", c.error},
+            {"convention", toString(run.convention)},
+            {"source", run.source},
+            {"plan", planJson(in, c.estimate)}};
+}
+
+void printValidationRun(std::ostream& out, const PublishedRun& run, const RunComparison& c,
+                        const PlanInputs& in, bool explainAll) {
+    out << run.name << " (" << run.sourceId << ", " << toString(run.split) << " part)\n"
+        << run.parallel.worldSize() << " x " << run.gpuId << ", " << layoutSummary(run.parallel)
+        << '\n'
+        << c.metric;
+    if (c.metric != "tokens/s per GPU")
+        out << " (" << toString(run.convention) << ")";
+    out << ": reported " << metricText(c, c.reported) << ", predicted "
+        << metricText(c, c.predicted) << ", error " << formatPercent(c.error) << '\n'
+        << "Source: " << run.source << "\n\n";
+    printPlan(out, in, c.estimate, explainAll);
+}
+
 void printModels(std::ostream& out) {
     Table t({"id", "name", "params", "layers", "hidden", "heads/kv", "ffn", "vocab", "seq"});
     for (const ModelSpec& m : modelPresets()) {

@@ -32,5 +32,11 @@ nlohmann::json validationJson(const std::vector<PublishedRun>& runs,
                               const std::vector<RunComparison>& results);
 void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
                      const std::vector<RunComparison>& results, bool markdown);
+// One published run: what was reported beside the planner's whole plan of it, so a user can
+// see where the predicted time goes when a run is off.
+nlohmann::json validationRunJson(const PublishedRun& run, const RunComparison& c,
+                                 const PlanInputs& in);
+void printValidationRun(std::ostream& out, const PublishedRun& run, const RunComparison& c,
+                        const PlanInputs& in, bool explainAll);
 
 } // namespace shardscope::cli

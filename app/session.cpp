@@ -270,6 +270,28 @@ nlohmann::json sessionToJson(const Session& s) {
     return j;
 }
 
+namespace {
+
+// Version 1 predates measured matmul ceilings, so its GPUs have none and would plan at the
+// calibrated efficiency of their datasheet peak. A GPU saved from a preset (its id and peaks
+// the preset's) takes the preset's ceilings, so an old session plans as a new one of the same
+// part does; a GPU of the user's own stays as written.
+void addPresetMatmulCeiling(GpuSpec& gpu) {
+    if (!gpu.matmulCeiling.empty() || gpu.id.empty())
+        return;
+    const GpuSpec* preset = nullptr;
+    for (const GpuSpec& candidate : gpuPresets())
+        if (candidate.id == gpu.id)
+            preset = &candidate;
+    if (!preset || preset->peakFlops != gpu.peakFlops)
+        return;
+    gpu.matmulCeiling = preset->matmulCeiling;
+    if (const auto it = preset->sources.find("matmul_ceiling"); it != preset->sources.end())
+        gpu.sources[it->first] = it->second;
+}
+
+} // namespace
+
 Session sessionFromJson(const nlohmann::json& j) {
     if (!j.is_object() || !j.contains("format") || j["format"] != Session::kFormatName)
         throw InputError("not a Shardscope session: expected an object with \"format\": \"" +
@@ -288,6 +310,8 @@ Session sessionFromJson(const nlohmann::json& j) {
         s.modelOrigin = readPart<std::string>(j, "model_origin");
     s.model = readPart<ModelSpec>(j, "model");
     s.cluster = readPart<ClusterSpec>(j, "cluster");
+    if (version < 2)
+        addPresetMatmulCeiling(s.cluster.gpu);
     s.parallel = readPart<ParallelConfig>(j, "layout");
     s.train = readPart<TrainConfig>(j, "train");
     if (j.contains("pipeline"))

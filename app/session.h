@@ -80,7 +80,9 @@ struct LaunchSettings {
 };
 
 struct Session {
-    static constexpr int kFormatVersion = 1;
+    // 2: GPUs carry their measured matmul ceilings; a version-1 GPU saved from a preset takes
+    // its preset's on load (sessionFromJson).
+    static constexpr int kFormatVersion = 2;
     static constexpr const char* kFormatName = "shardscope-session";
 
     ModelSource modelSource = ModelSource::Preset;

@@ -47,6 +47,13 @@ double GpuSpec::peak(Precision p) const {
     return 0;
 }
 
+double GpuSpec::ceiling(Precision p) const {
+    auto it = matmulCeiling.find(p);
+    if (it == matmulCeiling.end() && p == Precision::Fp16)
+        it = matmulCeiling.find(Precision::Bf16);
+    return it != matmulCeiling.end() ? it->second : 0.0;
+}
+
 std::string toString(Precision p) {
     switch (p) {
     case Precision::Fp32:

@@ -23,11 +23,16 @@ struct GpuSpec {
     int sms = 0;                           // streaming multiprocessors (or compute units)
     std::string computeCapability;         // "9.0" for NVIDIA parts, empty otherwise
     std::map<Precision, double> peakFlops; // dense (not 2:4 sparse) FLOP/s per precision
-    std::vector<std::string> matchNames;   // substrings of driver device names that mean this part
+    // The fraction of the dense peak the best-shaped matmul measurably reaches (the "maximum
+    // achievable matmul FLOPS" of a shape sweep), per precision; absent where nobody measured it.
+    std::map<Precision, double> matmulCeiling;
+    std::vector<std::string> matchNames; // substrings of driver device names that mean this part
     std::map<std::string, std::string> sources; // field name -> datasheet it came from
 
     // Dense peak for a precision; falls back to the nearest slower precision the part has.
     double peak(Precision p) const;
+    // The measured matmul ceiling for a precision (fp16 shares bf16's tensor cores), 0 if none.
+    double ceiling(Precision p) const;
     // Whether the GPU has tensor cores for this precision (a peak of its own, not a fallback):
     // an FP8 policy on an A100 runs its GEMMs in bf16 and keeps no FP8 copies.
     bool runs(Precision p) const {

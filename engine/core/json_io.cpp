@@ -506,6 +506,14 @@ void readGpu(const Reader& r, GpuSpec& g) {
         r.problems().invalid(r.field("peak_tflops") +
                              ": expected at least one of fp32, tf32, bf16, fp16, fp8 above 0");
 
+    if (r.has("matmul_ceiling")) {
+        const Reader ceilings = r.child("matmul_ceiling");
+        for (const auto& [precision, key] : kPeakKeys) {
+            double fraction = 0;
+            if (ceilings.number(key, fraction, {0, 1, true}))
+                g.matmulCeiling[precision] = fraction;
+        }
+    }
     if (const json* match = r.get("match")) {
         if (!match->is_array())
             r.invalid("match", "an array of strings", *match);
@@ -536,6 +544,10 @@ json gpuJson(const GpuSpec& g) {
         if (const auto it = g.peakFlops.find(precision); it != g.peakFlops.end())
             peaks[key] = it->second / TFLOPS;
     }
+    json ceilings = json::object();
+    for (const auto& [precision, key] : kPeakKeys)
+        if (const auto it = g.matmulCeiling.find(precision); it != g.matmulCeiling.end())
+            ceilings[key] = it->second;
     return json{{"id", g.id},
                 {"name", g.name},
                 {"vendor", g.vendor},
@@ -546,6 +558,7 @@ json gpuJson(const GpuSpec& g) {
                 {"sms", g.sms},
                 {"compute_capability", g.computeCapability},
                 {"peak_tflops", peaks},
+                {"matmul_ceiling", ceilings},
                 {"match", g.matchNames},
                 {"sources", g.sources}};
 }

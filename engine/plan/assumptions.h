@@ -7,9 +7,13 @@
 namespace shardscope {
 
 struct Assumptions {
-    // Achieved fraction of the dense tensor-core peak on the large GEMMs of a transformer layer.
-    // Well-shaped bf16 GEMMs reach 70-85 % of peak on A100/H100 (cuBLAS measurements).
+    // Achieved fraction of the dense tensor-core peak on the large GEMMs of a transformer layer,
+    // on the GPU it was calibrated on (A100 SXM: the Megatron-LM runs of the calibration part).
+    // Another GPU reaches the same share of its own measured matmul ceiling
+    // (GpuSpec::matmulCeiling): 0.75 x 0.803 / 0.869 = 0.69 of an H100's peak. A GPU nobody
+    // measured keeps 0.75 of its peak.
     double gemmEfficiency = 0.75;
+    double gemmReferenceCeiling = 0.869; // A100 SXM's bf16 matmul ceiling (gpus/a100-80gb.json)
     // FP8 training (Transformer Engine, torchao float8) runs only the layers' linear projections
     // in FP8; attention's core, the output head and the rest stay bf16, and every FP8 GEMM's
     // inputs are cast first. Achieved fraction of the dense FP8 peak on those GEMMs, calibrated
@@ -17,7 +21,9 @@ struct Assumptions {
     // signed error +0.2 %, with attention at its measured kernel speed): 0.52 of H100's
     // 1979 TFLOP/s, 1.39 x the bf16 GEMMs' 0.75 of 989. Published FP8 runs gain far less than
     // the 2 x of the peaks (docs/validation.md).
+    // Other GPUs scale it by their FP8 matmul ceiling against the H100's, as the bf16 one does.
     double fp8GemmEfficiency = 0.52;
+    double fp8ReferenceCeiling = 0.709; // H100 SXM's FP8 matmul ceiling (gpus/h100-sxm.json)
     // Achieved fraction of HBM bandwidth by memory-bound kernels (norms, activations, adds).
     double memoryEfficiency = 0.7;
     // Achieved fraction of link bandwidth by NCCL ring collectives (bus bandwidth / link rate).

@@ -175,6 +175,17 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
     return bytes + scoreBytesPerToken + casts;
 }
 
+double gemmEfficiency(const GpuSpec& gpu, Precision precision, const Assumptions& a) {
+    // A GPU without FP8 tensor cores runs FP8 GEMMs at its bf16 peak (GpuSpec::peak falls back).
+    const bool fp8 = precision == Precision::Fp8 && gpu.runs(Precision::Fp8);
+    if (precision == Precision::Fp8 && !fp8)
+        precision = Precision::Bf16;
+    const double efficiency = fp8 ? a.fp8GemmEfficiency : a.gemmEfficiency;
+    const double reference = fp8 ? a.fp8ReferenceCeiling : a.gemmReferenceCeiling;
+    const double ceiling = gpu.ceiling(precision);
+    return ceiling > 0 && reference > 0 ? efficiency * ceiling / reference : efficiency;
+}
+
 StageCompute stageCompute(const PlanInputs& in, int stage) {
     return stageCompute(in, stage, tokenFlops(in.model, in.parallel, in.assume));
 }
@@ -186,10 +197,11 @@ StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f) 
     // FP8 runs the layers' projections in FP8 and everything else (attention's core, the head)
     // in bf16; other policies run every GEMM at their compute precision.
     const bool fp8 = p.precision.fp8On(in.cluster.gpu);
-    const double peak =
-        in.cluster.gpu.peak(fp8 ? Precision::Bf16 : p.precision.compute) * a.gemmEfficiency;
+    const GpuSpec& gpu = in.cluster.gpu;
+    const Precision gemmPrecision = fp8 ? Precision::Bf16 : p.precision.compute;
+    const double peak = gpu.peak(gemmPrecision) * gemmEfficiency(gpu, gemmPrecision, a);
     const double projectionPeak =
-        fp8 ? in.cluster.gpu.peak(Precision::Fp8) * a.fp8GemmEfficiency : peak;
+        fp8 ? gpu.peak(Precision::Fp8) * gemmEfficiency(gpu, Precision::Fp8, a) : peak;
     const double t = std::max(1, p.tp), cp = std::max(1, p.cp);
     const double tokens = double(m.seqLen) * p.microBatch; // one microbatch, before CP splits it
 

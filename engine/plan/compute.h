@@ -42,6 +42,12 @@ struct StageCompute {
     double seconds() const { return gemmSeconds + elementwiseSeconds; }
 };
 
+// The fraction of a GPU's dense peak a layer's GEMMs reach at a precision: the calibrated
+// efficiency scaled by the GPU's measured matmul ceiling against the calibration GPU's
+// (Assumptions::gemmEfficiency and fp8GemmEfficiency; the efficiency itself where the GPU has no
+// measured ceiling).
+double gemmEfficiency(const GpuSpec& gpu, Precision precision, const Assumptions& a);
+
 StageCompute stageCompute(const PlanInputs& in, int stage);
 // How many times a step runs each layer's forward: once, twice where full recompute repeats it.
 double forwardRuns(const ParallelConfig& p);

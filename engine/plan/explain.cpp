@@ -635,30 +635,48 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                         " (hardware, with recompute: " + n(e.hardwareFlopsPerStep) + ")";
         x.source = "Kaplan et al. 2020";
         break;
-    case FigureId::ComputeTime:
+    case FigureId::ComputeTime: {
         x.value = e.computeTime;
         x.unit = "s";
+        const bool fp8 = p.precision.fp8On(cl.gpu);
+        const Precision gemmPrecision = fp8 ? Precision::Bf16 : p.precision.compute;
+        // The efficiency a GPU reaches: the calibrated one scaled by its measured matmul ceiling.
+        const auto efficiencyText = [&](Precision precision) {
+            const double used = gemmEfficiency(cl.gpu, precision, in.assume);
+            const bool isFp8 = precision == Precision::Fp8;
+            const double ceiling = cl.gpu.ceiling(precision);
+            if (ceiling <= 0)
+                return n(used) + " (no measured matmul ceiling: the calibrated efficiency)";
+            return n(isFp8 ? in.assume.fp8GemmEfficiency : in.assume.gemmEfficiency) +
+                   " x ceiling " + n(ceiling) + " / " +
+                   n(isFp8 ? in.assume.fp8ReferenceCeiling : in.assume.gemmReferenceCeiling) +
+                   (isFp8 ? " (H100's)" : " (A100's)") + " = " + n(used);
+        };
         x.formula = "microbatches x (stage_flops / (peak x gemm_efficiency) + elementwise_bytes / "
                     "(HBM x memory_efficiency))";
         x.substituted = std::to_string(p.microbatches()) + " x " + s(e.microbatchCompute) +
-                        " (peak " + formatRate(peak) + " x " + n(in.assume.gemmEfficiency) +
-                        ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) + " GB/s x " +
-                        n(in.assume.memoryEfficiency) + ") = " + s(e.computeTime);
-        if (p.precision.fp8On(cl.gpu)) {
+                        " (peak " + formatRate(cl.gpu.peak(gemmPrecision)) + " x " +
+                        efficiencyText(gemmPrecision) + ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) +
+                        " GB/s x " + n(in.assume.memoryEfficiency) + ") = " + s(e.computeTime);
+        if (fp8) {
             // Only the projections run in FP8; attention's core and the head stay bf16.
             x.formula = "microbatches x (projection_flops / (fp8_peak x fp8_gemm_efficiency) + "
                         "attention_and_head_flops / (bf16_peak x gemm_efficiency) + (elementwise "
                         "+ fp8 cast bytes) / (HBM x memory_efficiency))";
-            x.substituted = std::to_string(p.microbatches()) + " x " + s(e.microbatchCompute) +
-                            " (fp8 " + formatRate(cl.gpu.peak(Precision::Fp8)) + " x " +
-                            n(in.assume.fp8GemmEfficiency) + ", bf16 " +
-                            formatRate(cl.gpu.peak(Precision::Bf16)) + " x " +
-                            n(in.assume.gemmEfficiency) + ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) +
-                            " GB/s x " + n(in.assume.memoryEfficiency) + ") = " + s(e.computeTime);
+            x.substituted =
+                std::to_string(p.microbatches()) + " x " + s(e.microbatchCompute) + " (fp8 " +
+                formatRate(cl.gpu.peak(Precision::Fp8)) + " x " + efficiencyText(Precision::Fp8) +
+                ", bf16 " + formatRate(cl.gpu.peak(Precision::Bf16)) + " x " +
+                efficiencyText(Precision::Bf16) + ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) +
+                " GB/s x " + n(in.assume.memoryEfficiency) + ") = " + s(e.computeTime);
         }
         x.source = "Roofline model (Williams et al. 2009); peak from " +
                    (cl.gpu.sources.count("peak_tflops") ? cl.gpu.sources.at("peak_tflops")
                                                         : std::string("the GPU preset"));
+        // The preset's own source names the table row; `gpus --json` prints it whole.
+        if (!cl.gpu.matmulCeiling.empty())
+            x.source += "; matmul ceilings from Bekman's Maximum Achievable Matmul FLOPS table "
+                        "(ml-engineering)";
         if (m.moe.enabled()) {
             x.substituted += "; MoE: the routed experts' GEMMs on top-" +
                              std::to_string(m.moe.topK) + " copies of each token" +
@@ -678,7 +696,10 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                              "2.5 / fused_backward_rate), the core taken out of the GEMM term";
             x.substituted += "; attention: " + describeAttentionSpeedFor(in);
         }
+        x.formula += "; each GEMM efficiency = calibrated_efficiency x matmul_ceiling / "
+                     "calibration_gpu_ceiling";
         break;
+    }
     case FigureId::ElementwiseTraffic:
         explainElementwiseTraffic(x, in);
         break;

@@ -212,7 +212,7 @@ private slots:
         QCOMPARE(snapshot(w.document()), before);
 
         nlohmann::json future = sessionToJson(defaultSession());
-        future["version"] = 2;
+        future["version"] = Session::kFormatVersion + 1;
         const QString newer = QDir(dir.path()).filePath("newer.shardscope");
         QFile g(newer);
         QVERIFY(g.open(QIODevice::WriteOnly));

@@ -1,5 +1,6 @@
 // Sessions: JSON round trip, versioning, clear errors, atomic saves, layout/cluster fitting.
 #include "core/error.h"
+#include "core/json_io.h"
 #include "core/presets.h"
 #include "session.h"
 
@@ -115,8 +116,37 @@ TEST(Session, SaveAndLoadThroughAFile) {
     // The MIME type's magic looks for this in the first 256 bytes.
     const std::size_t at = slurp(path).find("\"format\": \"shardscope-session\"");
     EXPECT_LT(at, 256u);
-    EXPECT_LT(slurp(path).find("\"version\": 1"), 256u);
+    EXPECT_LT(slurp(path).find("\"version\": " + std::to_string(Session::kFormatVersion)), 256u);
     EXPECT_EQ(loadSession(path).parallel.zero, 3);
+}
+
+// A version-1 session's GPU has no matmul ceiling (they came with version 2). One saved from a
+// preset takes the preset's, so the old session plans as a new one does; a GPU of the user's
+// own, or one whose peaks were edited, keeps what it said; a version-2 file is read as written.
+TEST(Session, Version1GpusFromPresetsTakeTheirMatmulCeilings) {
+    const auto withGpu = [](const GpuSpec& gpu, int version) {
+        nlohmann::json j = sessionToJson(defaultSession());
+        j["cluster"]["gpu"] = gpu;
+        j["version"] = version;
+        return sessionFromJson(j).cluster.gpu;
+    };
+    const GpuSpec& h100 = findGpuPreset("h100-sxm");
+    ASSERT_FALSE(h100.matmulCeiling.empty());
+    GpuSpec saved = h100; // as version 1 wrote it: no ceilings
+    saved.matmulCeiling.clear();
+    saved.sources.erase("matmul_ceiling");
+
+    const GpuSpec migrated = withGpu(saved, 1);
+    EXPECT_EQ(migrated.matmulCeiling, h100.matmulCeiling);
+    EXPECT_EQ(migrated.sources.count("matmul_ceiling"), 1u);
+    EXPECT_TRUE(withGpu(saved, 2).matmulCeiling.empty());
+
+    GpuSpec edited = saved;
+    edited.peakFlops[Precision::Bf16] = 900e12;
+    EXPECT_TRUE(withGpu(edited, 1).matmulCeiling.empty());
+    GpuSpec own = saved;
+    own.id = "my-gpu";
+    EXPECT_TRUE(withGpu(own, 1).matmulCeiling.empty());
 }
 
 TEST(Session, NewerVersionIsRefusedWithAClearMessage) {

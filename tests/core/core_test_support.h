@@ -98,6 +98,11 @@ inline void expectSame(const GpuSpec& a, const GpuSpec& b) {
         ASSERT_TRUE(b.peakFlops.count(precision)) << toString(precision);
         EXPECT_DOUBLE_EQ(flops, b.peakFlops.at(precision)) << toString(precision);
     }
+    ASSERT_EQ(a.matmulCeiling.size(), b.matmulCeiling.size());
+    for (const auto& [precision, fraction] : a.matmulCeiling) {
+        ASSERT_TRUE(b.matmulCeiling.count(precision)) << toString(precision);
+        EXPECT_DOUBLE_EQ(fraction, b.matmulCeiling.at(precision)) << toString(precision);
+    }
     EXPECT_EQ(a.matchNames, b.matchNames);
     EXPECT_EQ(a.sources, b.sources);
 }

@@ -328,6 +328,29 @@ TEST(GpuJson, RequiresMemoryBandwidthAndAPeak) {
                  InputError);
 }
 
+// A measured matmul ceiling is a fraction of the peak: above 1 would claim more than the
+// datasheet, 0 or less nothing; either is refused with the field named.
+TEST(GpuJson, MatmulCeilingIsAFractionOfThePeak) {
+    const std::string base = R"({"memory_gb": 80, "hbm_bandwidth_gbps": 1000,
+                                 "peak_tflops": {"bf16": 100, "fp8": 200}, "matmul_ceiling": )";
+    const GpuSpec g = json::parse(base + R"({"bf16": 0.8, "fp8": 0.7}})").get<GpuSpec>();
+    EXPECT_DOUBLE_EQ(g.ceiling(Precision::Bf16), 0.8);
+    EXPECT_DOUBLE_EQ(g.ceiling(Precision::Fp16), 0.8); // the same tensor cores
+    EXPECT_DOUBLE_EQ(g.ceiling(Precision::Fp8), 0.7);
+    EXPECT_EQ(g.ceiling(Precision::Tf32), 0.0); // not measured
+    for (const char* bad : {R"({"bf16": 1.2}})", R"({"bf16": 0}})", R"({"fp8": -0.5}})",
+                            R"({"bf16": "high"}})", R"([0.8]})"}) {
+        SCOPED_TRACE(bad);
+        const std::string message = inputErrorOf([&] { json::parse(base + bad).get<GpuSpec>(); });
+        EXPECT_NE(message.find("matmul_ceiling"), std::string::npos) << message;
+    }
+    // Absent: no ceiling, which the planner reads as "not measured".
+    EXPECT_TRUE(json::parse(R"({"memory_gb": 80, "hbm_bandwidth_gbps": 1000,
+                                "peak_tflops": {"bf16": 100}})")
+                    .get<GpuSpec>()
+                    .matmulCeiling.empty());
+}
+
 // ---- cluster ----
 
 TEST(ClusterJson, NamesAGpuPresetAndDefaultsItsLinks) {

@@ -43,6 +43,9 @@ TEST(Presets, IdsAreUniqueAndEveryPresetIsComplete) {
         EXPECT_FALSE(g.matchNames.empty()) << g.id;
         EXPECT_GT(g.networkBandwidth, 0) << g.id;
         EXPECT_TRUE(g.sources.count("network_gbps")) << g.id; // where the NIC share comes from
+        if (!g.matmulCeiling.empty()) {
+            EXPECT_TRUE(g.sources.count("matmul_ceiling")) << g.id; // who measured it
+        }
     }
 }
 

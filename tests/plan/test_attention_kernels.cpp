@@ -124,7 +124,8 @@ TEST(AttentionKernels, SetsTheCoresComputeTime) {
     const StageCompute unfused = stageCompute(in, 0);
     const double core = 3.0 * forward;
     EXPECT_NEAR(unfused.attentionSeconds,
-                core / (in.cluster.gpu.peak(Precision::Bf16) * in.assume.gemmEfficiency),
+                core / (in.cluster.gpu.peak(Precision::Bf16) *
+                        gemmEfficiency(in.cluster.gpu, Precision::Bf16, in.assume)),
                 1e-9 * unfused.attentionSeconds);
 
     // Under CP 2 each rank's kernel sees 4k tokens and half the work.

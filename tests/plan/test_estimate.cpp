@@ -490,12 +490,44 @@ TEST(Estimate, Fp8SpeedsUpOnlyTheProjections) {
     // The projections alone would gain the ratio of the FP8 and bf16 GEMM rates.
     const Assumptions a;
     const GpuSpec& h100 = findGpuPreset("h100-sxm");
-    const double projections = h100.peak(Precision::Fp8) * a.fp8GemmEfficiency /
-                               (h100.peak(Precision::Bf16) * a.gemmEfficiency);
+    const double projections =
+        h100.peak(Precision::Fp8) * gemmEfficiency(h100, Precision::Fp8, a) /
+        (h100.peak(Precision::Bf16) * gemmEfficiency(h100, Precision::Bf16, a));
     EXPECT_GT(short_, 1.0);
     EXPECT_LT(short_, projections);
     EXPECT_GT(long_, 1.0);
     EXPECT_LT(long_, short_);
+}
+
+// The GEMM efficiency was calibrated on A100s; another GPU reaches the same share of its own
+// measured matmul ceiling. So the GEMM rates of two GPUs stand in the ratio of the matmuls they
+// were measured at (Bekman, ml-engineering, "Maximum Achievable Matmul FLOPS comparison table":
+// 794.5 TFLOP/s bf16 on an H100 SXM, 271.2 on an A100 SXM; FP8 1453.4 on an H200, 1402.6 on an
+// H100 SXM), whatever their datasheet peaks say.
+TEST(Estimate, GemmRatesFollowTheGpusMeasuredMatmulCeilings) {
+    const auto gemmSeconds = [](const std::string& gpu, bool fp8) {
+        PlanInputs in = bareModel(7e9, 1, 1); // every FLOP at the GEMM rate, nothing else
+        in.cluster = makeCluster(findGpuPreset(gpu), 8, 1);
+        if (fp8)
+            in.parallel.precision = PrecisionPolicy::fp8Mixed();
+        return stageCompute(in, 0).gemmSeconds;
+    };
+    EXPECT_NEAR(gemmSeconds("a100-80gb", false) / gemmSeconds("h100-sxm", false), 794.5 / 271.2,
+                0.005 * 794.5 / 271.2);
+    EXPECT_NEAR(gemmSeconds("h100-sxm", true) / gemmSeconds("h200", true), 1453.4 / 1402.6,
+                0.005 * 1453.4 / 1402.6);
+    // The calibration GPUs keep the calibrated efficiencies: 0.75 of an A100's bf16 peak, 0.52 of
+    // an H100's FP8 peak.
+    const Assumptions a;
+    EXPECT_NEAR(gemmEfficiency(findGpuPreset("a100-80gb"), Precision::Bf16, a), a.gemmEfficiency,
+                1e-12);
+    EXPECT_NEAR(gemmEfficiency(findGpuPreset("h100-sxm"), Precision::Fp8, a), a.fp8GemmEfficiency,
+                1e-12);
+    // A GPU nobody measured keeps the calibrated efficiency of its peak.
+    GpuSpec unmeasured = findGpuPreset("h100-sxm");
+    unmeasured.matmulCeiling.clear();
+    EXPECT_EQ(gemmEfficiency(unmeasured, Precision::Bf16, a), a.gemmEfficiency);
+    EXPECT_LT(gemmEfficiency(findGpuPreset("h100-sxm"), Precision::Bf16, a), a.gemmEfficiency);
 }
 
 // A GPU without FP8 tensor cores (A100) runs an FP8 policy's GEMMs as bf16, no slower; a bare
@@ -512,8 +544,8 @@ TEST(Estimate, Fp8FallsBackWhereTheGpuHasNoFp8AndCountsWholeForABareModel) {
     const StageCompute bareFp8 = stageCompute(bare, 0);
     const GpuSpec& gpu = bare.cluster.gpu;
     EXPECT_NEAR(bareBf16.gemmSeconds / bareFp8.gemmSeconds,
-                gpu.peak(Precision::Fp8) * bare.assume.fp8GemmEfficiency /
-                    (gpu.peak(Precision::Bf16) * bare.assume.gemmEfficiency),
+                gpu.peak(Precision::Fp8) * gemmEfficiency(gpu, Precision::Fp8, bare.assume) /
+                    (gpu.peak(Precision::Bf16) * gemmEfficiency(gpu, Precision::Bf16, bare.assume)),
                 1e-9);
 }
 
@@ -521,6 +553,7 @@ TEST(Estimate, Fp8FallsBackWhereTheGpuHasNoFp8AndCountsWholeForABareModel) {
 // only: the GEMM time is the same, the memory-bound time grows.
 TEST(Estimate, Fp8CastsCostMemoryBoundTime) {
     PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, test::layout(8, 1, 1, 64));
+    in.cluster.gpu.matmulCeiling.clear(); // the efficiencies as given, not scaled by ceilings
     const GpuSpec& gpu = in.cluster.gpu;
     in.assume.fp8GemmEfficiency =
         in.assume.gemmEfficiency * gpu.peak(Precision::Bf16) / gpu.peak(Precision::Fp8);

@@ -47,10 +47,20 @@ double GpuSpec::peak(Precision p) const {
     return 0;
 }
 
+Precision GpuSpec::peakPrecision(Precision p) const {
+    for (Precision candidate : fallbackOrder(p)) {
+        const auto it = peakFlops.find(candidate);
+        if (it != peakFlops.end() && it->second > 0)
+            return candidate;
+    }
+    return p;
+}
+
 double GpuSpec::ceiling(Precision p) const {
-    auto it = matmulCeiling.find(p);
-    if (it == matmulCeiling.end() && p == Precision::Fp16)
-        it = matmulCeiling.find(Precision::Bf16);
+    const Precision used = peakPrecision(p);
+    auto it = matmulCeiling.find(used);
+    if (it == matmulCeiling.end() && (used == Fp16 || used == Bf16))
+        it = matmulCeiling.find(used == Fp16 ? Bf16 : Fp16);
     return it != matmulCeiling.end() ? it->second : 0.0;
 }
 

@@ -31,7 +31,9 @@ struct GpuSpec {
 
     // Dense peak for a precision; falls back to the nearest slower precision the part has.
     double peak(Precision p) const;
-    // The measured matmul ceiling for a precision (fp16 shares bf16's tensor cores), 0 if none.
+    // The precision whose peak peak(p) takes (FP8 on a part without FP8: bf16).
+    Precision peakPrecision(Precision p) const;
+    // The measured matmul ceiling of that precision (fp16 and bf16 share tensor cores), 0 if none.
     double ceiling(Precision p) const;
     // Whether the GPU has tensor cores for this precision (a peak of its own, not a fallback):
     // an FP8 policy on an A100 runs its GEMMs in bf16 and keeps no FP8 copies.

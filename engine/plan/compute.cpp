@@ -176,14 +176,18 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
 }
 
 double gemmEfficiency(const GpuSpec& gpu, Precision precision, const Assumptions& a) {
-    // A GPU without FP8 tensor cores runs FP8 GEMMs at its bf16 peak (GpuSpec::peak falls back).
-    const bool fp8 = precision == Precision::Fp8 && gpu.runs(Precision::Fp8);
-    if (precision == Precision::Fp8 && !fp8)
-        precision = Precision::Bf16;
+    // The precision whose tensor cores run it: FP8 on a GPU without FP8 runs at the bf16 peak.
+    const bool fp8 = gpu.peakPrecision(precision) == Precision::Fp8;
     const double efficiency = fp8 ? a.fp8GemmEfficiency : a.gemmEfficiency;
-    const double reference = fp8 ? a.fp8ReferenceCeiling : a.gemmReferenceCeiling;
-    const double ceiling = gpu.ceiling(precision);
-    return ceiling > 0 && reference > 0 ? efficiency * ceiling / reference : efficiency;
+    if (const double ceiling = gpu.ceiling(precision); ceiling > 0) {
+        const double reference = fp8 ? a.fp8ReferenceCeiling : a.gemmReferenceCeiling;
+        return reference > 0 ? efficiency * ceiling / reference : efficiency;
+    }
+    if (const double bf16 = gpu.ceiling(Precision::Bf16); bf16 > 0) {
+        const double reference = fp8 ? a.fp8ReferenceBf16Ceiling : a.gemmReferenceCeiling;
+        return reference > 0 ? efficiency * bf16 / reference : efficiency;
+    }
+    return efficiency;
 }
 
 StageCompute stageCompute(const PlanInputs& in, int stage) {

@@ -44,8 +44,9 @@ struct StageCompute {
 
 // The fraction of a GPU's dense peak a layer's GEMMs reach at a precision: the calibrated
 // efficiency scaled by the GPU's measured matmul ceiling against the calibration GPU's
-// (Assumptions::gemmEfficiency and fp8GemmEfficiency; the efficiency itself where the GPU has no
-// measured ceiling).
+// (Assumptions::gemmEfficiency and fp8GemmEfficiency); by its bf16 ceiling against the
+// calibration GPU's bf16 one where that precision was not measured; the efficiency itself where
+// nothing was.
 double gemmEfficiency(const GpuSpec& gpu, Precision precision, const Assumptions& a);
 
 StageCompute stageCompute(const PlanInputs& in, int stage);

@@ -640,17 +640,24 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.unit = "s";
         const bool fp8 = p.precision.fp8On(cl.gpu);
         const Precision gemmPrecision = fp8 ? Precision::Bf16 : p.precision.compute;
-        // The efficiency a GPU reaches: the calibrated one scaled by its measured matmul ceiling.
+        // The efficiency a GPU reaches: the calibrated one scaled by its measured matmul ceiling
+        // (at the precision its peak is taken at, else at bf16), as gemmEfficiency computes it.
         const auto efficiencyText = [&](Precision precision) {
-            const double used = gemmEfficiency(cl.gpu, precision, in.assume);
-            const bool isFp8 = precision == Precision::Fp8;
-            const double ceiling = cl.gpu.ceiling(precision);
-            if (ceiling <= 0)
-                return n(used) + " (no measured matmul ceiling: the calibrated efficiency)";
-            return n(isFp8 ? in.assume.fp8GemmEfficiency : in.assume.gemmEfficiency) +
-                   " x ceiling " + n(ceiling) + " / " +
-                   n(isFp8 ? in.assume.fp8ReferenceCeiling : in.assume.gemmReferenceCeiling) +
-                   (isFp8 ? " (H100's)" : " (A100's)") + " = " + n(used);
+            const Assumptions& a = in.assume;
+            const double used = gemmEfficiency(cl.gpu, precision, a);
+            const bool isFp8 = cl.gpu.peakPrecision(precision) == Precision::Fp8;
+            const std::string calibrated =
+                n(isFp8 ? a.fp8GemmEfficiency : a.gemmEfficiency) + " x ceiling ";
+            if (const double c = cl.gpu.ceiling(precision); c > 0)
+                return calibrated + n(c) + " / " +
+                       n(isFp8 ? a.fp8ReferenceCeiling : a.gemmReferenceCeiling) +
+                       (isFp8 ? " (H100's)" : " (A100's)") + " = " + n(used);
+            if (const double c = cl.gpu.ceiling(Precision::Bf16); c > 0)
+                return calibrated + "bf16 " + n(c) + " / " +
+                       n(isFp8 ? a.fp8ReferenceBf16Ceiling : a.gemmReferenceCeiling) +
+                       (isFp8 ? " (H100's bf16; its " : " (A100's; its ") + toString(precision) +
+                       " ceiling not measured) = " + n(used);
+            return n(used) + " (no measured matmul ceiling: the calibrated efficiency)";
         };
         x.formula = "microbatches x (stage_flops / (peak x gemm_efficiency) + elementwise_bytes / "
                     "(HBM x memory_efficiency))";
@@ -673,10 +680,10 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.source = "Roofline model (Williams et al. 2009); peak from " +
                    (cl.gpu.sources.count("peak_tflops") ? cl.gpu.sources.at("peak_tflops")
                                                         : std::string("the GPU preset"));
-        // The preset's own source names the table row; `gpus --json` prints it whole.
-        if (!cl.gpu.matmulCeiling.empty())
-            x.source += "; matmul ceilings from Bekman's Maximum Achievable Matmul FLOPS table "
-                        "(ml-engineering)";
+        // The GPU's own source names who measured it; `gpus --json` prints it whole.
+        if (cl.gpu.sources.count("matmul_ceiling"))
+            x.source += "; matmul ceiling as the GPU's sources say (the presets': Bekman's "
+                        "Maximum Achievable Matmul FLOPS table)";
         if (m.moe.enabled()) {
             x.substituted += "; MoE: the routed experts' GEMMs on top-" +
                              std::to_string(m.moe.topK) + " copies of each token" +

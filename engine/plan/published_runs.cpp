@@ -317,6 +317,8 @@ PlanInputs planInputs(const PublishedRun& run, const Assumptions& assume) {
     in.model = run.model;
     in.parallel = run.parallel;
     in.assume = assume;
+    // The plan's MFU and FLOP/s in the run's own convention (the times do not depend on it).
+    in.assume.flopsConvention = run.convention;
     const int gpusPerNode = 8;
     in.cluster =
         makeCluster(findGpuPreset(run.gpuId), gpusPerNode,

@@ -528,6 +528,14 @@ TEST(Estimate, GemmRatesFollowTheGpusMeasuredMatmulCeilings) {
     unmeasured.matmulCeiling.clear();
     EXPECT_EQ(gemmEfficiency(unmeasured, Precision::Bf16, a), a.gemmEfficiency);
     EXPECT_LT(gemmEfficiency(findGpuPreset("h100-sxm"), Precision::Bf16, a), a.gemmEfficiency);
+    // A GPU whose FP8 ceiling nobody measured (MI300X) scales FP8 by its bf16 ceiling, keeping
+    // the FP8 calibration GPU's ratio of FP8 to bf16 efficiency; FP8 on an A100 runs as bf16.
+    const auto fp8OverBf16 = [&](const std::string& gpu) {
+        const GpuSpec& g = findGpuPreset(gpu);
+        return gemmEfficiency(g, Precision::Fp8, a) / gemmEfficiency(g, Precision::Bf16, a);
+    };
+    EXPECT_NEAR(fp8OverBf16("mi300x"), fp8OverBf16("h100-sxm"), 1e-12);
+    EXPECT_EQ(fp8OverBf16("a100-80gb"), 1.0);
 }
 
 // A GPU without FP8 tensor cores (A100) runs an FP8 policy's GEMMs as bf16, no slower; a bare

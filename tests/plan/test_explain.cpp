@@ -68,6 +68,28 @@ TEST(Explain, Fp8ComputeTimeNamesWhatRunsInFp8) {
     EXPECT_NE(x.substituted.find("fp8 1.98 PFLOP/s x 0.600"), std::string::npos) << x.substituted;
 }
 
+// The compute time says which matmul ceiling scaled the GEMM efficiency: the GPU's own at the
+// precision it runs (an FP8 policy on an A100 runs bf16), its bf16 one where that precision was
+// not measured (FP8 on an MI300X), or none.
+TEST(Explain, ComputeTimeNamesTheMatmulCeilingItUsed) {
+    const auto substituted = [](const std::string& gpu, bool fp8) {
+        PlanInputs in = test::inputs("llama3-8b", gpu, 8, 1, test::layout(8, 1, 1, 64));
+        if (fp8)
+            in.parallel.precision = PrecisionPolicy::fp8Mixed();
+        return explain(in, estimate(in), FigureId::ComputeTime).substituted;
+    };
+    const std::string a100 = substituted("a100-80gb", true);
+    EXPECT_NE(a100.find("0.750 x ceiling 0.869 / 0.869 (A100's) = 0.750"), std::string::npos)
+        << a100;
+    EXPECT_EQ(a100.find("no measured"), std::string::npos) << a100;
+    const std::string mi300x = substituted("mi300x", true);
+    EXPECT_NE(mi300x.find("0.520 x ceiling bf16 0.514 / 0.803 (H100's bf16; its fp8 ceiling not "
+                          "measured)"),
+              std::string::npos)
+        << mi300x;
+    EXPECT_NE(substituted("l40s", false).find("no measured matmul ceiling"), std::string::npos);
+}
+
 // The numbers substituted into formulas carry the digits they have: no rounded value is written
 // out with zeros that claim more (2270000000 for 2.27e9), and exact counts stay exact (8192
 // final-norm weights, not 8190), under every ZeRO stage and pipeline depth.

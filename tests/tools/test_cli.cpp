@@ -821,6 +821,16 @@ TEST(CliValidate, OneRunsWholePlan) {
     const CliResult unknown = run({"validate", dataPath("published_runs.csv"), "--run", "nope"});
     EXPECT_EQ(unknown.code, 2);
     EXPECT_CONTAINS(unknown.err, "no run named 'nope'");
+    // --explain needs a run; a run's plan is not a Markdown table.
+    EXPECT_EQ(run({"validate", dataPath("published_runs.csv"), "--explain"}).code, 2);
+    EXPECT_EQ(run({"validate", dataPath("published_runs.csv"), "--run", name, "--markdown"}).code,
+              2);
+
+    // An MFU row's plan counts FLOPs in the run's convention (palm), as its header does.
+    const CliResult mfu = run({"validate", dataPath("published_runs.csv"), "--run",
+                               "megatron-sp-selective-175b", "--json"});
+    ASSERT_EQ(mfu.code, 0) << mfu.err;
+    EXPECT_EQ(parseOrFail(mfu.out).at("plan").at("summary").at("flops_convention"), "palm");
 }
 
 TEST(CliValidate, TextAndJson) {

@@ -372,12 +372,15 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     validateCmd
         ->add_option("runs", vo.path, "CSV of published runs (tests/data/published_runs.csv)")
         ->required();
-    validateCmd->add_flag("--markdown", vo.markdown, "Write the table as Markdown");
-    validateCmd->add_option("--run", vo.run,
-                            "Show one run's whole plan beside what it reported (its name, the "
-                            "table's first column)");
-    validateCmd->add_flag("--explain", vo.explain,
-                          "With --run: the formula and source of every figure");
+    auto* markdownFlag =
+        validateCmd->add_flag("--markdown", vo.markdown, "Write the table as Markdown");
+    auto* runOption = validateCmd->add_option(
+        "--run", vo.run,
+        "Show one run's whole plan beside what it reported (its name, the table's first column)");
+    runOption->excludes(markdownFlag);
+    validateCmd
+        ->add_flag("--explain", vo.explain, "With --run: the formula and source of every figure")
+        ->needs(runOption);
     validateCmd->add_flag("--json", o.json, "Machine-readable output");
 
     std::string runDir;

@@ -175,19 +175,21 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
     return bytes + scoreBytesPerToken + casts;
 }
 
-double gemmEfficiency(const GpuSpec& gpu, Precision precision, const Assumptions& a) {
+GemmEfficiency gemmEfficiencyOf(const GpuSpec& gpu, Precision precision, const Assumptions& a) {
+    GemmEfficiency g;
     // The precision whose tensor cores run it: FP8 on a GPU without FP8 runs at the bf16 peak.
-    const bool fp8 = gpu.peakPrecision(precision) == Precision::Fp8;
-    const double efficiency = fp8 ? a.fp8GemmEfficiency : a.gemmEfficiency;
-    if (const double ceiling = gpu.ceiling(precision); ceiling > 0) {
-        const double reference = fp8 ? a.fp8ReferenceCeiling : a.gemmReferenceCeiling;
-        return reference > 0 ? efficiency * ceiling / reference : efficiency;
+    g.fp8 = gpu.peakPrecision(precision) == Precision::Fp8;
+    g.calibrated = g.fp8 ? a.fp8GemmEfficiency : a.gemmEfficiency;
+    g.ceiling = gpu.ceiling(precision);
+    g.reference = g.fp8 ? a.fp8ReferenceCeiling : a.gemmReferenceCeiling;
+    if (g.ceiling <= 0) {
+        g.ceiling = gpu.ceiling(Precision::Bf16);
+        g.bf16Stands = g.ceiling > 0;
+        g.reference = g.fp8 ? a.fp8ReferenceBf16Ceiling : a.gemmReferenceCeiling;
     }
-    if (const double bf16 = gpu.ceiling(Precision::Bf16); bf16 > 0) {
-        const double reference = fp8 ? a.fp8ReferenceBf16Ceiling : a.gemmReferenceCeiling;
-        return reference > 0 ? efficiency * bf16 / reference : efficiency;
-    }
-    return efficiency;
+    g.value =
+        g.ceiling > 0 && g.reference > 0 ? g.calibrated * g.ceiling / g.reference : g.calibrated;
+    return g;
 }
 
 StageCompute stageCompute(const PlanInputs& in, int stage) {

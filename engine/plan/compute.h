@@ -47,7 +47,18 @@ struct StageCompute {
 // (Assumptions::gemmEfficiency and fp8GemmEfficiency); by its bf16 ceiling against the
 // calibration GPU's bf16 one where that precision was not measured; the efficiency itself where
 // nothing was.
-double gemmEfficiency(const GpuSpec& gpu, Precision precision, const Assumptions& a);
+struct GemmEfficiency {
+    double value = 0;        // the fraction of the peak the GEMMs reach
+    double calibrated = 0;   // the efficiency on the calibration GPU (Assumptions)
+    double ceiling = 0;      // the GPU's measured ceiling it was scaled by; 0: none
+    double reference = 0;    // the calibration GPU's ceiling it was divided by
+    bool fp8 = false;        // FP8 tensor cores run it (the H100 is the calibration GPU)
+    bool bf16Stands = false; // the precision's own ceiling was not measured: bf16's stands in
+};
+GemmEfficiency gemmEfficiencyOf(const GpuSpec& gpu, Precision precision, const Assumptions& a);
+inline double gemmEfficiency(const GpuSpec& gpu, Precision precision, const Assumptions& a) {
+    return gemmEfficiencyOf(gpu, precision, a).value;
+}
 
 StageCompute stageCompute(const PlanInputs& in, int stage);
 // How many times a step runs each layer's forward: once, twice where full recompute repeats it.

@@ -640,24 +640,17 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
         x.unit = "s";
         const bool fp8 = p.precision.fp8On(cl.gpu);
         const Precision gemmPrecision = fp8 ? Precision::Bf16 : p.precision.compute;
-        // The efficiency a GPU reaches: the calibrated one scaled by its measured matmul ceiling
-        // (at the precision its peak is taken at, else at bf16), as gemmEfficiency computes it.
+        // The efficiency a GPU reaches, written out as gemmEfficiencyOf computed it.
         const auto efficiencyText = [&](Precision precision) {
-            const Assumptions& a = in.assume;
-            const double used = gemmEfficiency(cl.gpu, precision, a);
-            const bool isFp8 = cl.gpu.peakPrecision(precision) == Precision::Fp8;
-            const std::string calibrated =
-                n(isFp8 ? a.fp8GemmEfficiency : a.gemmEfficiency) + " x ceiling ";
-            if (const double c = cl.gpu.ceiling(precision); c > 0)
-                return calibrated + n(c) + " / " +
-                       n(isFp8 ? a.fp8ReferenceCeiling : a.gemmReferenceCeiling) +
-                       (isFp8 ? " (H100's)" : " (A100's)") + " = " + n(used);
-            if (const double c = cl.gpu.ceiling(Precision::Bf16); c > 0)
-                return calibrated + "bf16 " + n(c) + " / " +
-                       n(isFp8 ? a.fp8ReferenceBf16Ceiling : a.gemmReferenceCeiling) +
-                       (isFp8 ? " (H100's bf16; its " : " (A100's; its ") + toString(precision) +
-                       " ceiling not measured) = " + n(used);
-            return n(used) + " (no measured matmul ceiling: the calibrated efficiency)";
+            const GemmEfficiency g = gemmEfficiencyOf(cl.gpu, precision, in.assume);
+            if (g.ceiling <= 0)
+                return n(g.value) + " (no measured matmul ceiling: the calibrated efficiency)";
+            return n(g.calibrated) + " x ceiling " + (g.bf16Stands ? "bf16 " : "") + n(g.ceiling) +
+                   " / " + n(g.reference) + (g.fp8 ? " (H100's" : " (A100's") +
+                   (g.bf16Stands ? (g.fp8 ? " bf16; its " : "; its ") + toString(precision) +
+                                       " ceiling not measured)"
+                                 : std::string(")")) +
+                   " = " + n(g.value);
         };
         x.formula = "microbatches x (stage_flops / (peak x gemm_efficiency) + elementwise_bytes / "
                     "(HBM x memory_efficiency))";

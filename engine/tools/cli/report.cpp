@@ -261,6 +261,29 @@ std::string metricText(const RunComparison& c, double v) {
 
 } // namespace
 
+namespace {
+
+// One run beside its prediction, as `validate --json` lists it.
+nlohmann::json runJson(const PublishedRun& run, const RunComparison& c) {
+    return {{"name", run.name},
+            {"source_id", run.sourceId},
+            {"split", toString(run.split)},
+            {"metric", c.metric},
+            {"reported", c.reported},
+            {"predicted", c.predicted},
+            {"error", c.error},
+            {"convention", toString(run.convention)},
+            {"source", run.source}};
+}
+
+// The metric compared, with the FLOP convention where it counts FLOPs.
+std::string metricLabel(const PublishedRun& run, const RunComparison& c) {
+    return c.metric == "tokens/s per GPU" ? c.metric
+                                          : c.metric + " (" + toString(run.convention) + ")";
+}
+
+} // namespace
+
 nlohmann::json validationJson(const std::vector<PublishedRun>& runs,
                               const std::vector<RunComparison>& results) {
     nlohmann::json j;
@@ -270,15 +293,7 @@ nlohmann::json validationJson(const std::vector<PublishedRun>& runs,
         j[toString(split)] = summaryJson(summarizeErrors(runs, results, split));
     j["runs"] = nlohmann::json::array();
     for (std::size_t i = 0; i < runs.size(); ++i)
-        j["runs"].push_back({{"name", runs[i].name},
-                             {"source_id", runs[i].sourceId},
-                             {"split", toString(runs[i].split)},
-                             {"metric", results[i].metric},
-                             {"reported", results[i].reported},
-                             {"predicted", results[i].predicted},
-                             {"error", results[i].error},
-                             {"convention", toString(runs[i].convention)},
-                             {"source", runs[i].source}});
+        j["runs"].push_back(runJson(runs[i], results[i]));
     return j;
 }
 
@@ -297,11 +312,8 @@ void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
             out << "| " << runs[i].name << " | " << runs[i].sourceId << " | "
                 << toString(runs[i].split) << " | " << runs[i].gpuId << " | "
                 << runs[i].parallel.worldSize() << " | " << layoutSummary(runs[i].parallel) << " | "
-                << c.metric;
-            if (c.metric != "tokens/s per GPU")
-                out << " (" << toString(runs[i].convention) << ")";
-            out << " | " << metricText(c, c.reported) << " | " << metricText(c, c.predicted)
-                << " | " << formatPercent(c.error) << " |\n";
+                << metricLabel(runs[i], c) << " | " << metricText(c, c.reported) << " | "
+                << metricText(c, c.predicted) << " | " << formatPercent(c.error) << " |\n";
         }
         out << "\nMedian absolute error: " << formatPercent(medianAbsoluteError(results))
             << " over " << runs.size() << " runs.\n";
@@ -323,17 +335,10 @@ void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
 
 nlohmann::json validationRunJson(const PublishedRun& run, const RunComparison& c,
                                  const PlanInputs& in) {
-    return {{"name", run.name},
-            {"source_id", run.sourceId},
-            {"split", toString(run.split)},
-            {"gpu", run.gpuId},
-            {"metric", c.metric},
-            {"reported", c.reported},
-            {"predicted", c.predicted},
-            {"error", c.error},
-            {"convention", toString(run.convention)},
-            {"source", run.source},
-            {"plan", planJson(in, c.estimate)}};
+    nlohmann::json j = runJson(run, c);
+    j["gpu"] = run.gpuId;
+    j["plan"] = planJson(in, c.estimate);
+    return j;
 }
 
 void printValidationRun(std::ostream& out, const PublishedRun& run, const RunComparison& c,
@@ -341,10 +346,7 @@ void printValidationRun(std::ostream& out, const PublishedRun& run, const RunCom
     out << run.name << " (" << run.sourceId << ", " << toString(run.split) << " part)\n"
         << run.parallel.worldSize() << " x " << run.gpuId << ", " << layoutSummary(run.parallel)
         << '\n'
-        << c.metric;
-    if (c.metric != "tokens/s per GPU")
-        out << " (" << toString(run.convention) << ")";
-    out << ": reported " << metricText(c, c.reported) << ", predicted "
+        << metricLabel(run, c) << ": reported " << metricText(c, c.reported) << ", predicted "
         << metricText(c, c.predicted) << ", error " << formatPercent(c.error) << '\n'
         << "Source: " << run.source << "\n\n";
     printPlan(out, in, c.estimate, explainAll);

@@ -383,8 +383,13 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
     }
     form.addChoice(
         "recompute", "Recompute",
-        "Activation checkpointing: none, selective (attention only) or full (keep layer inputs)",
-        {{"None", "none"}, {"Selective", "selective"}, {"Full", "full"}},
+        "Activation checkpointing: none; selective (Megatron's: attention's core reruns); "
+        "selective by op (torchtitan's: every second projection and the norms and activations "
+        "rerun, dense models only); full (each layer keeps its input and reruns its forward)",
+        {{"None", "none"},
+         {"Selective", "selective"},
+         {"Selective by op", "selective-op"},
+         {"Full", "full"}},
         [](const Session& s) { return q(toString(s.parallel.recompute)); },
         [](Session& s, const QString& k) {
             s.parallel.recompute = recomputeFromString(k.toStdString());

@@ -131,6 +131,8 @@ std::string toString(Recompute r) {
         return "selective";
     case Recompute::Full:
         return "full";
+    case Recompute::SelectiveOp:
+        return "selective-op";
     }
     return "?";
 }
@@ -162,7 +164,8 @@ PipelineSchedule scheduleFromString(const std::string& s) {
 }
 
 Recompute recomputeFromString(const std::string& s) {
-    static constexpr Recompute all[] = {Recompute::None, Recompute::Selective, Recompute::Full};
+    static constexpr Recompute all[] = {Recompute::None, Recompute::Selective,
+                                        Recompute::SelectiveOp, Recompute::Full};
     return fromString(s, all, "recompute policy");
 }
 
@@ -598,6 +601,17 @@ private:
                         "chunks' microbatches)",
                     "set vpp > 1 with the interleaved schedule, or ep_comm_overlap off");
         }
+        // torchtitan's op-level policy is counted for dense layers whose projections it sees
+        // one by one; routed experts run grouped GEMMs and MLA's projections differ.
+        if (c_.recompute == Recompute::SelectiveOp &&
+            (m_.isBare() || m_.moe.enabled() || m_.mla.enabled()))
+            add("recompute-op",
+                std::string("op-level selective recompute (torchtitan's) is modelled for dense "
+                            "Llama- and GPT-style layers, but this model ") +
+                    (m_.isBare()        ? "is a bare parameter count"
+                     : m_.moe.enabled() ? "routes tokens to experts"
+                                        : "uses multi-head latent attention"),
+                "use recompute none, selective or full");
         shardGroup();
     }
 

@@ -22,7 +22,12 @@ enum class PipelineSchedule {
     ZeroBubble1p,
     ZeroBubble2p
 };
-enum class Recompute { None, Selective, Full };
+// Activation recompute. Selective is Megatron-LM's (Korthikanti et al. 2022): attention's core
+// reruns in the backward instead of keeping its scores. SelectiveOp is torchtitan's op-level
+// selective checkpointing: a dense layer keeps the output of every other projection (in forward
+// order) and of attention's fused kernel, and reruns the rest of its forward in the backward.
+// Full keeps only each layer's input and reruns its whole forward.
+enum class Recompute { None, Selective, Full, SelectiveOp };
 enum class Optimizer { AdamW, SgdMomentum };
 // Which fused attention kernel runs attention's core (when flashAttention is on): its speed is
 // its own, measured per GPU architecture (engine/plan/attention_kernels.h). Auto is what current

@@ -40,9 +40,24 @@ TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumpt
     f.hardware = f.model + 3.0 * (projectionsRun - projections);
     if (p.recompute == Recompute::Full)
         f.hardware += projectionsRun + layers * f.attentionCore;
-    else if (p.recompute == Recompute::Selective)
+    else if (recomputesAttentionCore(p))
         f.hardware += layers * f.attentionCore;
+    if (p.recompute == Recompute::SelectiveOp) { // dense layers only (validate's recompute-op)
+        const std::vector<Projection> layer = denseLayerProjections(m);
+        for (std::size_t i = 0; i < layer.size(); ++i)
+            if (opRecomputesProjection(i))
+                f.layerRecomputed += 2.0 * layer[i].in * layer[i].out;
+        f.hardware += denseLayers * f.layerRecomputed;
+    }
     return f;
+}
+
+std::vector<Projection> denseLayerProjections(const ModelSpec& m, int tp) {
+    const double h = m.hidden, q = double(m.qDim()), kv = kvDimOverTpGroup(m, tp);
+    const double out = double(m.valueDim()), ffn = double(m.layerFfn(LayerKind::Dense));
+    if (m.gated())
+        return {{h, q}, {h, kv}, {h, kv}, {out, h, true}, {h, ffn}, {h, ffn}, {ffn, h, true}};
+    return {{h, q + 2.0 * kv}, {out, h, true}, {h, ffn}, {ffn, h, true}};
 }
 
 double conventionFlopsPerToken(const ModelSpec& m, FlopsConvention c) {
@@ -97,10 +112,6 @@ std::string describeAttentionSpeedFor(const PlanInputs& in) {
     return describeAttentionSpeed(attentionSpeedFor(in), in.cluster.gpu);
 }
 
-double forwardRuns(const ParallelConfig& p) {
-    return p.recompute == Recompute::Full ? 2.0 : 1.0;
-}
-
 double moePermuteBytes(const ModelSpec& m, LayerKind kind, const ParallelConfig& p) {
     if (!m.routes(kind))
         return 0.0;
@@ -114,11 +125,11 @@ double elementwiseOpBytes(const PlanInputs& in, LayerKind kind) {
     const ParallelConfig& p = in.parallel;
     if (m.isBare())
         return 0.0;
-    // Eager PyTorch: op by op (eager_traffic.h), the forward again where full recompute repeats
-    // it.
+    // Eager PyTorch: op by op (eager_traffic.h), the forward again where full or op-level
+    // recompute reruns it.
     if (!p.fusedElementwise) {
         const EagerTraffic eager = eagerLayerTraffic(m, kind, p);
-        return forwardRuns(p) * eager.forward + eager.backward;
+        return elementwiseForwardRuns(p) * eager.forward + eager.backward;
     }
     // Fused kernels: norms and adds on the hidden state (split by TP only under SP) and the
     // activation function on each MLP's FFN width (split by TP), forward once and backward
@@ -170,7 +181,16 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
         const double forwardInputs =
             hiddenTerms * m.hidden / sp + latents + (double(m.valueDim()) + ffn) / t;
         const double backwardGrads = hiddenTerms * m.hidden / sp + (qkvOut + ffnIn) / t;
-        casts = 3.0 * (forwardRuns(p) * forwardInputs + backwardGrads);
+        // Op-level recompute casts the inputs of the projections it reruns again.
+        double rerunInputs = 0;
+        if (p.recompute == Recompute::SelectiveOp) {
+            const std::vector<Projection> projections = denseLayerProjections(m, p.tp);
+            for (std::size_t i = 0; i < projections.size(); ++i)
+                if (opRecomputesProjection(i))
+                    rerunInputs += projections[i].in == m.hidden ? projections[i].in / sp
+                                                                 : projections[i].in / t;
+        }
+        casts = 3.0 * (forwardRuns(p) * forwardInputs + rerunInputs + backwardGrads);
     }
     return bytes + scoreBytesPerToken + casts;
 }
@@ -221,11 +241,13 @@ StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f) 
     const int layers = kinds.total();
     // Forward, backward (twice the forward) and a recomputed forward where the policy runs one:
     // full recompute repeats the projections and the core, selective only the core.
+    // Op-level recompute reruns every second projection of each (dense) layer.
     const double projectionRuns = forwardRuns(p) + 2.0;
-    const double coreRuns = 3.0 + (p.recompute != Recompute::None ? 1.0 : 0.0);
+    const double coreRuns = 3.0 + (recomputesAttentionCore(p) ? 1.0 : 0.0);
     const double share = tokens / (t * cp);
     const double projectionFlops =
-        projectionRuns * share * (kinds.moe * f.layerMatmulRun + kinds.dense * f.denseLayerMatmul);
+        projectionRuns * share * (kinds.moe * f.layerMatmulRun + kinds.dense * f.denseLayerMatmul) +
+        share * kinds.dense * f.layerRecomputed;
     const double coreFlops = layers * coreRuns * f.attentionCore * share;
     const double headFlops = stage == p.pp - 1 ? 3.0 * (f.lmHead + f.mtpExtra) * share : 0.0;
     s.flops = projectionFlops + coreFlops + headFlops;

@@ -4,6 +4,9 @@
 #include "attention_kernels.h"
 #include "estimate.h"
 
+#include <cstddef>
+#include <vector>
+
 namespace shardscope {
 
 struct TokenFlops {
@@ -17,11 +20,13 @@ struct TokenFlops {
     double matmulRun(LayerKind kind) const {
         return kind == LayerKind::Moe ? layerMatmulRun : denseLayerMatmul;
     }
-    double attentionCore = 0; // forward FLOPs of QK^T and AV of one layer, per token
-    double lmHead = 0;        // forward FLOPs of the output projection, per token
-    double mtpExtra = 0;      // the MTP modules' projections and output heads, per token, forward
-    double model = 0;         // forward + backward of the whole model, per token
-    double hardware = 0;      // model + recomputed forward work, per token
+    double layerRecomputed = 0; // forward FLOPs of the projections op-level recompute reruns
+                                // in one layer, per token (Recompute::SelectiveOp; else 0)
+    double attentionCore = 0;   // forward FLOPs of QK^T and AV of one layer, per token
+    double lmHead = 0;          // forward FLOPs of the output projection, per token
+    double mtpExtra = 0;        // the MTP modules' projections and output heads, per token, forward
+    double model = 0;           // forward + backward of the whole model, per token
+    double hardware = 0;        // model + recomputed forward work, per token
 };
 
 // Forward is 2 FLOPs per multiply-add; backward is twice the forward (Kaplan et al. 2020).
@@ -61,8 +66,38 @@ inline double gemmEfficiency(const GpuSpec& gpu, Precision precision, const Assu
 }
 
 StageCompute stageCompute(const PlanInputs& in, int stage);
-// How many times a step runs each layer's forward: once, twice where full recompute repeats it.
-double forwardRuns(const ParallelConfig& p);
+// How many times a step runs each layer's projections forward: once, twice where full recompute
+// repeats them.
+inline double forwardRuns(const ParallelConfig& p) {
+    return p.recompute == Recompute::Full ? 2.0 : 1.0;
+}
+// How many times a step runs each layer's memory-bound forward ops: twice under full and
+// op-level recompute, which both rerun the layer's forward (op-level keeps only GEMM outputs).
+inline double elementwiseForwardRuns(const ParallelConfig& p) {
+    return p.recompute == Recompute::Full || p.recompute == Recompute::SelectiveOp ? 2.0 : 1.0;
+}
+// Whether attention's core runs again in the backward: under selective and full recompute, and
+// under op-level recompute where no fused kernel's output is kept (unfused attention).
+inline bool recomputesAttentionCore(const ParallelConfig& p) {
+    return p.recompute == Recompute::Selective || p.recompute == Recompute::Full ||
+           (p.recompute == Recompute::SelectiveOp && !p.flashAttention);
+}
+
+// A dense layer's projections in forward order, as torchtitan writes a Llama layer (Q, K, V,
+// output, gate, up, down) and nanoGPT a GPT-style one (QKV, output, up, down): a token's input
+// and output widths, with K and V as wide as a TP group holds them. A row-parallel projection's
+// output is the hidden state, whole on every TP rank before its reduction.
+struct Projection {
+    double in = 0;
+    double out = 0;
+    bool rowParallel = false;
+};
+std::vector<Projection> denseLayerProjections(const ModelSpec& m, int tp = 1);
+// torchtitan's op-level selective checkpointing keeps the output of every matmul but every
+// second one (parallelize_llama.py's _custom_policy): projections 1, 3, 5, ... rerun.
+inline bool opRecomputesProjection(std::size_t index) {
+    return index % 2 == 1;
+}
 // Bytes a token moves through one layer's norms, adds, rotary and activation on one rank, fused
 // or eager (ParallelConfig::fusedElementwise), forward, backward and recomputed forward.
 double elementwiseOpBytes(const PlanInputs& in, LayerKind kind);

@@ -224,13 +224,20 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         break;
     case FigureId::MemActivations:
         x.value = m.activations;
-        x.formula = "layers_on_rank x act_per_layer x in_flight_microbatches + stage_extras; "
-                    "act_per_layer = s*b/cp x [(4h x a_bytes + 2h dropout) / sp + "
-                    "(a_bytes (2q + 2kv) + ffn terms + attention scores) / tp]" +
-                    std::string(in.model.mla.enabled()
-                                    ? "; with MLA q, k and v a head's query-key and value widths "
-                                      "and the latents (2 r_q + 2 r_kv + d_r) a_bytes / sp"
-                                    : "");
+        x.formula =
+            "layers_on_rank x act_per_layer x in_flight_microbatches + stage_extras; "
+            "act_per_layer = s*b/cp x [(4h x a_bytes + 2h dropout) / sp + "
+            "(a_bytes (2q + 2kv) + ffn terms + attention scores) / tp]" +
+            std::string(in.model.mla.enabled()
+                            ? "; with MLA q, k and v a head's query-key and value widths "
+                              "and the latents (2 r_q + 2 r_kv + d_r) a_bytes / sp"
+                            : "") +
+            std::string(p.recompute == Recompute::SelectiveOp
+                            ? "; under op-level recompute act_per_layer = s*b/cp x a_bytes x "
+                              "(h / sp + the outputs of projections 1, 3, 5, 7 in forward order "
+                              "(column-parallel / tp, row-parallel h) + the fused attention "
+                              "kernel's output v / tp)"
+                            : "");
         x.substituted =
             (m.firstDenseLayersOnRank > 0
                  ? "(" + std::to_string(m.layersOnRank - m.firstDenseLayersOnRank) + " x " +
@@ -240,9 +247,13 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
             " x " + n(m.inflightMicrobatches) + " + " + b(m.stageExtraActivations) + " = " +
             b(m.activations) + " (recompute " + toString(p.recompute) + ", schedule " +
             toString(p.schedule) + ")";
-        x.source = std::string(kKorthikanti) + "; in-flight microbatches: GPipe m, 1F1B p, "
-                                               "interleaved p(1 + (p-1)/(p v)), ZB-H1 p, ZB-1p "
-                                               "and ZB-2p their programs' peak (Qi et al.)";
+        x.source = std::string(kKorthikanti) +
+                   (p.recompute == Recompute::SelectiveOp
+                        ? "; op-level recompute: torchtitan parallelize_llama.py, _custom_policy "
+                          "(keeps mm outputs but every second, and SDPA's)"
+                        : "") +
+                   "; in-flight microbatches: GPipe m, 1F1B p, interleaved p(1 + (p-1)/(p v)), "
+                   "ZB-H1 p, ZB-1p and ZB-2p their programs' peak (Qi et al.)";
         if (in.model.isBare())
             x.substituted = "not computed: a bare parameter count has no architecture (give a "
                             "preset or a config.json)";
@@ -620,7 +631,10 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
             if (mtp > 0)
                 terms += " + " + n(f.mtpExtra) + " (MTP projections and heads)";
             x.substituted =
-                "3 x [" + terms + "] = " + n(f.model) + "; with recompute " + n(f.hardware);
+                "3 x [" + terms + "] = " + n(f.model) + "; with recompute " + n(f.hardware) +
+                (f.layerRecomputed > 0 ? " (op-level recompute reruns every second projection, " +
+                                             n(f.layerRecomputed) + " a token a layer)"
+                                       : "");
         }
         x.source =
             "Kaplan et al. 2020 (6N); Narayanan et al. 2021 Appendix (attention and LM head)";

@@ -1,11 +1,14 @@
 // Memory per GPU by category. Activations follow Korthikanti et al. 2022, "Reducing Activation
 // Recomputation in Large Transformer Models" (Table 2), generalised to GQA, gated MLPs, MoE and
 // models without dropout; model state follows Rajbhandari et al. 2020 (ZeRO).
+#include "compute.h"
 #include "estimate.h"
 #include "formulas.h"
 #include "layout.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <vector>
 
 namespace shardscope {
 
@@ -21,6 +24,19 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
 
     if (p.recompute == Recompute::Full)
         return ab * T * h / sp; // only the layer input is kept
+
+    // Op-level recompute (torchtitan's policy) keeps the layer input, every other projection's
+    // output and the fused attention kernel's; the rest reruns from them in the backward.
+    if (p.recompute == Recompute::SelectiveOp) {
+        double kept = ab * T * h / sp;
+        const std::vector<Projection> projections = denseLayerProjections(m, p.tp);
+        for (std::size_t i = 0; i < projections.size(); ++i)
+            if (!opRecomputesProjection(i))
+                kept += ab * T * (projections[i].rowParallel ? h : projections[i].out / t);
+        if (p.flashAttention)
+            kept += ab * T * double(m.valueDim()) / t;
+        return kept;
+    }
 
     // Inputs of the two norms, of the QKV projection and of the first MLP projection.
     double replicated = 4.0 * ab * T * h;
@@ -135,6 +151,14 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
         mem.logits = 4.0 * T * double(m.vocab) / t; // fp32 logits for the cross-entropy
     if (prec.fp8On(in.cluster.gpu))
         mem.fp8WeightCache = held(1.0, p.zero >= 3);
+    // What one layer's recomputed forward holds during its backward: all of a fully
+    // recomputed layer's activations, what op-level recompute did not keep.
+    if (p.recompute == Recompute::SelectiveOp && !m.isBare()) {
+        ParallelConfig none = p;
+        none.recompute = Recompute::None;
+        mem.recomputeLayer =
+            std::max(0.0, activationBytesPerLayer(m, none) - mem.activationsPerLayer);
+    }
     if (p.recompute == Recompute::Full && !m.isBare()) {
         ParallelConfig none = p;
         none.recompute = Recompute::None;

@@ -295,6 +295,10 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
         out.push_back("the engine has no mixture-of-experts layers, so no expert tensor "
                       "parallelism: etp must be 0 or tp (got " +
                       layoutSummary(p) + "); it is modelled by the planner only");
+    if (p.recompute == Recompute::SelectiveOp)
+        out.push_back("the engine recomputes none, selective (attention's core) or full (each "
+                      "layer's forward); op-level recompute (selective-op, torchtitan's policy) "
+                      "is modelled by the planner only: set \"recompute\" to one of those");
     if (p.hybridShard())
         out.push_back("the engine shards ZeRO's states over the whole data-parallel group: "
                       "shard_group must be 0 or dp (got " +

@@ -436,7 +436,8 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
         p.schedule = s;
         expectSame(roundTrip(p), p);
     }
-    for (auto r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    for (auto r :
+         {Recompute::None, Recompute::Selective, Recompute::SelectiveOp, Recompute::Full}) {
         p.recompute = r;
         expectSame(roundTrip(p), p);
     }

@@ -129,8 +129,9 @@ TEST(ParallelEnums, RoundTripThroughStrings) {
     for (auto s : {PipelineSchedule::Naive, PipelineSchedule::GPipe, PipelineSchedule::OneFOneB,
                    PipelineSchedule::Interleaved, PipelineSchedule::ZeroBubble})
         EXPECT_EQ(scheduleFromString(toString(s)), s);
-    for (auto r : {Recompute::None, Recompute::Selective, Recompute::Full})
+    for (auto r : {Recompute::None, Recompute::Selective, Recompute::SelectiveOp, Recompute::Full})
         EXPECT_EQ(recomputeFromString(toString(r)), r);
+    EXPECT_EQ(toString(Recompute::SelectiveOp), "selective-op");
     for (auto o : {Optimizer::AdamW, Optimizer::SgdMomentum})
         EXPECT_EQ(optimizerFromString(toString(o)), o);
     EXPECT_EQ(toString(PipelineSchedule::ZeroBubble), "zero-bubble");
@@ -179,6 +180,23 @@ TEST(Validate, ListsEveryBrokenRuleAtOnce) {
         << describe(violations);
     for (const Violation& v : violations)
         EXPECT_FALSE(v.hint.empty()) << v.rule;
+}
+
+TEST(Validate, OpLevelRecomputeIsForDenseLayersOnly) {
+    ParallelConfig p = llama405bLayout();
+    p.recompute = Recompute::SelectiveOp;
+    EXPECT_FALSE(hasRule(validate(llama3_405b(), p), "recompute-op"));
+    ModelSpec moe = llama3_405b();
+    moe.moe.experts = 8;
+    moe.moe.topK = 2;
+    moe.moe.expertFfn = 4096;
+    ASSERT_TRUE(moe.moe.enabled());
+    const auto v = validate(moe, p);
+    ASSERT_TRUE(hasRule(v, "recompute-op"));
+    const auto it = std::find_if(v.begin(), v.end(),
+                                 [](const Violation& x) { return x.rule == "recompute-op"; });
+    EXPECT_NE(it->message.find("experts"), std::string::npos) << it->message;
+    EXPECT_NE(it->hint.find("selective"), std::string::npos) << it->hint;
 }
 
 TEST(Validate, Degrees) {

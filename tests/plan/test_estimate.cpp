@@ -118,6 +118,37 @@ TEST(Estimate, RecomputeCostsComputeAndSavesMemory) {
     EXPECT_DOUBLE_EQ(full.modelFlopsPerStep, none.modelFlopsPerStep);
 }
 
+// torchtitan's op-level selective checkpointing on Llama 3 8B (h 4096, 8 KV heads of 128, FFN
+// 14336): of Q, K, V, O, gate, up and down it reruns K (4096 x 1024), O (4096 x 4096) and up
+// (4096 x 14336), and keeps Q, V, gate and down's outputs, the FlashAttention output and the
+// layer input: 2 bytes x (4096 + 4096 + 1024 + 14336 + 4096 + 4096) a token a layer.
+TEST(Estimate, OpLevelRecomputeRerunsEverySecondProjectionOfALlamaLayer) {
+    ParallelConfig p = test::layout(8, 1, 1, 8, 3);
+    p.microBatch = 1;
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, p);
+    const double layers = 32, tokens = 8192;
+    in.parallel.recompute = Recompute::None;
+    const Estimate none = estimate(in);
+    in.parallel.recompute = Recompute::SelectiveOp;
+    const Estimate op = estimate(in);
+    ASSERT_TRUE(op.valid());
+    const double rerun = 2.0 * 4096 * (1024 + 4096 + 14336);
+    EXPECT_NEAR(op.hardwareFlopsPerToken - none.hardwareFlopsPerToken, layers * rerun, 1.0);
+    EXPECT_DOUBLE_EQ(op.modelFlopsPerToken, none.modelFlopsPerToken);
+    EXPECT_DOUBLE_EQ(op.memory.activationsPerLayer,
+                     2.0 * tokens * (4096 + 4096 + 1024 + 14336 + 4096 + 4096));
+    // Between Megatron's selective and full recompute in memory; it costs time as it reruns.
+    in.parallel.recompute = Recompute::Full;
+    const Estimate full = estimate(in);
+    EXPECT_GT(op.memory.activations, full.memory.activations);
+    EXPECT_LT(op.memory.activations, none.memory.activations / 2);
+    EXPECT_GT(op.computeTime, none.computeTime);
+    EXPECT_LT(op.computeTime, full.computeTime);
+    // What is not kept is held again for one layer's backward.
+    EXPECT_DOUBLE_EQ(op.memory.recomputeLayer,
+                     none.memory.activationsPerLayer - op.memory.activationsPerLayer);
+}
+
 TEST(Estimate, Zero3CommunicatesMoreThanZero1) {
     PlanInputs in = llama70b();
     const double z1 = estimate(in).axis(Axis::DP).bytes;

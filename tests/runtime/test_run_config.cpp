@@ -69,6 +69,18 @@ TEST(RunConfig, EngineProblemsSayWhatToChange) {
     EXPECT_NE(all.find("min_learning_rate"), std::string::npos) << all;
 }
 
+TEST(RunConfig, OpLevelRecomputeIsThePlannersOnly) {
+    RunConfig c = defaultRunConfig();
+    c.parallel.recompute = Recompute::SelectiveOp;
+    std::string all;
+    for (const auto& p : engineProblems(c))
+        all += p + "\n";
+    EXPECT_NE(all.find("selective-op"), std::string::npos) << all;
+    EXPECT_NE(all.find("planner only"), std::string::npos) << all;
+    c.parallel.recompute = Recompute::Selective;
+    EXPECT_TRUE(engineProblems(c).empty());
+}
+
 // A session's overlap flags describe the framework the planner models; the engine runs as it
 // is built, so its config (and the prediction beside the run) takes the engine's behaviour and
 // says what it changed.

@@ -68,7 +68,9 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
             ->capture_default_str();
         app.add_option("--micro-batch", f.microBatch, "Sequences per microbatch")
             ->capture_default_str();
-        app.add_option("--recompute", f.recompute, "none, selective or full")
+        app.add_option("--recompute", f.recompute,
+                       "none, selective (Megatron's: attention's core), selective-op "
+                       "(torchtitan's: every second projection) or full")
             ->capture_default_str();
     }
     app.add_option("--global-batch", f.globalBatch, "Sequences per optimizer step")

@@ -187,8 +187,8 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
             const std::vector<Projection> projections = denseLayerProjections(m, p.tp);
             for (std::size_t i = 0; i < projections.size(); ++i)
                 if (opRecomputesProjection(i))
-                    rerunInputs += projections[i].in == m.hidden ? projections[i].in / sp
-                                                                 : projections[i].in / t;
+                    rerunInputs +=
+                        projections[i].rowParallel ? projections[i].in / t : projections[i].in / sp;
         }
         casts = 3.0 * (forwardRuns(p) * forwardInputs + rerunInputs + backwardGrads);
     }

@@ -35,6 +35,11 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
                 kept += ab * T * (projections[i].rowParallel ? h : projections[i].out / t);
         if (p.flashAttention)
             kept += ab * T * double(m.valueDim()) / t;
+        // Under SP the row-parallel projections' reduce-scatters are in the save list too.
+        if (p.sequenceParallel && p.tp > 1)
+            for (const Projection& x : projections)
+                if (x.rowParallel)
+                    kept += ab * T * h / t;
         return kept;
     }
 

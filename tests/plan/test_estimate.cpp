@@ -147,6 +147,15 @@ TEST(Estimate, OpLevelRecomputeRerunsEverySecondProjectionOfALlamaLayer) {
     // What is not kept is held again for one layer's backward.
     EXPECT_DOUBLE_EQ(op.memory.recomputeLayer,
                      none.memory.activationsPerLayer - op.memory.activationsPerLayer);
+    // tp 2 with SP: the input splits over the TP group, the column-parallel outputs (Q, V, gate)
+    // and the kernel's split by heads, down's output stays whole before its reduce-scatter, and
+    // the two reduce-scatters' outputs (h / 2 each) are kept as well.
+    in.parallel = test::layout(4, 2, 1, 8, 3);
+    in.parallel.microBatch = 1;
+    in.parallel.sequenceParallel = true;
+    in.parallel.recompute = Recompute::SelectiveOp;
+    EXPECT_DOUBLE_EQ(estimate(in).memory.activationsPerLayer,
+                     2.0 * tokens * (2048 + 2048 + 512 + 7168 + 4096 + 2048 + 2 * 2048));
 }
 
 TEST(Estimate, Zero3CommunicatesMoreThanZero1) {

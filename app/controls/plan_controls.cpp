@@ -393,7 +393,19 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
         [](const Session& s) { return q(toString(s.parallel.recompute)); },
         [](Session& s, const QString& k) {
             s.parallel.recompute = recomputeFromString(k.toStdString());
+            if (s.parallel.recompute != Recompute::Full)
+                s.parallel.recomputeLayers = 0; // it counts fully recomputed layers only
         });
+    QSpinBox* recomputed = form.addInt(
+        "recompute-layers", "Recomputed layers",
+        "Full recompute of only the first this many layers of each virtual pipeline stage "
+        "(Megatron-LM's --recompute-method block --recompute-num-layers; torchtitan's layer "
+        "checkpointing of every k-th block is layers / k); the others keep their activations",
+        0, 100000, [](const Session& s) { return s.parallel.recomputeLayers; },
+        [](Session& s, int v) { s.parallel.recomputeLayers = v; });
+    recomputed->setSpecialValueText(QStringLiteral("every layer"));
+    form.setEnabledWhen(recomputed,
+                        [](const Session& s) { return s.parallel.recompute == Recompute::Full; });
     form.addInt(
         "micro-batch", "Micro batch", "Sequences per microbatch on each data-parallel rank", 1,
         4096, [](const Session& s) { return s.parallel.microBatch; },

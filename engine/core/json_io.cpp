@@ -688,6 +688,7 @@ void to_json(json& j, const ParallelConfig& p) {
              {"micro_batch", p.microBatch},
              {"global_batch", p.globalBatch},
              {"recompute", toString(p.recompute)},
+             {"recompute_layers", p.recomputeLayers},
              {"precision", policyJson(p.precision)},
              {"optimizer", toString(p.optimizer)},
              {"offload_optimizer", p.offloadOptimizer},
@@ -730,6 +731,7 @@ void from_json(const json& j, ParallelConfig& out) {
             "micro_batch: micro_batch*dp = " + plain(double(std::int64_t(p.microBatch) * p.dp)) +
             " sequences per step is more than " + plain(double(kMaxBatch)));
     r.choice("recompute", p.recompute, recomputeFromString);
+    r.whole("recompute_layers", p.recomputeLayers, 0, kMaxLayers); // 0: every layer
     readPolicy(r, p.precision);
     r.choice("optimizer", p.optimizer, optimizerFromString);
     r.boolean("offload_optimizer", p.offloadOptimizer);

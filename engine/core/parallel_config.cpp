@@ -612,7 +612,46 @@ private:
                      : m_.moe.enabled() ? "routes tokens to experts"
                                         : "uses multi-head latent attention"),
                 "use recompute none, selective or full");
+        recomputeLayers();
         shardGroup();
+    }
+
+    // Full recompute of some layers of each virtual stage (Megatron-LM's block method).
+    void recomputeLayers() {
+        const int n = c_.recomputeLayers;
+        if (n == 0)
+            return;
+        if (n < 0) {
+            add("recompute-layers", "recompute_layers is " + to_string(n),
+                "use 0 to recompute every layer, or the layers of each virtual stage to recompute");
+            return;
+        }
+        if (c_.recompute != Recompute::Full) {
+            add("recompute-layers",
+                "recompute_layers " + to_string(n) +
+                    " picks the layers full recompute reruns, but recompute is " +
+                    toString(c_.recompute),
+                "set recompute full, or recompute_layers 0");
+            return;
+        }
+        if (m_.isBare()) {
+            add("recompute-layers",
+                "recompute_layers " + to_string(n) +
+                    " picks layers, but this model is a bare parameter count",
+                "describe the model's layers, or set recompute_layers 0");
+            return;
+        }
+        // The most layers a virtual stage holds: the even share, one more where they do not divide.
+        const std::int64_t chunks = product({c_.pp, c_.vpp});
+        const int slots = c_.pipelineSlots(m_.layers);
+        if (chunks <= 0 || chunks > slots)
+            return; // pp-layers says so
+        const std::int64_t most = slots / chunks + (slots % chunks != 0 ? 1 : 0);
+        if (n > most)
+            add("recompute-layers",
+                "recompute_layers " + to_string(n) + " is more than the " + to_string(most) +
+                    " layers a virtual pipeline stage holds",
+                "use recompute_layers <= " + to_string(most) + ", or 0 to recompute every layer");
     }
 
     // Hybrid sharding: groups of shard_group of the dp x cp ranks, each a whole copy.
@@ -675,6 +714,13 @@ int layersOnChunk(int layers, const ParallelConfig& p, int chunk) {
     return std::max(0, held);
 }
 
+int recomputedLayersOnChunk(int layers, const ParallelConfig& p, int chunk) {
+    if (p.recompute != Recompute::Full)
+        return 0;
+    const int held = layersOnChunk(layers, p, chunk);
+    return p.recomputeLayers > 0 ? std::min(held, p.recomputeLayers) : held;
+}
+
 std::string layoutSummary(const ParallelConfig& p) {
     std::ostringstream s;
     s << "dp" << p.dp << " tp" << p.tp << " pp" << p.pp;
@@ -692,6 +738,8 @@ std::string layoutSummary(const ParallelConfig& p) {
         s << " shard" << p.zeroShards();
     s << (p.sequenceParallel ? " sp" : "") << " mb" << p.microBatch << " " << toString(p.schedule)
       << " recompute-" << toString(p.recompute);
+    if (p.recompute == Recompute::Full && p.recomputeLayers > 0)
+        s << p.recomputeLayers;
     if (!p.overlapGradReduce && p.gradReduceMatters())
         s << " no-grad-overlap";
     if (!p.overlapParamGather && p.paramGatherMatters())

@@ -109,6 +109,11 @@ struct ParallelConfig {
     int microBatch = 1;  // sequences per microbatch per data-parallel rank
     int globalBatch = 1; // sequences per optimizer step across the whole job
     Recompute recompute = Recompute::None;
+    // Under full recompute, how many layers of each virtual pipeline stage rerun their forward:
+    // the first ones, as Megatron-LM's --recompute-method block --recompute-num-layers picks
+    // them; the others keep all their activations. torchtitan's layer checkpointing of every
+    // k-th block recomputes layers / k of them. 0: every layer.
+    int recomputeLayers = 0;
     PrecisionPolicy precision;
     Optimizer optimizer = Optimizer::AdamW;
     bool offloadOptimizer = false; // optimizer state (and fp32 grads/master) live in CPU memory
@@ -183,6 +188,10 @@ struct ParallelConfig {
 // and the engine both deal layers with this. May be 0 where a chunk holds only the embedding or
 // the loss; negative never (the pp-layers rule keeps pp*vpp within the slots).
 int layersOnChunk(int layers, const ParallelConfig& p, int chunk);
+// The layers on virtual stage `chunk` that keep only their input and rerun their forward in the
+// backward: all of them under full recompute, at most recomputeLayers where that is set, none
+// under the other policies.
+int recomputedLayersOnChunk(int layers, const ParallelConfig& p, int chunk);
 
 struct Violation {
     std::string rule;    // short id: "world-size", "tp-heads", ...
@@ -197,6 +206,7 @@ std::vector<Violation> validate(const ModelSpec& model, const ClusterSpec& clust
 std::vector<Violation> validate(const ModelSpec& model, const ParallelConfig& config);
 
 // One line: "dp2 tp8 pp4 cp1 zero1 sp mb1 1f1b recompute-selective" ("pp4x2" when interleaved,
+// "recompute-full4" when full recompute covers 4 layers of each virtual stage,
 // "cp1 ep8" with expert parallelism,
 // "zero3 shard8" when ZeRO's states are sharded over groups of 8 of the dp x cp ranks), with
 // the overlap settings that differ from the defaults where they matter: "no-grad-overlap",

@@ -38,18 +38,33 @@ TokenFlops tokenFlops(const ModelSpec& m, const ParallelConfig& p, const Assumpt
     const double forward = projections + layers * f.attentionCore + f.lmHead + f.mtpExtra;
     f.model = 3.0 * forward;
     f.hardware = f.model + 3.0 * (projectionsRun - projections);
-    if (p.recompute == Recompute::Full)
-        f.hardware += projectionsRun + layers * f.attentionCore;
+    if (p.recompute == Recompute::Full) // every layer, or the share recomputeLayers picks
+        f.hardware += fullRecomputeShare(m, p) * (projectionsRun + layers * f.attentionCore);
     else if (recomputesAttentionCore(p))
         f.hardware += layers * f.attentionCore;
     if (p.recompute == Recompute::SelectiveOp) { // dense layers only (validate's recompute-op)
-        const std::vector<Projection> layer = denseLayerProjections(m);
-        for (std::size_t i = 0; i < layer.size(); ++i)
-            if (opRecomputesProjection(i))
-                f.layerRecomputed += 2.0 * layer[i].in * layer[i].out;
+        f.layerRecomputed = opLevelRecompute(m, p).rerunFlops;
         f.hardware += denseLayers * f.layerRecomputed;
     }
     return f;
+}
+
+OpLevelRecompute opLevelRecompute(const ModelSpec& m, const ParallelConfig& p) {
+    const double t = std::max(1, p.tp);
+    const double sp = p.sequenceParallel ? t : 1.0;
+    const std::vector<Projection> whole = denseLayerProjections(m);
+    const std::vector<Projection> onRank = denseLayerProjections(m, p.tp);
+    OpLevelRecompute r;
+    for (std::size_t i = 0; i < onRank.size(); ++i) {
+        const Projection& x = onRank[i];
+        if (opRecomputesProjection(i)) {
+            r.rerunFlops += 2.0 * whole[i].in * whole[i].out;
+            r.rerunInputs += x.in / (x.rowParallel ? t : sp);
+        } else {
+            r.keptOutputs += x.rowParallel ? double(m.hidden) : x.out / t;
+        }
+    }
+    return r;
 }
 
 std::vector<Projection> denseLayerProjections(const ModelSpec& m, int tp) {
@@ -182,14 +197,8 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
             hiddenTerms * m.hidden / sp + latents + (double(m.valueDim()) + ffn) / t;
         const double backwardGrads = hiddenTerms * m.hidden / sp + (qkvOut + ffnIn) / t;
         // Op-level recompute casts the inputs of the projections it reruns again.
-        double rerunInputs = 0;
-        if (p.recompute == Recompute::SelectiveOp) {
-            const std::vector<Projection> projections = denseLayerProjections(m, p.tp);
-            for (std::size_t i = 0; i < projections.size(); ++i)
-                if (opRecomputesProjection(i))
-                    rerunInputs +=
-                        projections[i].rowParallel ? projections[i].in / t : projections[i].in / sp;
-        }
+        const double rerunInputs =
+            p.recompute == Recompute::SelectiveOp ? opLevelRecompute(m, p).rerunInputs : 0.0;
         casts = 3.0 * (forwardRuns(p) * forwardInputs + rerunInputs + backwardGrads);
     }
     return bytes + scoreBytesPerToken + casts;
@@ -220,6 +229,25 @@ StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f) 
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
     const Assumptions& a = in.assume;
+    // Full recompute of some of the stage's layers: each layer's work is a recomputed layer's or
+    // a kept one's, and the head's is the same in both.
+    if (recomputesSomeLayers(m, p)) {
+        const RecomputeMix mix = recomputeMixOf(p);
+        PlanInputs every = in, none = in;
+        every.parallel = mix.every;
+        none.parallel = mix.none;
+        const StageCompute x = stageCompute(every, stage, f), y = stageCompute(none, stage, f);
+        const double share = fullRecomputeShare(m, p, stage);
+        const auto mixed = [&](double StageCompute::*part) {
+            return share * x.*part + (1.0 - share) * y.*part;
+        };
+        StageCompute s;
+        s.flops = mixed(&StageCompute::flops);
+        s.gemmSeconds = mixed(&StageCompute::gemmSeconds);
+        s.elementwiseSeconds = mixed(&StageCompute::elementwiseSeconds);
+        s.attentionSeconds = mixed(&StageCompute::attentionSeconds);
+        return s;
+    }
     // FP8 runs the layers' projections in FP8 and everything else (attention's core, the head)
     // in bf16; other policies run every GEMM at their compute precision.
     const bool fp8 = p.precision.fp8On(in.cluster.gpu);

@@ -98,6 +98,16 @@ std::vector<Projection> denseLayerProjections(const ModelSpec& m, int tp = 1);
 inline bool opRecomputesProjection(std::size_t index) {
     return index % 2 == 1;
 }
+// What that rule does to a dense layer, a token's worth: the forward FLOPs of the projections it
+// reruns (the whole layer's), the elements of their inputs on one TP rank (cast again under FP8)
+// and the elements of the other projections' outputs one rank keeps (a row-parallel output is
+// the hidden state, whole before its reduction).
+struct OpLevelRecompute {
+    double rerunFlops = 0;
+    double rerunInputs = 0;
+    double keptOutputs = 0;
+};
+OpLevelRecompute opLevelRecompute(const ModelSpec& m, const ParallelConfig& p);
 // Bytes a token moves through one layer's norms, adds, rotary and activation on one rank, fused
 // or eager (ParallelConfig::fusedElementwise), forward, backward and recomputed forward.
 double elementwiseOpBytes(const PlanInputs& in, LayerKind kind);

@@ -46,15 +46,17 @@ double exposedBeside(double seconds, double window, double k) {
 // Tensor parallelism: per layer and microbatch, two all-reduces forward and two backward of the
 // layer's output (Megatron-LM), one each for attention and the MLP; with SP each becomes an
 // all-gather plus a reduce-scatter of the same total size. Full recompute repeats the forward
-// pair. An MoE layer's experts run theirs in their own etp group instead (expertTpTraffic).
-AxisComm tpComm(const PlanInputs& in, const StageLayers& layers, double gemmTime) {
+// pair in the `recomputed` share of the layers. An MoE layer's experts run theirs in their own etp
+// group instead (expertTpTraffic).
+AxisComm tpComm(const PlanInputs& in, const StageLayers& layers, double recomputed,
+                double gemmTime) {
     const ParallelConfig& p = in.parallel;
     AxisComm c;
     const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::TP);
     setPlacement(c, g);
     if (in.model.isBare() || (p.tp <= 1 && p.expertTp() <= 1))
         return c;
-    const double passes = double(p.microbatches()) * (p.recompute == Recompute::Full ? 3.0 : 2.0);
+    const double passes = double(p.microbatches()) * (2.0 + recomputed);
     const auto add = [&](int blocks, int size, const GroupPlacement& at, double bytes,
                          bool gather) {
         if (blocks <= 0 || size <= 1 || bytes <= 0)
@@ -121,11 +123,11 @@ AxisComm cpComm(const PlanInputs& in, int layers, double attentionTime) {
 
 // Expert parallelism: per MoE layer (`layers` of them on the stage) and microbatch, the router's
 // choices are dispatched to the experts' ranks and their outputs combined back, an all-to-all each,
-// forward and backward (six under full recompute). Each rank sends its tokens (s*b/cp, over tp
-// under the SP that EP with tp needs) x top-k x h x a_bytes, (ep-1)/ep of it to other ranks.
-// Megatron-Core runs them between the router and the experts, not overlapped by default: all of it
-// is exposed.
-AxisComm epComm(const PlanInputs& in, int layers, double computeTime) {
+// forward and backward (six in the `recomputed` share of layers full recompute reruns). Each rank
+// sends its tokens (s*b/cp, over tp under the SP that EP with tp needs) x top-k x h x a_bytes,
+// (ep-1)/ep of it to other ranks. Megatron-Core runs them between the router and the experts, not
+// overlapped by default: all of it is exposed.
+AxisComm epComm(const PlanInputs& in, int layers, double recomputed, double computeTime) {
     const ParallelConfig& p = in.parallel;
     const ModelSpec& m = in.model;
     AxisComm c;
@@ -134,8 +136,7 @@ AxisComm epComm(const PlanInputs& in, int layers, double computeTime) {
     const GroupPlacement g = placeAxis(in.cluster, p, in.assume, Axis::EP);
     setPlacement(c, g);
     const double message = epMessageBytes(in);
-    const double calls =
-        double(p.microbatches()) * layers * (p.recompute == Recompute::Full ? 6.0 : 4.0);
+    const double calls = double(p.microbatches()) * layers * (4.0 + 2.0 * recomputed);
     const double each = allToAllSeconds(in.cluster, in.assume, p.ep, p.expertTp(), message);
     const double sent = message * (p.ep - 1) / p.ep;
     c.collectives = int(calls);
@@ -432,9 +433,11 @@ Estimate evaluate(const PlanInputs& in) {
     const StageLayers layers = stageLayers(m, p, slowStage);
     const double params = paramsOnStage(m, e.params, p, slowStage);
     const double expertParams = expertParamsOnStage(m, e.params, p, slowStage);
-    e.comm[int(Axis::TP)] = tpComm(in, layers, mbs * (slow.gemmSeconds - slow.attentionSeconds));
+    const double recomputed = fullRecomputeShare(m, p, slowStage);
+    e.comm[int(Axis::TP)] =
+        tpComm(in, layers, recomputed, mbs * (slow.gemmSeconds - slow.attentionSeconds));
     e.comm[int(Axis::CP)] = cpComm(in, layers.total(), mbs * slow.attentionSeconds);
-    e.comm[int(Axis::EP)] = epComm(in, layers.moe, e.computeTime);
+    e.comm[int(Axis::EP)] = epComm(in, layers.moe, recomputed, e.computeTime);
     e.comm[int(Axis::PP)] = ppComm(in, e.computeTime);
     e.comm[int(Axis::DP)] = dpComm(in, params, expertParams, e.microbatchCompute, e.computeTime);
     e.optimizerTime = optimizerSeconds(in, params, expertParams);

@@ -237,6 +237,14 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
                               "(h / sp + the outputs of projections 1, 3, 5, 7 in forward order "
                               "(column-parallel / tp, row-parallel h) + the fused attention "
                               "kernel's output v / tp)"
+                            : "") +
+            std::string(recomputesSomeLayers(in.model, p)
+                            ? "; full recompute of the first " + std::to_string(p.recomputeLayers) +
+                                  " layers of each virtual stage: act_per_layer = r x (s*b/cp x "
+                                  "h x a_bytes / sp) + (1 - r) x act_per_layer without "
+                                  "recompute, r = " +
+                                  n(fullRecomputeShare(in.model, p, e.worstStage)) +
+                                  " of this stage's layers"
                             : "");
         x.substituted =
             (m.firstDenseLayersOnRank > 0
@@ -245,8 +253,11 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
                        " dense x " + b(m.firstDenseActivationsPerLayer) + ")"
                  : std::to_string(m.layersOnRank) + " x " + b(m.activationsPerLayer)) +
             " x " + n(m.inflightMicrobatches) + " + " + b(m.stageExtraActivations) + " = " +
-            b(m.activations) + " (recompute " + toString(p.recompute) + ", schedule " +
-            toString(p.schedule) + ")";
+            b(m.activations) + " (recompute " + toString(p.recompute) +
+            (recomputesSomeLayers(in.model, p)
+                 ? " of " + std::to_string(p.recomputeLayers) + " layers a virtual stage"
+                 : "") +
+            ", schedule " + toString(p.schedule) + ")";
         x.source = std::string(kKorthikanti) +
                    (p.recompute == Recompute::SelectiveOp
                         ? "; op-level recompute: torchtitan parallelize_llama.py, _custom_policy "
@@ -436,6 +447,12 @@ void explainElementwiseTraffic(Explanation& x, const PlanInputs& in) {
     for (const std::string& term : terms)
         list += term + "; ";
     x.substituted = list + "total " + b(x.value) + " a token a layer";
+    if (recomputesSomeLayers(m, p)) { // the layer above is one full recompute reruns
+        PlanInputs kept = in;
+        kept.parallel = recomputeMixOf(p).none;
+        x.substituted += " that full recompute reruns; a layer that keeps its activations " +
+                         b(layerElementwiseBytes(kept, kind));
+    }
 }
 
 } // namespace
@@ -634,7 +651,10 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                 "3 x [" + terms + "] = " + n(f.model) + "; with recompute " + n(f.hardware) +
                 (f.layerRecomputed > 0 ? " (op-level recompute reruns every second projection, " +
                                              n(f.layerRecomputed) + " a token a layer)"
-                                       : "");
+                                       : "") +
+                (recomputesSomeLayers(m, p) ? " (full recompute reruns the forward of " +
+                                                  n(fullRecomputeShare(m, p)) + " of the layers)"
+                                            : "");
         }
         x.source =
             "Kaplan et al. 2020 (6N); Narayanan et al. 2021 Appendix (attention and LM head)";

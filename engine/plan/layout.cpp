@@ -16,6 +16,29 @@ int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage) {
     return layers;
 }
 
+RecomputeMix recomputeMixOf(const ParallelConfig& p) {
+    RecomputeMix mix{p, p};
+    mix.every.recomputeLayers = 0;
+    mix.none.recompute = Recompute::None;
+    mix.none.recomputeLayers = 0;
+    return mix;
+}
+
+double fullRecomputeShare(const ModelSpec& m, const ParallelConfig& p, int stage) {
+    if (p.recompute != Recompute::Full)
+        return 0.0;
+    if (!recomputesSomeLayers(m, p))
+        return 1.0;
+    const int pp = std::max(1, p.pp), chunks = pp * std::max(1, p.vpp);
+    int held = 0, recomputed = 0;
+    for (int chunk = 0; chunk < chunks; ++chunk)
+        if (stage < 0 || chunk % pp == stage) {
+            held += layersOnChunk(m.layers, p, chunk);
+            recomputed += recomputedLayersOnChunk(m.layers, p, chunk);
+        }
+    return held > 0 ? double(recomputed) / held : 0.0;
+}
+
 StageLayers stageLayers(const ModelSpec& m, const ParallelConfig& p, int stage) {
     StageLayers s;
     if (m.isBare())

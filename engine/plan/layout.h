@@ -11,6 +11,20 @@ namespace shardscope {
 // slots taken from the first and last where the layout counts them.
 int layersOnStage(const ModelSpec& m, const ParallelConfig& p, int stage);
 
+// Full recompute that covers only some layers of each virtual stage (recomputeLayers) makes a
+// stage, layer by layer, a mix of the same layout recomputing every layer and recomputing none.
+// Where that is so, `every` and `none` are those two layouts, and `share` weighs them for a stage.
+struct RecomputeMix {
+    ParallelConfig every, none;
+};
+inline bool recomputesSomeLayers(const ModelSpec& m, const ParallelConfig& p) {
+    return p.recompute == Recompute::Full && p.recomputeLayers > 0 && !m.isBare();
+}
+RecomputeMix recomputeMixOf(const ParallelConfig& p);
+// The share of pipeline rank `stage`'s layers that rerun their forward under full recompute (1
+// where every layer does, 0 under the other policies); stage -1: over the whole model.
+double fullRecomputeShare(const ModelSpec& m, const ParallelConfig& p, int stage = -1);
+
 // The same layers by kind: an MoE model's first dense layers (moe.firstDenseLayers) sit on the
 // first chunks, so on pipeline rank 0 unless they outnumber its first chunk's layers. Every
 // layer of a dense model is dense. The last stage also runs the MTP modules' layers

@@ -28,16 +28,12 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
     // Op-level recompute (torchtitan's policy) keeps the layer input, every other projection's
     // output and the fused attention kernel's; the rest reruns from them in the backward.
     if (p.recompute == Recompute::SelectiveOp) {
-        double kept = ab * T * h / sp;
-        const std::vector<Projection> projections = denseLayerProjections(m, p.tp);
-        for (std::size_t i = 0; i < projections.size(); ++i)
-            if (!opRecomputesProjection(i))
-                kept += ab * T * (projections[i].rowParallel ? h : projections[i].out / t);
+        double kept = ab * T * (h / sp + opLevelRecompute(m, p).keptOutputs);
         if (p.flashAttention)
             kept += ab * T * double(m.valueDim()) / t;
         // Under SP the row-parallel projections' reduce-scatters are in the save list too.
         if (p.sequenceParallel && p.tp > 1)
-            for (const Projection& x : projections)
+            for (const Projection& x : denseLayerProjections(m, p.tp))
                 if (x.rowParallel)
                     kept += ab * T * h / t;
         return kept;
@@ -119,9 +115,19 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     const double ab = prec.activationBytes();
     const double T = localTokens(m, p);
     const double sp = p.sequenceParallel ? t : 1.0;
-    mem.activationsPerLayer = activationBytesPerLayer(m, p);
+    // Where full recompute covers only some of the stage's layers, a layer keeps its input alone
+    // or everything: per layer, the two weighed by the share recomputed.
+    const auto perLayer = [&](LayerKind kind) {
+        if (!recomputesSomeLayers(m, p))
+            return activationBytesPerLayer(m, p, kind);
+        const RecomputeMix mix = recomputeMixOf(p);
+        const double share = fullRecomputeShare(m, p, stage);
+        return share * activationBytesPerLayer(m, mix.every, kind) +
+               (1.0 - share) * activationBytesPerLayer(m, mix.none, kind);
+    };
+    mem.activationsPerLayer = perLayer(LayerKind::Moe);
     if (mem.firstDenseLayersOnRank > 0)
-        mem.firstDenseActivationsPerLayer = activationBytesPerLayer(m, p, LayerKind::Dense);
+        mem.firstDenseActivationsPerLayer = perLayer(LayerKind::Dense);
     mem.inflightMicrobatches =
         pipelineInflightMicrobatches(p.schedule, p.pp, std::max(1, p.microbatches()), p.vpp, stage);
     if (!m.isBare()) {
@@ -158,19 +164,16 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
         mem.fp8WeightCache = held(1.0, p.zero >= 3);
     // What one layer's recomputed forward holds during its backward: all of a fully
     // recomputed layer's activations, what op-level recompute did not keep.
-    if (p.recompute == Recompute::SelectiveOp && !m.isBare()) {
-        ParallelConfig none = p;
-        none.recompute = Recompute::None;
-        mem.recomputeLayer =
-            std::max(0.0, activationBytesPerLayer(m, none) - mem.activationsPerLayer);
-    }
-    if (p.recompute == Recompute::Full && !m.isBare()) {
-        ParallelConfig none = p;
-        none.recompute = Recompute::None;
-        mem.recomputeLayer = activationBytesPerLayer(m, none);
+    if ((p.recompute == Recompute::Full || p.recompute == Recompute::SelectiveOp) && !m.isBare()) {
+        const ParallelConfig none = recomputeMixOf(p).none;
+        const auto rerun = [&](LayerKind kind) {
+            const double kept =
+                p.recompute == Recompute::SelectiveOp ? activationBytesPerLayer(m, p, kind) : 0.0;
+            return std::max(0.0, activationBytesPerLayer(m, none, kind) - kept);
+        };
+        mem.recomputeLayer = rerun(LayerKind::Moe);
         if (mem.firstDenseLayersOnRank > 0)
-            mem.recomputeLayer =
-                std::max(mem.recomputeLayer, activationBytesPerLayer(m, none, LayerKind::Dense));
+            mem.recomputeLayer = std::max(mem.recomputeLayer, rerun(LayerKind::Dense));
     }
     mem.temporary =
         mem.zero3Gather + mem.gradBuckets + mem.logits + mem.fp8WeightCache + mem.recomputeLayer;

@@ -223,6 +223,8 @@ PublishedRun parseRow(const Row& r, int line) {
     };
     const std::string rc = r.text("recompute");
     p.recompute = rc.empty() ? Recompute::None : word("recompute", recomputeFromString);
+    // Full recompute of this many layers of each virtual stage; empty: every layer.
+    p.recomputeLayers = optional("recompute_layers");
     p.schedule = p.vpp > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
     p.precision = r.text("precision").empty() ? PrecisionPolicy::bf16Mixed()
                                               : word("precision", precisionPolicyFromString);

@@ -192,6 +192,7 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
                                         // TP overlap needs SP: without it the TP traffic waits.
                                         p.tpCommOverlap = base.tpCommOverlap && p.sequenceParallel;
                                         p.recompute = rc;
+                                        p.recomputeLayers = 0; // every layer or none
                                         p.schedule = schedule;
                                         for (const auto& [etp, ep] : expertLayouts) {
                                             // Megatron-Core's EP and ETP have no shard group:

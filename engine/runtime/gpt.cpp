@@ -60,13 +60,13 @@ int checkedRows(int microBatch, int seqLen) {
 } // namespace
 
 GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
-                   DeviceAllocator& memory, Recompute recompute, bool storeAttentionProbs,
+                   DeviceAllocator& memory, RecomputePolicy recompute, bool storeAttentionProbs,
                    std::vector<ModelChunk> chunks, TensorParallel tp, ZeroSharding zero,
                    TensorTypes types)
     : shape_(GptShape::of(model)), microBatch_(microBatch), tp_(checkedTensorParallel(shape_, tp)),
       localChannels_(tp_.share(shape_.channels)), localHeads_(tp_.share(shape_.heads)),
       localFfn_(tp_.share(shape_.ffn)), ops_(ops), memory_(memory), recompute_(recompute),
-      storeProbs_(storeAttentionProbs && recompute != Recompute::Selective),
+      storeProbs_(storeAttentionProbs && recompute.policy != Recompute::Selective),
       sp_(tp_, tp.sequenceParallel, checkedRows(microBatch, shape_.seqLen), shape_.channels, ops,
           memory),
       vocab_(tp_, shape_.vocab, ops, memory), types_(types), chunks_(std::move(chunks)) {
@@ -516,7 +516,7 @@ void GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int32_
         Buffer& out = i + 1 == L && !c.head ? state.output : state.layerInput[k + 1];
         out = activationBuffer(i + 1 == L && !c.head ? MemoryCategory::Workspace
                                                      : MemoryCategory::Activations);
-        if (recompute_ == Recompute::Full) {
+        if (recompute_.rerunsLayer(i)) {
             LayerActivations scratch = allocateLayer(MemoryCategory::Workspace);
             layerForward(l, scratch, state.layerInput[k].ptr(), out.ptr(), next);
         } else {
@@ -607,7 +607,7 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
         const auto k = std::size_t(i);
         ScopedSpan span(sink, kind, "layer", l);
         LayerActivations a;
-        if (recompute_ == Recompute::Full) {
+        if (recompute_.rerunsLayer(i)) {
             a = allocateLayer(MemoryCategory::Workspace);
             Buffer y = activationBuffer(MemoryCategory::Workspace);
             layerForward(l, a, state.layerInput[k].ptr(), y.ptr());

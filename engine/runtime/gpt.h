@@ -96,15 +96,31 @@ struct TensorTypes {
     static TensorTypes of(const PrecisionPolicy& policy);
 };
 
+// What the layers keep for their backward: None keeps all, Selective drops the attention
+// probabilities, Full keeps only each layer's input. Under Full, layers > 0 limits it to the first
+// that many layers of each chunk (Megatron-LM's --recompute-method block); the others keep all.
+struct RecomputePolicy {
+    Recompute policy = Recompute::None;
+    int layers = 0;
+    // Implicit: a Recompute alone covers every layer.
+    RecomputePolicy(Recompute r = Recompute::None, int firstLayers = 0)
+        : policy(r), layers(firstLayers) {}
+    // Whether layer `indexInChunk` of a chunk keeps only its input and reruns its forward.
+    bool rerunsLayer(int indexInChunk) const {
+        return policy == Recompute::Full && (layers <= 0 || indexInChunk < layers);
+    }
+};
+
 class GptModel {
 public:
-    // recompute: what is kept for the backward (None keeps all, Selective drops the attention
-    // probabilities, Full keeps only each layer's input); storeAttentionProbs: whether None
-    // keeps the B x heads x T x T probabilities (false = the fused-attention behaviour).
+    // recompute: what is kept for the backward (RecomputePolicy); storeAttentionProbs: whether a
+    // layer that keeps its activations keeps the B x heads x T x T probabilities (false = the
+    // fused-attention behaviour).
     // chunks: this rank's share (pipelineChunks); empty means the whole model in one chunk.
     GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops, DeviceAllocator& memory,
-             Recompute recompute, bool storeAttentionProbs, std::vector<ModelChunk> chunks = {},
-             TensorParallel tp = {}, ZeroSharding zero = {}, TensorTypes types = {});
+             RecomputePolicy recompute, bool storeAttentionProbs,
+             std::vector<ModelChunk> chunks = {}, TensorParallel tp = {}, ZeroSharding zero = {},
+             TensorTypes types = {});
     ~GptModel();
 
     const GptShape& shape() const { return shape_; }
@@ -262,7 +278,7 @@ private:
     int localChannels_ = 0, localHeads_ = 0, localFfn_ = 0;
     kernels::Ops& ops_;
     DeviceAllocator& memory_;
-    Recompute recompute_;
+    RecomputePolicy recompute_;
     bool storeProbs_;
     SequenceParallel sp_;
     VocabParallel vocab_;

@@ -314,8 +314,8 @@ void TrainingRun::checkMemoryFits() const {
 void TrainingRun::buildModel() {
     const ParallelConfig& p = c_.parallel;
     model_ = std::make_unique<GptModel>(
-        c_.model, p.microBatch, *ops_, memory_, p.recompute, !p.flashAttention,
-        pipelineChunks(GptShape::of(c_.model).layers, p, ppRank_),
+        c_.model, p.microBatch, *ops_, memory_, RecomputePolicy{p.recompute, p.recomputeLayers},
+        !p.flashAttention, pipelineChunks(GptShape::of(c_.model).layers, p, ppRank_),
         TensorParallel{p.tp, tpRank_, tensorParallel_, p.sequenceParallel},
         ZeroSharding{dataParallel_ ? p.zero : 0, dataParallel_}, TensorTypes::of(p.precision));
     if (mesh_) { // every rank joins the call that makes the groups

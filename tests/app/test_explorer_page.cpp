@@ -122,6 +122,31 @@ private slots:
         QVERIFY(!f.form()->control("first-dense-layers")->isEnabled());
     }
 
+    // Full recompute of only some layers of each stage (Megatron's block method): the control
+    // wakes with full recompute, and activations and recompute work land between none and full.
+    void recomputedLayersSitBetweenNoneAndFullRecompute() {
+        Fixture f;
+        QVERIFY(!f.form()->control("recompute-layers")->isEnabled());
+        choose(f.form(), "recompute", "none");
+        const double noneActivations = f.value("Activations");
+        const double noneWork = f.doc.estimate().hardwareFlopsPerToken;
+        choose(f.form(), "recompute", "full");
+        QVERIFY(f.form()->control("recompute-layers")->isEnabled());
+        const double fullActivations = f.value("Activations");
+        const double fullWork = f.doc.estimate().hardwareFlopsPerToken;
+        setInt(f.form(), "recompute-layers", 10); // of the 20 layers on each of 4 stages
+        QCOMPARE(f.doc.session().parallel.recomputeLayers, 10);
+        QVERIFY(f.doc.estimate().violations.empty());
+        const double half = f.value("Activations");
+        QVERIFY(half > fullActivations && half < noneActivations);
+        // Half the layers rerun their forward: half of full recompute's extra work.
+        const double work = f.doc.estimate().hardwareFlopsPerToken;
+        QVERIFY(std::abs(work - (noneWork + fullWork) / 2) < 1e-9 * work);
+        choose(f.form(), "recompute", "selective"); // the count means nothing there: it resets
+        QCOMPARE(f.doc.session().parallel.recomputeLayers, 0);
+        QVERIFY(!f.form()->control("recompute-layers")->isEnabled());
+    }
+
     // A model with multi-head latent attention (as a DeepSeek config imports) has keys and values
     // for every head: the KV heads control is off and follows the heads.
     void latentAttentionKeepsKvHeadsWithTheHeads() {

@@ -146,6 +146,7 @@ inline void expectSame(const ParallelConfig& a, const ParallelConfig& b) {
     EXPECT_EQ(a.microBatch, b.microBatch);
     EXPECT_EQ(a.globalBatch, b.globalBatch);
     EXPECT_EQ(a.recompute, b.recompute);
+    EXPECT_EQ(a.recomputeLayers, b.recomputeLayers);
     EXPECT_EQ(a.precision.compute, b.precision.compute);
     EXPECT_EQ(a.precision.grads, b.precision.grads);
     EXPECT_EQ(a.precision.fp32Master, b.precision.fp32Master);

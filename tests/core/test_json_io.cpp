@@ -441,6 +441,8 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
         p.recompute = r;
         expectSame(roundTrip(p), p);
     }
+    p.recomputeLayers = 3; // full recompute of the first 3 layers of each virtual stage
+    expectSame(roundTrip(p), p);
     for (const char* name :
          {"fp32", "bf16", "bf16-bf16grads", "bf16-fp32grads-nomaster", "bf16-nomaster", "fp8"}) {
         p.precision = precisionPolicyFromString(name);
@@ -477,7 +479,8 @@ TEST(ParallelConfigJson, ReadsStringsAndRejectsBadValues) {
           R"({"micro_batch": -1})", R"({"dp": 1000000, "tp": 1000})",
           R"({"offload_optimizer": "yes"})", R"({"shard_group": -8})", R"({"shard_group": 2.5})",
           R"({"tp_comm_overlap": 1})", R"({"loss_in_pipeline_split": "yes"})",
-          R"({"overlap_grad_reduce": "no"})"})
+          R"({"overlap_grad_reduce": "no"})", R"({"recompute_layers": -1})",
+          R"({"recompute_layers": 1.5})"})
         EXPECT_THROW(json::parse(bad).get<ParallelConfig>(), InputError) << bad;
 }
 

@@ -182,6 +182,37 @@ TEST(Validate, ListsEveryBrokenRuleAtOnce) {
         EXPECT_FALSE(v.hint.empty()) << v.rule;
 }
 
+// Megatron-LM's --recompute-method block: the first n layers of each virtual stage.
+TEST(Validate, RecomputeLayersCountFullyRecomputedLayersOfAStage) {
+    ParallelConfig p = llama405bLayout(); // 126 layers on 16 stages: 14 of 8, then 2 of 7
+    p.recomputeLayers = 4;
+    const auto selective = validate(llama3_405b(), p);
+    ASSERT_TRUE(hasRule(selective, "recompute-layers")) << describe(selective);
+    p.recompute = Recompute::Full;
+    EXPECT_FALSE(hasRule(validate(llama3_405b(), p), "recompute-layers"));
+    p.recomputeLayers = 8;
+    EXPECT_FALSE(hasRule(validate(llama3_405b(), p), "recompute-layers"));
+    EXPECT_EQ(recomputedLayersOnChunk(126, p, 0), 8);
+    EXPECT_EQ(recomputedLayersOnChunk(126, p, 15), 7); // a stage of 7 recomputes all it has
+    p.recomputeLayers = 9;
+    const auto tooMany = validate(llama3_405b(), p);
+    const auto it = std::find_if(tooMany.begin(), tooMany.end(),
+                                 [](const Violation& x) { return x.rule == "recompute-layers"; });
+    ASSERT_NE(it, tooMany.end()) << describe(tooMany);
+    EXPECT_NE(it->hint.find("<= 8"), std::string::npos) << it->hint;
+    p.recomputeLayers = -1;
+    EXPECT_TRUE(hasRule(validate(llama3_405b(), p), "recompute-layers"));
+
+    p.recomputeLayers = 3;
+    EXPECT_EQ(recomputedLayersOnChunk(126, p, 0), 3);
+    EXPECT_NE(layoutSummary(p).find("recompute-full3"), std::string::npos) << layoutSummary(p);
+    p.recomputeLayers = 0; // every layer
+    EXPECT_EQ(recomputedLayersOnChunk(126, p, 0), 8);
+    EXPECT_EQ(layoutSummary(p).find("recompute-full3"), std::string::npos);
+    p.recompute = Recompute::Selective;
+    EXPECT_EQ(recomputedLayersOnChunk(126, p, 0), 0);
+}
+
 TEST(Validate, OpLevelRecomputeIsForDenseLayersOnly) {
     ParallelConfig p = llama405bLayout();
     p.recompute = Recompute::SelectiveOp;

@@ -158,6 +158,44 @@ TEST(Estimate, OpLevelRecomputeRerunsEverySecondProjectionOfALlamaLayer) {
                      2.0 * tokens * (2048 + 2048 + 512 + 7168 + 4096 + 2048 + 2 * 2048));
 }
 
+// Megatron-LM's --recompute-method block: the first n layers of each virtual stage keep only
+// their input, the others everything. Llama 3 8B on tp 2 x pp 2 x vpp 4: 8 chunks of 4 layers,
+// one of each recomputed, so a quarter of every stage's 16 layers.
+TEST(Estimate, RecomputingSomeLayersOfEachStageMixesFullAndNoRecompute) {
+    ParallelConfig p = test::layout(2, 2, 2, 16, 1);
+    p.vpp = 4;
+    p.schedule = PipelineSchedule::Interleaved;
+    p.sequenceParallel = true;
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, p);
+    in.parallel.recompute = Recompute::None;
+    const Estimate none = estimate(in);
+    in.parallel.recompute = Recompute::Full;
+    const Estimate full = estimate(in);
+    in.parallel.recomputeLayers = 1;
+    const Estimate some = estimate(in);
+    ASSERT_TRUE(some.valid()) << some.violations.front().message;
+    const double share = 0.25, tokens = 8192;
+    // A recomputed layer keeps its bf16 input, split over the TP group by SP.
+    EXPECT_DOUBLE_EQ(full.memory.activationsPerLayer, 2.0 * tokens * 4096 / 2);
+    EXPECT_DOUBLE_EQ(some.memory.activationsPerLayer,
+                     share * full.memory.activationsPerLayer +
+                         (1 - share) * none.memory.activationsPerLayer);
+    EXPECT_DOUBLE_EQ(some.memory.recomputeLayer, none.memory.activationsPerLayer);
+    // The rerun forward: a quarter of full recompute's extra FLOPs, TP collectives and time.
+    EXPECT_NEAR(some.hardwareFlopsPerToken,
+                none.hardwareFlopsPerToken +
+                    share * (full.hardwareFlopsPerToken - none.hardwareFlopsPerToken),
+                1e-9 * some.hardwareFlopsPerToken);
+    EXPECT_DOUBLE_EQ(some.axis(Axis::TP).bytes, none.axis(Axis::TP).bytes * (2 + share) / 2);
+    EXPECT_NEAR(some.computeTime, none.computeTime + share * (full.computeTime - none.computeTime),
+                1e-9 * some.computeTime);
+    // Four layers a chunk: recomputing all four of them is full recompute.
+    in.parallel.recomputeLayers = 4;
+    EXPECT_DOUBLE_EQ(estimate(in).stepTime, full.stepTime);
+    in.parallel.recomputeLayers = 5;
+    EXPECT_FALSE(estimate(in).valid());
+}
+
 TEST(Estimate, Zero3CommunicatesMoreThanZero1) {
     PlanInputs in = llama70b();
     const double z1 = estimate(in).axis(Axis::DP).bytes;

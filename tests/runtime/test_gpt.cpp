@@ -38,7 +38,7 @@ struct Result {
     std::vector<float> grads;
 };
 
-Result lossAndGradients(const ModelSpec& m, int B, Recompute r, bool storeProbs, bool split) {
+Result lossAndGradients(const ModelSpec& m, int B, RecomputePolicy r, bool storeProbs, bool split) {
     auto ops = kernels::makeCpuOps(2);
     DeviceAllocator memory(*ops);
     GptModel model(m, B, *ops, memory, r, storeProbs);
@@ -130,16 +130,20 @@ TEST(GptModel, GradientsMatchFiniteDifferences) {
 }
 
 TEST(GptModel, RecomputePoliciesGiveBitIdenticalResults) {
-    const ModelSpec m = tinyGpt(2, 16, 2, 19, 9);
+    const ModelSpec m = tinyGpt(3, 16, 2, 19, 9);
     const Result base = lossAndGradients(m, 3, Recompute::None, true, false);
-    for (auto [r, probs] :
-         {std::pair{Recompute::None, false}, std::pair{Recompute::Selective, true},
-          std::pair{Recompute::Full, true}, std::pair{Recompute::Full, false}}) {
+    // Full recompute of the first layer, or of the first two, keeps the others' activations.
+    for (auto [r, probs] : {std::pair{RecomputePolicy{Recompute::None}, false},
+                            std::pair{RecomputePolicy{Recompute::Selective}, true},
+                            std::pair{RecomputePolicy{Recompute::Full}, true},
+                            std::pair{RecomputePolicy{Recompute::Full}, false},
+                            std::pair{RecomputePolicy{Recompute::Full, 1}, true},
+                            std::pair{RecomputePolicy{Recompute::Full, 2}, false}}) {
         const Result other = lossAndGradients(m, 3, r, probs, false);
-        EXPECT_EQ(other.loss, base.loss) << toString(r);
+        EXPECT_EQ(other.loss, base.loss) << toString(r.policy) << " " << r.layers;
         ASSERT_EQ(other.grads.size(), base.grads.size());
         EXPECT_EQ(std::memcmp(other.grads.data(), base.grads.data(), base.grads.size() * 4), 0)
-            << toString(r) << " probs " << probs;
+            << toString(r.policy) << " " << r.layers << " probs " << probs;
     }
 }
 

@@ -23,7 +23,8 @@ struct Measured {
 Measured runSteps(const ModelSpec& m, const ParallelConfig& p, int steps = 1) {
     auto ops = kernels::makeCpuOps(2);
     DeviceAllocator memory(*ops);
-    GptModel model(m, p.microBatch, *ops, memory, p.recompute, !p.flashAttention);
+    GptModel model(m, p.microBatch, *ops, memory, {p.recompute, p.recomputeLayers},
+                   !p.flashAttention);
     model.initialize(17);
     DataSpec spec;
     spec.format = DataFormat::Synthetic;
@@ -49,8 +50,9 @@ Measured runSteps(const ModelSpec& m, const ParallelConfig& p, int steps = 1) {
 }
 
 ParallelConfig layout(int micro, int global, Recompute r, bool flash,
-                      PipelineSchedule s = PipelineSchedule::OneFOneB) {
+                      PipelineSchedule s = PipelineSchedule::OneFOneB, int recomputeLayers = 0) {
     ParallelConfig p;
+    p.recomputeLayers = recomputeLayers;
     p.precision = PrecisionPolicy::fp32();
     p.microBatch = micro;
     p.globalBatch = global;
@@ -69,6 +71,9 @@ TEST(ScheduleExecutor, MeasuredMemoryEqualsThePlannersPrediction) {
         layout(4, 4, Recompute::Selective, false),
         layout(2, 4, Recompute::Full, true),
         layout(1, 4, Recompute::None, true, PipelineSchedule::GPipe),
+        // Full recompute of the first layer, or the first two, of the three.
+        layout(2, 4, Recompute::Full, false, PipelineSchedule::OneFOneB, 1),
+        layout(2, 4, Recompute::Full, true, PipelineSchedule::GPipe, 2),
     };
     for (const ParallelConfig& p : layouts) {
         SCOPED_TRACE(layoutSummary(p) + (p.flashAttention ? " flash" : " probs stored"));

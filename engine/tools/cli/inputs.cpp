@@ -72,6 +72,11 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
                        "none, selective (Megatron's: attention's core), selective-op "
                        "(torchtitan's: every second projection) or full")
             ->capture_default_str();
+        app.add_option("--recompute-layers", f.recomputeLayers,
+                       "With --recompute full: how many layers of each virtual pipeline stage "
+                       "recompute, the first ones (Megatron-LM's --recompute-method block); "
+                       "the others keep their activations (0 = every layer)")
+            ->capture_default_str();
     }
     app.add_option("--global-batch", f.globalBatch, "Sequences per optimizer step")
         ->capture_default_str();
@@ -218,6 +223,7 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.microBatch = f.microBatch;
     p.globalBatch = f.globalBatch;
     p.recompute = recomputeFromString(f.recompute);
+    p.recomputeLayers = f.recomputeLayers;
     p.precision = precisionPolicyFromString(f.precision);
     p.optimizer = optimizerFromString(f.optimizer);
     p.offloadOptimizer = f.offload;

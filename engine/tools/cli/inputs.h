@@ -38,6 +38,7 @@ struct LayoutFlags {
     int microBatch = 1;
     int globalBatch = 512;
     std::string recompute = "selective";
+    int recomputeLayers = 0; // with full recompute: layers of each virtual stage (0 = all)
     std::string precision = "bf16";
     std::string optimizer = "adamw";
     bool offload = false;

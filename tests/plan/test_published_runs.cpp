@@ -4,9 +4,11 @@
 #include "plan/compute.h"
 #include "plan/published_runs.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 namespace shardscope {
 namespace {
@@ -86,11 +88,54 @@ TEST(PublishedRuns, MedianErrorsOfTheCalibrationAndValidationParts) {
     const ErrorSummary calibration = summarizeErrors(runs, results, RunSplit::Calibration);
     const ErrorSummary validation = summarizeErrors(runs, results, RunSplit::Validation);
     EXPECT_LT(calibration.medianAbsolute, 0.10);
-    EXPECT_LT(validation.medianAbsolute, 0.20);
+    EXPECT_LT(validation.medianAbsolute, 0.14);
     EXPECT_LT(calibration.p90Absolute, 0.35);
     EXPECT_LT(validation.p90Absolute, 0.60);
     for (const RunComparison& c : results)
         EXPECT_GT(c.predicted, 0);
+}
+
+const PublishedRun& runNamed(const std::vector<PublishedRun>& runs, const std::string& name) {
+    const auto it = std::find_if(runs.begin(), runs.end(),
+                                 [&](const PublishedRun& r) { return r.name == name; });
+    if (it == runs.end())
+        throw std::runtime_error("no run " + name + " in " + kRuns);
+    return *it;
+}
+
+// torchtitan measured Llama 2 13B on 64 A100s without checkpointing, with every other layer
+// checkpointed whole and with its op-level policy: 2162, 1914 and 1904 tokens/s a GPU, each
+// policy 11.5-12 % slower than none and the two within 1 % of each other. The planner's three
+// policies (none, full recompute of 20 of the 40 layers, selective-op) cost what they measured
+// to within 4 points, and the two policies stay within 3 % of each other.
+TEST(PublishedRuns, TorchtitansCheckpointingPoliciesCostWhatTheyMeasured) {
+    const std::vector<PublishedRun> runs = loadPublishedRuns(kRuns);
+    const std::string prefix = "torchtitan-llama2-13b-a100-64gpu-fsdp-";
+    const PublishedRun& none = runNamed(runs, prefix + "noac-bf16");
+    const double base = compareRun(none).predicted;
+    double predicted[2] = {};
+    int i = 0;
+    for (const char* policy : {"sac-layer-bf16", "sac-op-bf16"}) {
+        const PublishedRun& r = runNamed(runs, prefix + policy);
+        ASSERT_NE(r.parallel.recompute, Recompute::None) << r.name;
+        const double measured = 1.0 - r.reportedTokensPerGpu / none.reportedTokensPerGpu;
+        predicted[i] = compareRun(r).predicted;
+        EXPECT_NEAR(1.0 - predicted[i] / base, measured, 0.04) << r.name;
+        ++i;
+    }
+    EXPECT_NEAR(predicted[0] / predicted[1], 1.0, 0.03);
+}
+
+// torchtitan's table: Llama 2 70B with op-level checkpointing ran out of memory at a local batch
+// of 2 on 80 GB A100s, and ran at 1. The planner says the same of both.
+TEST(PublishedRuns, TorchtitansLlama2At70BOutgrowsAnA100AtTwoSequences) {
+    const std::vector<PublishedRun> runs = loadPublishedRuns(kRuns);
+    PublishedRun r = runNamed(runs, "torchtitan-llama2-70b-a100-64gpu-fsdp-sac-op-bf16");
+    ASSERT_EQ(r.parallel.microBatch, 1);
+    EXPECT_TRUE(estimate(planInputs(r)).fits);
+    r.parallel.microBatch = 2;
+    r.parallel.globalBatch = 128;
+    EXPECT_FALSE(estimate(planInputs(r)).fits);
 }
 
 // HFU counts the recomputed forward on top of the convention's model FLOPs: for the same run

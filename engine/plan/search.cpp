@@ -1,6 +1,9 @@
 #include "search.h"
 
+#include "formulas.h"
+
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <queue>
 #include <span>
@@ -95,18 +98,10 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
     for (int mb = 1; mb <= space.maxMicroBatch; mb *= 2)
         microBatches.push_back(mb);
 
-    // The layout in `in`: counted, checked against the structural rules, estimated, and kept
-    // when it fits among the best.
-    const auto consider = [&] {
-        const ParallelConfig& p = in.parallel;
-        ++r.considered;
-        if (const char* rule = firstBrokenRule(model, p, cluster.gpusPerNode, space.tpWithinNode)) {
-            ++r.rejected[rule];
-            return;
-        }
-        const Estimate e = evaluate(in);
+    // The layout in `in`, estimated: counted, and kept when it fits among the best.
+    const auto keep = [&](const Estimate& e) {
         ++r.evaluated;
-        Candidate c{p, e.memory.total(), e.tokensPerSecond, e.stepTime, e.mfu, e.fits};
+        Candidate c{in.parallel, e.memory.total(), e.tokensPerSecond, e.stepTime, e.mfu, e.fits};
         if (options.keepAll)
             r.all.push_back(c);
         if (!e.fits) {
@@ -117,6 +112,78 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
         best.push(c);
         if (int(best.size()) > options.topK)
             best.pop();
+    };
+    // A full-recompute layout that fits, again with the fewest recomputed layers of each virtual
+    // stage that still fit (memory only grows as fewer layers recompute: a bisection on it),
+    // kept where that is faster than recomputing them all.
+    const auto fewerRecomputedLayers = [&](const Estimate& full) {
+        ParallelConfig& p = in.parallel;
+        // Without its recomputed forward a step saves at most a third of its compute (a forward
+        // is no more than its backward), of its TP and EP waits (two passes of three) and of its
+        // bubble (which paces at their sum): where even that would not rank, nothing to try.
+        const double shortest =
+            full.stepTime - (full.computeTime + full.bubbleTime + full.axis(Axis::TP).exposed +
+                             full.axis(Axis::EP).exposed) /
+                                3;
+        if (int(best.size()) >= options.topK && !options.keepAll && shortest > 0 &&
+            full.tokensPerStep / shortest <= best.top().tokensPerSecond)
+            return;
+        // Where the layout fits without recompute it is faster that way, and among the layouts
+        // tried. First a bound: what each layer would keep more, at most the most layers a
+        // stage holds times the first stage's in-flight microbatches (the most any stage holds),
+        // on top of the most loaded stage; then the memory itself.
+        const int chunks = p.pp * p.vpp, slots = p.pipelineSlots(model.layers);
+        const int most = slots / chunks + (slots % chunks != 0 ? 1 : 0);
+        ParallelConfig none = p;
+        none.recompute = Recompute::None;
+        double kept = activationBytesPerLayer(model, none);
+        if (model.moe.enabled() && model.denseLayerCount() > 0)
+            kept = std::max(kept, activationBytesPerLayer(model, none, LayerKind::Dense));
+        const double inflight =
+            pipelineInflightMicrobatches(p.schedule, p.pp, p.microbatches(), p.vpp, 0);
+        if (full.memory.total() + (1.0 + assume.fragmentation) * most * p.vpp * inflight * kept <=
+            full.capacity)
+            return;
+        const Recompute policy = p.recompute;
+        p.recompute = Recompute::None;
+        const bool fitsWithout =
+            mostLoadedStageMemory(in, full.params, nullptr).total() <= full.capacity;
+        p.recompute = policy;
+        if (fitsWithout)
+            return;
+        int fits = most, fails = 0; // recomputing `fits` layers fits, `fails` does not
+        while (fits - fails > 1) {
+            p.recomputeLayers = (fits + fails) / 2;
+            if (mostLoadedStageMemory(in, full.params, nullptr).total() <= full.capacity)
+                fits = p.recomputeLayers;
+            else
+                fails = p.recomputeLayers;
+        }
+        if (fits < most) {
+            p.recomputeLayers = fits;
+            const Estimate e = evaluate(in);
+            // A stage that holds `fits` layers or fewer recomputes them all either way, and may
+            // set the pace.
+            if (e.tokensPerSecond > full.tokensPerSecond) {
+                ++r.considered;
+                keep(e);
+            }
+        }
+        p.recomputeLayers = 0;
+    };
+    // The layout in `in`: counted, checked against the structural rules, estimated, and kept
+    // when it fits among the best.
+    const auto consider = [&] {
+        const ParallelConfig& p = in.parallel;
+        ++r.considered;
+        if (const char* rule = firstBrokenRule(model, p, cluster.gpusPerNode, space.tpWithinNode)) {
+            ++r.rejected[rule];
+            return;
+        }
+        const Estimate e = evaluate(in);
+        keep(e);
+        if (e.fits && p.recompute == Recompute::Full && space.tryRecomputeLayers)
+            fewerRecomputedLayers(e);
     };
 
     std::vector<std::pair<int, int>> shardings; // (ZeRO stage, shard group) for one tp, cp

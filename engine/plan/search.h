@@ -27,6 +27,9 @@ struct SearchSpace {
     // Expert parallelism for MoE models: every ep that divides the experts and dp x cp, and,
     // beside tp > 1, the experts folded onto the TP ranks (etp 1, ep dividing tp x dp x cp).
     bool tryExpertParallel = true;
+    // Beside each full-recompute layout that fits, the same with only as many layers of each
+    // virtual stage recomputed as the memory needs (Megatron-LM's --recompute-num-layers).
+    bool tryRecomputeLayers = true;
     int maxVirtualStages = 4;
     int maxMicroBatch = 16;
     bool tpWithinNode = false; // when set, TP groups larger than a node are rejected

@@ -35,6 +35,43 @@ TEST(Search, TopLayoutsAreValidFitAndRanked) {
     }
 }
 
+// Beside a full-recompute layout that fits, the search offers the same with only the first n
+// layers of each virtual stage recomputed, n the fewest that fit: faster than recomputing every
+// layer, and with one layer fewer it would not fit.
+TEST(Search, RecomputesOnlyTheLayersTheMemoryNeeds) {
+    SearchOptions options;
+    options.keepAll = true;
+    const SearchResult r = searchLlama8b(options);
+    const ModelSpec m = findModelPreset("llama3-8b");
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
+    int partial = 0, checkedFewest = 0;
+    for (const Candidate& cand : r.all) {
+        const ParallelConfig& p = cand.config;
+        if (p.recomputeLayers == 0 || !cand.fits)
+            continue;
+        ++partial;
+        SCOPED_TRACE(layoutSummary(p));
+        EXPECT_EQ(p.recompute, Recompute::Full);
+        EXPECT_TRUE(validate(m, c, p).empty());
+        PlanInputs in{m, c, p, {}, {}};
+        in.parallel.recomputeLayers = 0;
+        const Estimate every = estimate(in);
+        EXPECT_TRUE(every.fits);
+        EXPECT_GT(cand.tokensPerSecond, every.tokensPerSecond);
+        if (p.recomputeLayers > 1) {
+            in.parallel.recomputeLayers = p.recomputeLayers - 1;
+            EXPECT_FALSE(estimate(in).fits);
+            ++checkedFewest;
+        }
+    }
+    EXPECT_GT(partial, 0);
+    EXPECT_GT(checkedFewest, 0);
+    SearchSpace without;
+    without.tryRecomputeLayers = false;
+    for (const Candidate& cand : searchLlama8b(options, without).all)
+        EXPECT_EQ(cand.config.recomputeLayers, 0);
+}
+
 // TP overlap needs sequence parallelism: asked for, the search keeps it on the layouts with SP
 // and drops it from those without, so every layout it keeps is valid.
 TEST(Search, TpCommOverlapGoesOnlyWithSequenceParallelism) {
@@ -217,8 +254,11 @@ TEST(Search, TriesTheZeroBubbleSchedulesInPlaceOf1F1B) {
     for (bool validated : {false, true}) {
         Assumptions assume;
         assume.optimizerPostValidation = validated;
-        const SearchResult plain = searchLayouts(m, cl, base, {}, assume, {}, o);
-        SearchSpace space;
+        // One layout for one: the recompute-layers layouts the two would add are not.
+        SearchSpace plainSpace;
+        plainSpace.tryRecomputeLayers = false;
+        const SearchResult plain = searchLayouts(m, cl, base, {}, assume, plainSpace, o);
+        SearchSpace space = plainSpace;
         space.tryZeroBubble = true;
         const SearchResult zb = searchLayouts(m, cl, base, {}, assume, space, o);
         long long oneF = 0, h1 = 0, twoP = 0;

@@ -498,7 +498,7 @@ QString ExplorerPage::reportHtml() const {
     }
     // Fixed column widths: a value printed a few characters longer must not reflow the table.
     html += "<h3>Every figure, with its formula and source</h3><table border=\"1\" "
-            "cellspacing=\"0\" cellpadding=\"3\" width=\"100%\"><tr><th width=\"22%\">Figure"
+            "cellspacing=\"0\" cellpadding=\"2\" width=\"100%\"><tr><th width=\"22%\">Figure"
             "</th><th width=\"11%\">Value</th><th width=\"60%\">Formula with the plan's "
             "numbers</th><th width=\"7%\">Source</th></tr>" +
             rows + "</table><p><small>";

@@ -204,6 +204,19 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind) {
     return bytes + scoreBytesPerToken + casts;
 }
 
+double lossBytesPerToken(const PlanInputs& in) {
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    if (m.isBare())
+        return 0.0;
+    const double ab = p.precision.activationBytes();
+    // Eager: cast up (ab + 4) unless already fp32, log-softmax (4 + 4), the zeroed gradient (4),
+    // log-softmax's backward (4 + 4 + 4), cast down (4 + ab).
+    const double casts = ab < 4.0 ? 2.0 * (ab + 4.0) : 0.0;
+    const double perLogit = p.fusedElementwise ? 3.0 * ab : casts + 8.0 + 4.0 + 12.0;
+    return (1.0 + m.mtpModules) * perLogit * double(m.vocab) / std::max(1, p.tp);
+}
+
 GemmEfficiency gemmEfficiencyOf(const GpuSpec& gpu, Precision precision, const Assumptions& a) {
     GemmEfficiency g;
     // The precision whose tensor cores run it: FP8 on a GPU without FP8 runs at the bf16 peak.
@@ -294,7 +307,7 @@ StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f) 
     if (peak > 0 && projectionPeak > 0)
         s.gemmSeconds = projectionFlops / projectionPeak + headFlops / peak + s.attentionSeconds;
 
-    double stageBytesPerToken = 0;
+    double stageBytesPerToken = stage == p.pp - 1 ? lossBytesPerToken(in) : 0.0;
     for (const LayerKind kind : {LayerKind::Dense, LayerKind::Moe})
         if (kinds.of(kind) > 0)
             stageBytesPerToken += kinds.of(kind) * layerElementwiseBytes(in, kind);

@@ -118,6 +118,15 @@ double moePermuteBytes(const ModelSpec& m, LayerKind kind, const ParallelConfig&
 // backward and recomputed forward: fused or eager elementwise ops, MoE permutation, unfused
 // attention's score passes and FP8 casts. Zero for a bare model.
 double layerElementwiseBytes(const PlanInputs& in, LayerKind kind);
+// Bytes a token moves through the cross-entropy over its logits on the last stage's rank (each
+// of the vocab / tp logits a TP rank holds, Megatron's vocabulary-parallel loss), forward and
+// backward, the MTP modules' losses included. Eager PyTorch (F.cross_entropy on logits cast to
+// fp32, as torchtitan and Megatron-LM's unfused loss run it): the cast up, log-softmax, the
+// gradient written zeroed, log-softmax's backward and the cast down, 36 B an entry from bf16
+// (24 B from fp32: no casts). A fused loss kernel (torch.compile, Transformer Engine's,
+// flash-attn's that MPT uses) reads the logits forward, reads them again and writes their gradient
+// backward: 3 x activation bytes. Zero for a bare model.
+double lossBytesPerToken(const PlanInputs& in);
 // The same with the model's FLOPs a token already counted (the search plans several stages).
 StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f);
 // The fused attention kernel a plan runs and its speed; `measured` false where attention's core

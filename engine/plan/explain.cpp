@@ -36,6 +36,7 @@ constexpr std::array kFigures = {
     FigureInfo{FigureId::FlopsPerStep, "flops.per_step", "Training FLOPs per step"},
     FigureInfo{FigureId::ComputeTime, "time.compute", "Compute time per step"},
     FigureInfo{FigureId::ElementwiseTraffic, "compute.elementwise_bytes", "Elementwise traffic"},
+    FigureInfo{FigureId::LossTraffic, "compute.loss_bytes", "Loss traffic"},
     FigureInfo{FigureId::CommDP, "comm.dp", "Data-parallel communication"},
     FigureInfo{FigureId::CommTP, "comm.tp", "Tensor-parallel communication"},
     FigureInfo{FigureId::CommPP, "comm.pp", "Pipeline communication"},
@@ -686,8 +687,8 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                                  : std::string(")")) +
                    " = " + n(g.value);
         };
-        x.formula = "microbatches x (stage_flops / (peak x gemm_efficiency) + elementwise_bytes / "
-                    "(HBM x memory_efficiency))";
+        x.formula = "microbatches x (stage_flops / (peak x gemm_efficiency) + (elementwise_bytes "
+                    "+ loss_bytes) / (HBM x memory_efficiency))";
         x.substituted = std::to_string(p.microbatches()) + " x " + s(e.microbatchCompute) +
                         " (peak " + formatRate(cl.gpu.peak(gemmPrecision)) + " x " +
                         efficiencyText(gemmPrecision) + ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) +
@@ -696,7 +697,7 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
             // Only the projections run in FP8; attention's core and the head stay bf16.
             x.formula = "microbatches x (projection_flops / (fp8_peak x fp8_gemm_efficiency) + "
                         "attention_and_head_flops / (bf16_peak x gemm_efficiency) + (elementwise "
-                        "+ fp8 cast bytes) / (HBM x memory_efficiency))";
+                        "+ fp8 cast bytes + loss bytes) / (HBM x memory_efficiency))";
             x.substituted =
                 std::to_string(p.microbatches()) + " x " + s(e.microbatchCompute) + " (fp8 " +
                 formatRate(cl.gpu.peak(Precision::Fp8)) + " x " + efficiencyText(Precision::Fp8) +
@@ -737,6 +738,24 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
     case FigureId::ElementwiseTraffic:
         explainElementwiseTraffic(x, in);
         break;
+    case FigureId::LossTraffic: {
+        x.value = lossBytesPerToken(in);
+        x.unit = "B";
+        const double perLogit =
+            x.value / (double(m.vocab) / std::max(1, p.tp)) / (1.0 + m.mtpModules);
+        x.formula = m.isBare()           ? "a bare model has no output head"
+                    : p.fusedElementwise ? "vocab / tp x 3 x act_bytes (fused loss kernel)"
+                                         : "vocab / tp x (casts + 24) B (eager fp32 loss)";
+        x.substituted = std::to_string(m.vocab) + " / " + std::to_string(p.tp) + " x " +
+                        n(perLogit) + " B" +
+                        (m.mtpModules > 0 ? " x " + std::to_string(1 + m.mtpModules) + " losses"
+                                          : std::string()) +
+                        " = " + b(x.value);
+        x.source = p.fusedElementwise ? "Assumed: one read forward, a read and a write backward"
+                                      : "PyTorch's F.cross_entropy, op by op "
+                                        "(loss_traffic_oracle.py)";
+        break;
+    }
     case FigureId::CommDP:
         explainComm(x, in, e, Axis::DP);
         break;

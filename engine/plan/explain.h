@@ -22,6 +22,7 @@ enum class FigureId {
     FlopsPerStep,
     ComputeTime,
     ElementwiseTraffic,
+    LossTraffic,
     CommDP,
     CommTP,
     CommPP,

@@ -32,6 +32,28 @@ double term(const ModelSpec& m, const ParallelConfig& p, const std::string& name
     return bytes;
 }
 
+// The loss's passes over the logits run on the last stage only: with pp 2 and 16 layers a stage,
+// the last stage's memory-bound time exceeds the first's by 36 B (PyTorch's count,
+// loss_traffic_oracle.py) x vocab a token, eager; a fused loss moves 3 x 2 B an entry.
+TEST(EagerTraffic, TheLossPassesOverTheLogitsOnTheLastStage) {
+    ParallelConfig p = test::layout(4, 1, 2, 64, 1);
+    PlanInputs in = eagerLlama8b(p);
+    const double tokens = 8192, vocab = 128256;
+    const double bandwidth = in.cluster.gpu.hbmBandwidth * in.assume.memoryEfficiency;
+    const auto extra = [&] {
+        return stageCompute(in, 1).elementwiseSeconds - stageCompute(in, 0).elementwiseSeconds;
+    };
+    EXPECT_DOUBLE_EQ(lossBytesPerToken(in), 36.0 * vocab);
+    EXPECT_NEAR(extra(), 36.0 * vocab * tokens / bandwidth, 1e-12);
+    in.parallel.fusedElementwise = true;
+    EXPECT_DOUBLE_EQ(lossBytesPerToken(in), 6.0 * vocab);
+    EXPECT_NEAR(extra(), 6.0 * vocab * tokens / bandwidth, 1e-12);
+    in.parallel.tp = 2; // a TP rank's half of the vocabulary
+    in.parallel.dp = 2;
+    EXPECT_DOUBLE_EQ(lossBytesPerToken(in), 3.0 * vocab);
+    EXPECT_EQ(explain(in, estimate(in), FigureId::LossTraffic).value, 3.0 * vocab);
+}
+
 TEST(EagerTraffic, SequenceParallelismSplitsWhatTensorParallelismLeavesWhole) {
     // A GPT-style layer has no gradient sums: under SP every term splits over the ranks.
     const ModelSpec gpt = test::gptStyle(24, 2048, 16, 2048);
@@ -112,8 +134,10 @@ TEST(EagerTraffic, TheStepPaysForTheExtraBytesAtTheHbmRate) {
     const double extra = layerElementwiseBytes(eager, LayerKind::Dense) -
                          layerElementwiseBytes(fused, LayerKind::Dense);
     ASSERT_GT(extra, 0);
-    // The whole model's layers on one rank, for a microbatch of seq tokens.
-    const double seconds = extra * eager.model.layers * eager.model.seqLen /
+    // The whole model's layers on one rank, for a microbatch of seq tokens, and its loss.
+    const double lossExtra = lossBytesPerToken(eager) - lossBytesPerToken(fused);
+    ASSERT_GT(lossExtra, 0);
+    const double seconds = (extra * eager.model.layers + lossExtra) * eager.model.seqLen /
                            (eager.cluster.gpu.hbmBandwidth * eager.assume.memoryEfficiency);
     const StageCompute e = stageCompute(eager, 0), f = stageCompute(fused, 0);
     EXPECT_NEAR(e.elementwiseSeconds - f.elementwiseSeconds, seconds, 1e-9 * seconds);

@@ -3,7 +3,6 @@
 #include "formulas.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <queue>
 #include <span>

@@ -741,11 +741,17 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
     case FigureId::LossTraffic: {
         x.value = lossBytesPerToken(in);
         x.unit = "B";
+        if (m.isBare()) {
+            x.formula = "vocab / tp x bytes an entry";
+            x.substituted = "not computed: a bare parameter count has no output head";
+            break;
+        }
         const double perLogit =
-            x.value / (double(m.vocab) / std::max(1, p.tp)) / (1.0 + m.mtpModules);
-        x.formula = m.isBare()           ? "a bare model has no output head"
-                    : p.fusedElementwise ? "vocab / tp x 3 x act_bytes (fused loss kernel)"
-                                         : "vocab / tp x (casts + 24) B (eager fp32 loss)";
+            p.fusedElementwise
+                ? 3.0 * p.precision.activationBytes()
+                : x.value / (double(m.vocab) / std::max(1, p.tp)) / (1.0 + m.mtpModules);
+        x.formula = p.fusedElementwise ? "vocab / tp x 3 x act_bytes (fused loss kernel)"
+                                       : "vocab / tp x (casts + 24) B (eager fp32 loss)";
         x.substituted = std::to_string(m.vocab) + " / " + std::to_string(p.tp) + " x " +
                         n(perLogit) + " B" +
                         (m.mtpModules > 0 ? " x " + std::to_string(1 + m.mtpModules) + " losses"

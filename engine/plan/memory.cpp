@@ -165,7 +165,8 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     // What one layer's recomputed forward holds during its backward: all of a fully
     // recomputed layer's activations, what op-level recompute did not keep.
     if ((p.recompute == Recompute::Full || p.recompute == Recompute::SelectiveOp) && !m.isBare()) {
-        const ParallelConfig none = recomputeMixOf(p).none;
+        ParallelConfig none = p;
+        none.recompute = Recompute::None;
         const auto rerun = [&](LayerKind kind) {
             const double kept =
                 p.recompute == Recompute::SelectiveOp ? activationBytesPerLayer(m, p, kind) : 0.0;

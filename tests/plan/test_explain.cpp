@@ -159,6 +159,14 @@ TEST(Explain, BareModelSaysWhatItOmits) {
     EXPECT_NE(explain(in, e, FigureId::MemActivations).substituted.find("not computed"),
               std::string::npos);
     EXPECT_NE(explain(in, e, FigureId::ParamsTotal).substituted.find("omits"), std::string::npos);
+    EXPECT_NE(explain(in, e, FigureId::LossTraffic).substituted.find("not computed"),
+              std::string::npos);
+    // No figure divides by the architecture it does not have.
+    for (const FigureId id : allFigures()) {
+        const std::string text = explain(in, e, id).substituted;
+        EXPECT_EQ(text.find("nan"), std::string::npos) << text;
+        EXPECT_EQ(text.find("inf "), std::string::npos) << text;
+    }
 }
 
 TEST(Explain, PipelineBubbleFromTheShapeAlone) {

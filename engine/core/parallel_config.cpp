@@ -641,12 +641,9 @@ private:
                 "describe the model's layers, or set recompute_layers 0");
             return;
         }
-        // The most layers a virtual stage holds: the even share, one more where they do not divide.
-        const std::int64_t chunks = product({c_.pp, c_.vpp});
-        const int slots = c_.pipelineSlots(m_.layers);
-        if (chunks <= 0 || chunks > slots)
+        const int most = c_.mostSlotsOnChunk(m_.layers);
+        if (most == 0)
             return; // pp-layers says so
-        const std::int64_t most = slots / chunks + (slots % chunks != 0 ? 1 : 0);
         if (n > most)
             add("recompute-layers",
                 "recompute_layers " + to_string(n) + " is more than the " + to_string(most) +

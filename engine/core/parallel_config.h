@@ -180,6 +180,16 @@ struct ParallelConfig {
     int pipelineSlots(int layers) const {
         return layers + (embeddingInPipelineSplit ? 1 : 0) + (lossInPipelineSplit ? 1 : 0);
     }
+    // The most slots one virtual pipeline stage holds (so the most layers): the even share of
+    // the slots over pp x vpp chunks, one more where they do not divide, as layersOnChunk deals
+    // them. 0 where there are no chunks or more chunks than slots (the pp-layers rule's case).
+    int mostSlotsOnChunk(int layers) const {
+        const std::int64_t chunks = std::int64_t(pp) * vpp;
+        const int shared = pipelineSlots(layers); // not "slots": Qt defines that word
+        if (chunks <= 0 || chunks > shared)
+            return 0;
+        return int(shared / chunks + (shared % chunks != 0 ? 1 : 0));
+    }
 };
 
 // Transformer layers on virtual pipeline stage `chunk` (0 .. pp*vpp-1, chunk v*pp + rank as

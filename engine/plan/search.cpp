@@ -131,8 +131,7 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
         // tried. First a bound: what each layer would keep more, at most the most layers a
         // stage holds times the first stage's in-flight microbatches (the most any stage holds),
         // on top of the most loaded stage; then the memory itself.
-        const int chunks = p.pp * p.vpp, slots = p.pipelineSlots(model.layers);
-        const int most = slots / chunks + (slots % chunks != 0 ? 1 : 0);
+        const int most = p.mostSlotsOnChunk(model.layers);
         ParallelConfig none = p;
         none.recompute = Recompute::None;
         double kept = activationBytesPerLayer(model, none);

@@ -454,13 +454,23 @@ TEST(Validate, TheEmbeddingAndLossCountAsLayersWhereTheLayoutSaysSo) {
                 q.vpp = vpp;
                 q.embeddingInPipelineSplit = embedding;
                 q.lossInPipelineSplit = loss;
-                int total = 0;
+                int total = 0, mostSlots = 0;
                 for (int c = 0; c < pp * vpp; ++c) {
                     EXPECT_GE(layersOnChunk(layers, q, c), 0);
                     total += layersOnChunk(layers, q, c);
+                    const int slots = layersOnChunk(layers, q, c) + (c == 0 && embedding) +
+                                      (c == pp * vpp - 1 && loss);
+                    mostSlots = std::max(mostSlots, slots);
                 }
                 EXPECT_EQ(total, layers) << layers << " " << pp << "x" << vpp;
+                // The fullest chunk, counted chunk by chunk, is the closed form's.
+                EXPECT_EQ(q.mostSlotsOnChunk(layers), mostSlots)
+                    << layers << " " << pp << "x" << vpp;
             }
+    ParallelConfig crowded; // more chunks than slots: nothing to deal, the pp-layers rule's case
+    crowded.pp = 8;
+    crowded.vpp = 2;
+    EXPECT_EQ(crowded.mostSlotsOnChunk(12), 0);
     // By hand: 80 layers + 2 over 8 x 4 chunks is 2 each and 18 left for the first chunks; the
     // embedding comes off chunk 0, the loss off chunk 31.
     ParallelConfig q;

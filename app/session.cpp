@@ -267,6 +267,8 @@ nlohmann::json sessionToJson(const Session& s) {
     j["flops_convention"] = toString(s.flopsConvention);
     if (s.optimizerPostValidation)
         j["optimizer_post_validation"] = true;
+    if (s.memoryHeadroom > 0)
+        j["memory_headroom"] = s.memoryHeadroom;
     return j;
 }
 
@@ -329,6 +331,14 @@ Session sessionFromJson(const nlohmann::json& j) {
                              "modelled MFU), not " +
                              std::to_string(mfu));
         s.assumedMfu = mfu;
+    }
+    if (j.contains("memory_headroom")) {
+        const double headroom = readPart<double>(j, "memory_headroom");
+        if (!std::isfinite(headroom) || headroom < 0 || headroom > 0.9)
+            throw InputError("session: \"memory_headroom\" must be a fraction from 0 to 0.9 of "
+                             "each GPU's memory kept free, not " +
+                             std::to_string(headroom));
+        s.memoryHeadroom = headroom;
     }
     if (j.contains("flops_convention")) {
         try {

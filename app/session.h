@@ -101,12 +101,15 @@ struct Session {
     FlopsConvention flopsConvention = FlopsConvention::Causal;
     // The Explorer's "Optimizer post-validation" (Assumptions::optimizerPostValidation).
     bool optimizerPostValidation = false;
+    // Both pages' "Memory headroom" (Assumptions::memoryHeadroom): 0 uses the whole memory.
+    double memoryHeadroom = 0;
 
     PlanInputs planInputs() const {
         Assumptions assume;
         assume.assumedMfu = assumedMfu;
         assume.flopsConvention = flopsConvention;
         assume.optimizerPostValidation = optimizerPostValidation;
+        assume.memoryHeadroom = memoryHeadroom;
         return {model, cluster, parallel, train, assume};
     }
 };

@@ -229,6 +229,14 @@ void addGpuControl(SessionForm& form) {
         [](Session& s, const QString& id) {
             s.cluster = withGpu(s.cluster, findGpuPreset(id.toStdString()));
         });
+    QDoubleSpinBox* headroom = form.addDouble(
+        "memory-headroom", "Memory headroom",
+        "Keep this share of each GPU's memory free, for what the planner does not count (a "
+        "framework's own buffers, allocator spikes, a longer sequence later): a layout fits only "
+        "within the rest, and the search ranks only those",
+        0, 90, 1, " %", [](const Session& s) { return s.memoryHeadroom * 100; },
+        [](Session& s, double v) { s.memoryHeadroom = v / 100; });
+    headroom->setSpecialValueText("none");
 }
 
 void addPrecisionControls(SessionForm& form) {

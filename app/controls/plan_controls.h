@@ -15,6 +15,7 @@ enum class LayoutFollows { Cluster, Layout };
 // config.json..."), the architecture fields and the sequence length. Returns the picker; its
 // item with data "hf" asks the window to import a file (the page connects it).
 QComboBox* addModelControls(SessionForm& form);
+// The GPU preset and the memory headroom kept free on each GPU.
 void addGpuControl(SessionForm& form);
 void addPrecisionControls(SessionForm& form);
 void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedule);

@@ -216,8 +216,13 @@ QWidget* ExplorerPage::buildLayerView() {
 // and what each GPU sends for it: where the TP and CP rows of the Overview come from.
 void ExplorerPage::showLayer(const PlanInputs& in) {
     const std::vector<LayerOp> ops = shardscope::layerOps(in);
-    const auto pass = [](const LayerOp& op) {
-        return QString(op.recompute ? "recompute" : op.backward ? "backward" : "forward");
+    // Under Megatron's block method only the first layers of each virtual stage recompute.
+    const QString recompute =
+        in.parallel.recomputeLayers > 0
+            ? QString("recompute (first %1 layers)").arg(in.parallel.recomputeLayers)
+            : QString("recompute");
+    const auto pass = [&](const LayerOp& op) {
+        return op.recompute ? recompute : QString(op.backward ? "backward" : "forward");
     };
     QStringList names;
     BarSet tp{"TP / SP collective",
@@ -236,7 +241,7 @@ void ExplorerPage::showLayer(const PlanInputs& in) {
     std::vector<QList<QStandardItem*>> rows;
     for (std::size_t i = 0; i < ops.size(); ++i) {
         const LayerOp& op = ops[i];
-        const QString prefix = op.recompute ? "recompute: " : op.backward ? "bwd: " : "";
+        const QString prefix = op.recompute ? recompute + ": " : op.backward ? "bwd: " : "";
         names << QString("%1. %2%3").arg(i + 1).arg(prefix, qs(op.name));
         const bool isTp = op.collective && op.axis == Axis::TP;
         const bool isCp = op.collective && op.axis == Axis::CP;
@@ -351,7 +356,7 @@ void ExplorerPage::refresh() {
         level = VerdictLevel::Bad;
     } else if (!e.fits) {
         text = "<b>Does not fit:</b> " + qs(formatBytes(e.memory.total())) + " per GPU on stage " +
-               QString::number(e.worstStage) + ", over the " + qs(formatBytes(e.capacity)) +
+               QString::number(e.worstStage) + ", over the " + qs(describeCapacity(in, e)) +
                ". Try ZeRO, recompute, more TP or PP, or the Search tab.";
         level = VerdictLevel::Bad;
     } else {
@@ -363,7 +368,7 @@ void ExplorerPage::refresh() {
         text = QString("%1 tokens/s, %2 per GPU, %3; step %4, bubble %5. %6 of %7 per GPU.")
                    .arg(qs(formatCount(e.tokensPerSecond)), qs(formatRate(e.tflopsPerGpu)), mfu,
                         qs(formatSeconds(e.stepTime)), qs(formatPercent(e.bubbleFraction)),
-                        qs(formatBytes(e.memory.total())), qs(formatBytes(e.capacity)));
+                        qs(formatBytes(e.memory.total())), qs(describeCapacity(in, e)));
         if (e.timeToTrain > 0)
             text += QString("<br>%1 tokens in %2 of training (%3 wall time at %4 useful under "
                             "failures), %5 GPU-hours, cost %6.")

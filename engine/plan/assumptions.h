@@ -60,6 +60,12 @@ struct Assumptions {
     // step = model_flops_per_step / (gpus x peak x MFU), and throughput, time, GPU-hours and
     // cost follow from it; the modelled step and MFU are kept beside it. 0: the model's own.
     double assumedMfu = 0;
+    // What the user keeps free on each GPU (--memory-headroom, the Explorer's "Memory
+    // headroom"): a fraction of its memory no layout may use, for what the planner does not
+    // count (a framework's own buffers, allocator spikes, a longer sequence later). A layout
+    // fits when its most loaded stage needs at most (1 - headroom) x the GPU's memory, and the
+    // search ranks only those. 0: the whole memory (the runtime overhead is counted anyway).
+    double memoryHeadroom = 0;
     // The framework validates the optimizer step after taking it instead of synchronising every
     // pipeline rank before it (Qi et al. 2024, section 4: zbpp's --enable-optimizer-post-
     // validation), so each rank's staggered start overlaps its previous step and a step lasts

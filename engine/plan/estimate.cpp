@@ -400,7 +400,8 @@ Estimate evaluate(const PlanInputs& in) {
     const int world = std::max(1, p.worldSize());
 
     e.memory = mostLoadedStageMemory(in, e.params, &e.worstStage);
-    e.capacity = cl.gpu.memoryBytes;
+    e.gpuMemory = cl.gpu.memoryBytes;
+    e.capacity = cl.gpu.memoryBytes * (1.0 - in.assume.memoryHeadroom);
     e.fits = e.memory.total() <= e.capacity;
 
     // FLOPs.

@@ -74,7 +74,8 @@ struct Estimate {
 
     MemoryBreakdown memory; // the most loaded pipeline stage
     int worstStage = 0;
-    double capacity = 0;
+    double gpuMemory = 0; // the GPU's memory
+    double capacity = 0;  // what a layout may use of it: gpuMemory less the memory headroom
     bool fits = false;
 
     double modelFlopsPerToken = 0;    // forward + backward, no recompute

@@ -293,7 +293,8 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         x.formula = "weights + gradients + optimizer + activations + temporary + overhead";
         x.substituted = b(m.parameters) + " + " + b(m.gradients) + " + " + b(m.optimizer) + " + " +
                         b(m.activations) + " + " + b(m.temporary) + " + " + b(m.overhead) + " = " +
-                        b(m.total()) + " of " + b(e.capacity) + " (" + in.cluster.gpu.name + "): " +
+                        b(m.total()) + " of " + describeCapacity(in, e) + " on each " +
+                        in.cluster.gpu.name + ": " +
                         (e.fits ? "fits, " + b(e.capacity - m.total()) + " free"
                                 : "does not fit, " + b(m.total() - e.capacity) + " over");
         x.source = "Sum of the categories above";
@@ -466,6 +467,13 @@ const std::vector<FigureId>& allFigures() {
         return v;
     }();
     return ids;
+}
+
+std::string describeCapacity(const PlanInputs& in, const Estimate& e) {
+    if (in.assume.memoryHeadroom <= 0)
+        return formatBytes(e.capacity);
+    return formatBytes(e.capacity) + " (" + formatBytes(e.gpuMemory) + " less a " +
+           formatPercent(in.assume.memoryHeadroom) + " headroom)";
 }
 
 std::string figureKey(FigureId id) {

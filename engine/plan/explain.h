@@ -62,6 +62,10 @@ FigureId figureFromKey(const std::string& key); // throws InputError listing the
 
 Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id);
 
+// What a layout may use of each GPU, for people: "80.0 GB", or with a memory headroom
+// "72.0 GB (80.0 GB less a 10.0 % headroom)".
+std::string describeCapacity(const PlanInputs& in, const Estimate& e);
+
 // The bubble of a schedule from its shape alone, every op taking the same time: what the
 // Pipeline page shows beside its simulation. Same formula and source as the Bubble figure.
 Explanation explainPipelineBubble(PipelineSchedule schedule, int p, int m, int v);

@@ -216,7 +216,12 @@ std::vector<LayerOp> layerOps(const PlanInputs& in) {
 
     std::vector<LayerOp> ops = forward(false);
     if (p.recompute == Recompute::Full) {
-        const std::vector<LayerOp> again = forward(true);
+        std::vector<LayerOp> again = forward(true);
+        if (p.recomputeLayers > 0) // Megatron's block method: only some layers run it
+            for (LayerOp& op : again)
+                op.why += (op.why.empty() ? "" : "; ") + std::string("only in the first ") +
+                          std::to_string(p.recomputeLayers) +
+                          " layers of each virtual stage (the others keep their activations)";
         ops.insert(ops.end(), again.begin(), again.end());
     }
     // Backward, in reverse: each forward collective's conjugate. An all-gather's gradient is a

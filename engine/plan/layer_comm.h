@@ -41,7 +41,8 @@ ExpertTpTraffic expertTpTraffic(const PlanInputs& in);
 struct LayerOp {
     std::string name;       // "QKV projection", "all-gather", "ring pass of K and V"
     bool backward = false;  // in the backward pass (or a full recompute's repeated forward)
-    bool recompute = false; // the forward again, under full recompute
+    bool recompute = false; // the forward again, under full recompute (with recompute_layers,
+                            // in the first layers of each virtual stage only: `why` says so)
     bool collective = false;
     Axis axis = Axis::TP;       // TP (with SP, or ETP), CP or EP, for collectives
     std::string collectiveKind; // "all-reduce", "all-gather", "reduce-scatter", "ring pass"

@@ -1,6 +1,7 @@
 #include "memory_summary.h"
 
 #include "core/units.h"
+#include "explain.h"
 #include "formulas.h"
 #include "layout.h"
 
@@ -38,13 +39,18 @@ MemoryVerdict memoryVerdict(const PlanInputs& in, const Estimate& e) {
                 formatBytes(v.perGpuFixed) + ")) = " + std::to_string(v.minimumGpus);
 
     if (v.fits) {
-        v.text = v.gpus == 1 ? "Fits on one " + gpu + " with " + formatBytes(v.free) + " free."
-                             : "Fits on each of the " + gpuCount(v.gpus, gpu) + " with " +
-                                   formatBytes(v.free) + " free on the most loaded GPU.";
+        const std::string free =
+            formatBytes(v.free) + " free" +
+            (in.assume.memoryHeadroom > 0
+                 ? " beyond the " + formatPercent(in.assume.memoryHeadroom) + " headroom"
+                 : "");
+        v.text = v.gpus == 1 ? "Fits on one " + gpu + " with " + free + "."
+                             : "Fits on each of the " + gpuCount(v.gpus, gpu) + " with " + free +
+                                   " on the most loaded GPU.";
         return v;
     }
     v.text = "Does not fit: " + formatBytes(v.perGpu) + " per GPU is " + formatBytes(-v.free) +
-             " over the " + formatBytes(v.capacity) + " of one " + gpu + ". ";
+             " over the " + describeCapacity(in, e) + " of one " + gpu + ". ";
     if (v.minimumGpus > 0) {
         v.text += "Needs at least " + gpuCount(v.minimumGpus, gpu) +
                   " (model state sharded over all of them, ZeRO-3 / FSDP).";

@@ -142,6 +142,11 @@ private slots:
         // Half the layers rerun their forward: half of full recompute's extra work.
         const double work = f.doc.estimate().hardwareFlopsPerToken;
         QVERIFY(std::abs(work - (noneWork + fullWork) / 2) < 1e-9 * work);
+        // "Inside a layer" says which layers rerun their forward.
+        int partial = 0;
+        for (int row = 0; row < f.page.layerOps()->rowCount(); ++row)
+            partial += f.page.layerOps()->item(row, 1)->text() == "recompute (first 10 layers)";
+        QVERIFY(partial > 0);
         choose(f.form(), "recompute", "selective"); // the count means nothing there: it resets
         QCOMPARE(f.doc.session().parallel.recomputeLayers, 0);
         QVERIFY(!f.form()->control("recompute-layers")->isEnabled());

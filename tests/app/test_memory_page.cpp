@@ -8,6 +8,7 @@
 #include "series_chart.h"
 #include "session_document.h"
 
+#include <cmath>
 #include <memory>
 
 using namespace shardscope;
@@ -91,6 +92,23 @@ private slots:
         choose(f.form(), "gpu", "a100-40gb");
         QCOMPARE(f.page.memoryChart()->capacity(), 40 * GB);
         QVERIFY(capacity != f.page.memoryChart()->capacity());
+    }
+
+    // The headroom moves the threshold and the verdict, not what the layout needs.
+    void memoryHeadroomKeepsPartOfTheGpuFree() {
+        Fixture f;
+        const double total = f.row("Total");
+        QVERIFY(f.verdict().startsWith("Fits"));
+        const double free = 1 - total / (80 * GB);
+        QVERIFY2(free > 0.02 && free < 0.85, qPrintable(QString::number(free)));
+        setDouble(f.form(), "memory-headroom", std::ceil(100 * free + 1)); // more than is free
+        QCOMPARE(f.row("Total"), total);
+        QVERIFY2(f.verdict().startsWith("Does not fit"), qPrintable(f.verdict()));
+        QVERIFY(f.page.memoryChart()->capacity() < total);
+        QVERIFY(f.doc.session().memoryHeadroom > free);
+        setDouble(f.form(), "memory-headroom", 0);
+        QCOMPARE(f.page.memoryChart()->capacity(), 80 * GB);
+        QVERIFY(f.verdict().startsWith("Fits"));
     }
 
     void dpGrowsTheClusterAndShardsZero() {

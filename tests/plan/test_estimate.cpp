@@ -1,6 +1,7 @@
 // Step time, communication and throughput: the relations a user relies on.
 #include "core/error.h"
 #include "plan/compute.h"
+#include "plan/explain.h"
 #include "plan/formulas.h"
 #include "plan/layout.h"
 #include "plan_test_support.h"
@@ -509,6 +510,33 @@ TEST(Estimate, BareModelGivesModelStateOnly) {
     EXPECT_NEAR(e.memory.parameters + e.memory.gradients + e.memory.optimizer, 7e9 * 18 / 8, 1);
     EXPECT_EQ(e.memory.activations, 0);
     EXPECT_DOUBLE_EQ(e.modelFlopsPerToken, 6 * 7e9);
+}
+
+// A memory headroom keeps a share of each GPU free: the layout needs as much as before, and fits
+// only where that is within the rest of the GPU's memory.
+TEST(Estimate, AMemoryHeadroomKeepsPartOfEachGpuFree) {
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, test::layout(8, 1, 1, 64, 3));
+    in.parallel.recompute = Recompute::Full;
+    const Estimate whole = estimate(in);
+    ASSERT_TRUE(whole.valid());
+    ASSERT_TRUE(whole.fits);
+    const double used = whole.memory.total() / 80e9; // the H100 SXM's 80 GB
+    ASSERT_LT(used, 0.85);
+    const auto withHeadroom = [&](double headroom) {
+        in.assume.memoryHeadroom = headroom;
+        return estimate(in);
+    };
+    const Estimate roomy = withHeadroom((1 - used) / 2); // half of what is free kept free
+    EXPECT_DOUBLE_EQ(roomy.memory.total(), whole.memory.total());
+    EXPECT_TRUE(roomy.fits);
+    EXPECT_NEAR(roomy.capacity - roomy.memory.total(), (80e9 - whole.memory.total()) / 2, 1e3);
+    const Estimate tight = withHeadroom(1 - used + 0.05); // more than is free
+    EXPECT_DOUBLE_EQ(tight.memory.total(), whole.memory.total());
+    EXPECT_FALSE(tight.fits);
+    EXPECT_DOUBLE_EQ(tight.gpuMemory, 80e9);
+    const std::string text = explain(in, tight, FigureId::MemTotal).substituted;
+    EXPECT_NE(text.find("80.0 GB less a"), std::string::npos) << text;
+    EXPECT_NE(text.find("does not fit"), std::string::npos) << text;
 }
 
 // The lessons' back-of-the-envelope estimate: time = 6 N D / (GPUs x peak x MFU) (Kaplan et al.

@@ -92,6 +92,30 @@ TEST(LayerComm, RingAttentionPassesMlasPerHeadKeysAndValues) {
     EXPECT_DOUBLE_EQ(cpHopBytes(in), 4096.0 / 4 * 16 * (192 + 128) / 2 * 2);
 }
 
+// Full recompute runs each op's forward again in the backward; recomputing only the first
+// layers of each virtual stage (Megatron's block method) runs the same ops, and says where.
+TEST(LayerComm, RecomputedForwardSaysWhichLayersRunIt) {
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, test::layout(2, 4, 1, 16, 1));
+    in.parallel.sequenceParallel = true;
+    in.parallel.recompute = Recompute::Full;
+    const auto every = layerOps(in);
+    in.parallel.recomputeLayers = 4;
+    const auto some = layerOps(in);
+    ASSERT_EQ(some.size(), every.size());
+    int recomputed = 0;
+    for (std::size_t i = 0; i < some.size(); ++i) {
+        EXPECT_EQ(some[i].name, every[i].name);
+        EXPECT_EQ(every[i].why.find("first 4 layers"), std::string::npos);
+        if (!some[i].recompute)
+            continue;
+        ++recomputed;
+        EXPECT_NE(some[i].why.find("only in the first 4 layers of each virtual stage"),
+                  std::string::npos)
+            << some[i].why;
+    }
+    EXPECT_GT(recomputed, 0);
+}
+
 TEST(LayerComm, ExpertParallelismDispatchesAndCombinesEachWay) {
     PlanInputs in;
     in.model = test::mixtral8x7b();

@@ -95,6 +95,44 @@ TEST(Search, TpCommOverlapGoesOnlyWithSequenceParallelism) {
     EXPECT_GT(overlapped, 0);
 }
 
+// With a memory headroom the search ranks only layouts that leave it free, and recomputes the
+// fewest layers that fit within the rest; without it, some layouts it ranked use that memory.
+TEST(Search, LeavesTheMemoryHeadroomFree) {
+    const ModelSpec m = findModelPreset("llama3-8b");
+    const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
+    ParallelConfig base;
+    base.globalBatch = 256;
+    SearchOptions options;
+    options.keepAll = true;
+    const double usable = 0.7 * 80e9;
+    int usedTheHeadroom = 0;
+    for (const Candidate& cand :
+         searchLayouts(m, c, base, TrainConfig{}, Assumptions{}, {}, options).all)
+        usedTheHeadroom += cand.fits && cand.memory > usable;
+    EXPECT_GT(usedTheHeadroom, 0);
+
+    Assumptions assume;
+    assume.memoryHeadroom = 0.3;
+    const SearchResult r = searchLayouts(m, c, base, TrainConfig{}, assume, {}, options);
+    int fitting = 0, fewestChecked = 0;
+    for (const Candidate& cand : r.all) {
+        if (!cand.fits)
+            continue;
+        ++fitting;
+        EXPECT_LE(cand.memory, usable) << layoutSummary(cand.config);
+        if (cand.config.recomputeLayers > 1) { // one layer fewer would not leave the headroom
+            PlanInputs in{m, c, cand.config, {}, assume};
+            --in.parallel.recomputeLayers;
+            EXPECT_FALSE(estimate(in).fits) << layoutSummary(cand.config);
+            ++fewestChecked;
+        }
+    }
+    EXPECT_GT(fitting, 0);
+    EXPECT_GT(fewestChecked, 0);
+    for (const Candidate& cand : r.top)
+        EXPECT_LE(cand.memory, usable);
+}
+
 // An assumed MFU is a what-if for one layout: with it every layout would run at the same MFU, so
 // the search ranks by the modelled speed whatever the assumption says.
 TEST(Search, RanksByTheModelledSpeedWhateverMfuIsAssumed) {

@@ -101,9 +101,13 @@ TEST(CliHelp, EveryCommandsHelpExitsZeroAndNamesItsFlags) {
         std::vector<std::string> flags;
     };
     const std::vector<Case> cases = {
-        {"plan", concat({model, cluster, layout, run, {"--json", "--explain"}})},
-        {"search", concat({model, cluster, run, {"--top", "--tp-within-node", "--json"}})},
-        {"explain", concat({model, cluster, layout, run, {"--json", "figure"}})},
+        {"plan",
+         concat({model, cluster, layout, run, {"--json", "--explain", "--memory-headroom"}})},
+        {"search",
+         concat(
+             {model, cluster, run, {"--top", "--tp-within-node", "--json", "--memory-headroom"}})},
+        {"explain",
+         concat({model, cluster, layout, run, {"--json", "figure", "--memory-headroom"}})},
         {"models", {"--json"}},
         {"gpus", {"--json"}},
         {"devices", {"--json"}},
@@ -269,6 +273,43 @@ TEST(CliPlan, AssumedMfuSetsTheTimeAndSaysSo) {
         const CliResult refused = run({"plan", "--mfu", bad});
         EXPECT_EQ(refused.code, 2) << bad;
         EXPECT_CONTAINS(refused.err, "--mfu must be a fraction");
+    }
+}
+
+// --memory-headroom keeps part of each GPU free: the plan needs the same memory and fits only
+// within the rest, the text and JSON say so, and the search ranks only what leaves it free.
+TEST(CliPlan, MemoryHeadroomKeepsPartOfEachGpuFree) {
+    const json whole = parseOrFail(run({"plan", "--json"}).out).at("memory");
+    const double total = whole.at("total").get<double>(), gpu = whole.at("gpu_memory");
+    ASSERT_TRUE(whole.at("fits").get<bool>());
+    ASSERT_LT(total / gpu, 0.85);
+    const double over = 1 - total / gpu + 0.05; // keeps more free than the layout leaves
+    const CliResult r = run({"plan", "--memory-headroom", std::to_string(over), "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json tight = parseOrFail(r.out).at("memory");
+    EXPECT_DOUBLE_EQ(tight.at("total").get<double>(), total);
+    EXPECT_FALSE(tight.at("fits").get<bool>());
+    EXPECT_NEAR(tight.at("memory_headroom").get<double>(), over, 1e-6);
+    EXPECT_NEAR(tight.at("capacity").get<double>(), gpu * (1 - over), 1e-3 * gpu);
+
+    const CliResult text = run({"plan", "--memory-headroom", "0.1"});
+    ASSERT_EQ(text.code, 0) << text.err;
+    EXPECT_CONTAINS(text.out, "less a 10.0 % headroom");
+
+    const std::vector<std::string> search = {"search", "--model",        "llama3-8b", "--nodes",
+                                             "2",      "--global-batch", "256",       "--json"};
+    std::vector<std::string> kept = search;
+    kept.insert(kept.end(), {"--memory-headroom", "0.3"});
+    const json roomy = parseOrFail(shardscope::testing::runCliWith(kept).out),
+               plain = parseOrFail(shardscope::testing::runCliWith(search).out);
+    EXPECT_LT(roomy.at("fitting").get<long long>(), plain.at("fitting").get<long long>());
+    for (const json& c : roomy.at("top"))
+        EXPECT_LE(c.at("memory_bytes").get<double>(), 0.7 * 80e9);
+
+    for (const char* bad : {"-0.1", "0.95", "nan"}) {
+        const CliResult refused = run({"plan", "--memory-headroom", bad});
+        EXPECT_EQ(refused.code, 2) << bad;
+        EXPECT_CONTAINS(refused.err, "--memory-headroom must be a fraction");
     }
 }
 

@@ -34,6 +34,7 @@ struct Options {
     bool tryZeroBubble = false;
     bool postValidation = false; // Assumptions::optimizerPostValidation
     std::optional<double> mfu;   // --mfu: the step time from an assumed MFU
+    double memoryHeadroom = 0;   // --memory-headroom: a fraction of each GPU's memory kept free
     std::string flopsConvention = "causal";
 };
 
@@ -50,6 +51,10 @@ PlanInputs buildInputs(const Options& o) {
                              "40%; leave it out for the modelled MFU");
         in.assume.assumedMfu = *o.mfu;
     }
+    if (!std::isfinite(o.memoryHeadroom) || o.memoryHeadroom < 0 || o.memoryHeadroom > 0.9)
+        throw InputError("--memory-headroom must be a fraction from 0 to 0.9, e.g. "
+                         "--memory-headroom 0.1 to keep 10% of each GPU's memory free");
+    in.assume.memoryHeadroom = o.memoryHeadroom;
     in.assume.flopsConvention = flopsConventionFromString(o.flopsConvention);
     return in;
 }
@@ -280,6 +285,10 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
         "the pipeline ranks' staggered starts overlap: ZB-1p and ZB-2p then count each rank's "
         "span, not the makespan";
     plan->add_flag("--post-validation", o.postValidation, postValidationHelp);
+    static const char* headroomHelp =
+        "Keep this fraction of each GPU's memory free (e.g. 0.1): a layout fits only within the "
+        "rest, and the search ranks only those; default 0";
+    plan->add_option("--memory-headroom", o.memoryHeadroom, headroomHelp);
 
     auto* search = app.add_subcommand("search", "Rank every valid layout by predicted throughput");
     addModelFlags(*search, o.model);
@@ -291,6 +300,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
                      "Try ZB-H1 in 1F1B's place, and ZB-2p with --post-validation (as the "
                      "Explorer's \"Try zero-bubble\")");
     search->add_flag("--post-validation", o.postValidation, postValidationHelp);
+    search->add_option("--memory-headroom", o.memoryHeadroom, headroomHelp);
     search->add_flag("--json", o.json, "Machine-readable output");
     search->add_option("--flops-convention", o.flopsConvention, conventionHelp)
         ->capture_default_str();
@@ -302,6 +312,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     explainCmd->add_option("--flops-convention", o.flopsConvention, conventionHelp)
         ->capture_default_str();
     explainCmd->add_flag("--post-validation", o.postValidation, postValidationHelp);
+    explainCmd->add_option("--memory-headroom", o.memoryHeadroom, headroomHelp);
     addModelFlags(*explainCmd, o.model);
     addClusterFlags(*explainCmd, o.cluster);
     addLayoutFlags(*explainCmd, o.layout);

@@ -49,6 +49,8 @@ nlohmann::json planJson(const PlanInputs& in, const Estimate& e) {
                    {"overhead", m.overhead},
                    {"total", m.total()},
                    {"capacity", e.capacity},
+                   {"gpu_memory", e.gpuMemory},
+                   {"memory_headroom", in.assume.memoryHeadroom},
                    {"fits", e.fits},
                    {"worst_stage", e.worstStage},
                    {"cpu_offloaded", m.cpuOffloaded}};
@@ -113,7 +115,7 @@ void printPlan(std::ostream& out, const PlanInputs& in, const Estimate& e, bool 
     }
     mem.add({"total", formatBytes(total),
              formatPercent(e.capacity > 0 ? total / e.capacity : 0) + " of " +
-                 formatBytes(e.capacity)});
+                 describeCapacity(in, e)});
     mem.print(out);
     out << (e.fits ? "Fits: " + formatBytes(e.capacity - total) + " free on each GPU\n"
                    : "Does NOT fit: " + formatBytes(total - e.capacity) + " over the capacity\n");

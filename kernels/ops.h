@@ -170,6 +170,29 @@ public:
     virtual void geluForward(Ptr out, ConstPtr inp, std::size_t n) = 0;
     virtual void geluBackward(Ptr dinp, ConstPtr inp, ConstPtr dout, std::size_t n) = 0;
 
+    // ---- RMSNorm over C (Llama-family layers; Zhang and Sennrich 2019): out = inp * rstd *
+    // weight with rstd = 1 / sqrt(mean(inp^2) + eps); rstd [N] is kept for the backward
+    virtual void rmsNormForward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
+                                float eps) = 0;
+    // dinp += ..., dweight += ...
+    virtual void rmsNormBackwardAccumulate(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp,
+                                           ConstPtr weight, const float* rstd, int N, int C) = 0;
+
+    // ---- rotary position embedding (Su et al. 2021), in place, in Hugging Face's Llama layout
+    // (rotate_half): each of the B*T rows of x, `rowStride` elements apart, starts with `heads`
+    // heads of headDim elements; element i of a head's first half turns with element
+    // i + headDim/2 by the angle whose cosine and sine are cos[t, i] and sin[t, i] ([T,
+    // headDim/2], fp32 device memory), t the row's position in its sequence. inverse turns by
+    // minus the angle: the backward (a rotation's transpose is its inverse).
+    virtual void rotaryEmbedding(Ptr x, const float* cos, const float* sin, int B, int T, int heads,
+                                 int headDim, int rowStride, bool inverse) = 0;
+
+    // ---- SwiGLU (Shazeer 2020): out[N,F] = silu(gate) * up, gateUp[N,2F] holding each row's
+    // gate projection, then its up projection
+    virtual void swigluForward(Ptr out, ConstPtr gateUp, int N, int F) = 0;
+    // dgateUp[N,2F] = gradient (overwrites)
+    virtual void swigluBackward(Ptr dgateUp, ConstPtr gateUp, ConstPtr dout, int N, int F) = 0;
+
     // ---- out = a + b, and x += y
     virtual void add(Ptr out, ConstPtr a, ConstPtr b, std::size_t n) = 0;
     virtual void addInPlace(Ptr x, ConstPtr y, std::size_t n) = 0;

@@ -79,6 +79,12 @@ inline GeluGate geluGate(float x) {
 }
 
 SHARDSCOPE_SIMD_CLONES
+// sigmoid(a) without overflow on either side.
+inline float sigmoid(float a) {
+    const float e = std::exp(-std::fabs(a));
+    return a >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+
 void geluForwardRange(float* out, const float* inp, size_t n) {
     for (size_t i = 0; i < n; ++i)
         out[i] = inp[i] * geluGate(inp[i]).s;
@@ -478,6 +484,36 @@ public:
         const float* d = v.in(dout, n);
         geluBackward32(v.out(dinp, n), v.in(inp, n), d, n);
     }
+    void rmsNormForward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
+                        float eps) override {
+        Fp32Views v(wide_);
+        rmsNormForward32(v.out(out, rows(1, N, C)), rstd, v.in(inp, rows(1, N, C)),
+                         v.in(weight, size_t(C)), N, C, eps);
+    }
+    void rmsNormBackwardAccumulate(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp,
+                                   ConstPtr weight, const float* rstd, int N, int C) override {
+        Fp32Views v(wide_);
+        rmsNormBackwardAccumulate32(v.inout(dinp, rows(1, N, C)), v.inout(dweight, size_t(C)),
+                                    v.in(dout, rows(1, N, C)), v.in(inp, rows(1, N, C)),
+                                    v.in(weight, size_t(C)), rstd, N, C);
+    }
+    void rotaryEmbedding(Ptr x, const float* cos, const float* sin, int B, int T, int heads,
+                         int headDim, int rowStride, bool inverse) override {
+        Fp32Views v(wide_);
+        rotaryEmbedding32(v.inout(x, rows(B, T, rowStride)), cos, sin, B, T, heads, headDim,
+                          rowStride, inverse);
+    }
+    void swigluForward(Ptr out, ConstPtr gateUp, int N, int F) override {
+        Fp32Views v(wide_);
+        swigluForward32(v.out(out, rows(1, N, F)), v.in(gateUp, rows(1, N, 2 * F)), N, F);
+    }
+    void swigluBackward(Ptr dgateUp, ConstPtr gateUp, ConstPtr dout, int N, int F) override {
+        Fp32Views v(wide_);
+        const float* d = v.in(dout, rows(1, N, F));
+        swigluBackward32(v.out(dgateUp, rows(1, N, 2 * F)), v.in(gateUp, rows(1, N, 2 * F)), d, N,
+                         F);
+    }
+
     void add(Ptr out, ConstPtr a, ConstPtr b, size_t n) override {
         Fp32Views v(wide_);
         add32(v.out(out, n), v.in(a, n), v.in(b, n), n);
@@ -644,6 +680,109 @@ public:
             for (int i = 0; i < C; ++i) {
                 dweight[i] += dw[i];
                 dbias[i] += dw[C + i];
+            }
+        }
+    }
+
+    void rmsNormForward32(float* out, float* rstd, const float* inp, const float* weight, int N,
+                          int C, float eps) {
+#pragma omp parallel for
+        for (int n = 0; n < N; ++n) {
+            const float* x = inp + size_t(n) * size_t(C);
+            float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+            for (int i = 0; i < C; ++i)
+                squares += x[i] * x[i];
+            const float s = 1.0f / std::sqrt(squares / static_cast<float>(C) + eps);
+            float* o = out + size_t(n) * size_t(C);
+            for (int i = 0; i < C; ++i)
+                o[i] = x[i] * s * weight[i];
+            rstd[n] = s;
+        }
+    }
+
+    // dx = (w dy - xhat mean(w dy xhat)) rstd, xhat = x rstd; dw = sum over rows of dy xhat.
+    // As the layer norm's: rows in parallel, the weight gradient summed per thread, then in
+    // order of thread id.
+    void rmsNormBackwardAccumulate32(float* dinp, float* dweight, const float* dout,
+                                     const float* inp, const float* weight, const float* rstd,
+                                     int N, int C) {
+        const int nt = threads_;
+        std::vector<float>& partial = scratch(size_t(nt) * size_t(C));
+        std::fill(partial.begin(), partial.end(), 0.0f);
+#pragma omp parallel num_threads(nt)
+        {
+            const int id = omp_get_thread_num(), team = omp_get_num_threads();
+            float* dw = partial.data() + size_t(id) * size_t(C);
+            const int lo = int(std::int64_t(N) * id / team),
+                      hi = int(std::int64_t(N) * (id + 1) / team);
+            for (int n = lo; n < hi; ++n) {
+                const float* x = inp + size_t(n) * size_t(C);
+                const float* d = dout + size_t(n) * size_t(C);
+                const float s = rstd[n];
+                float dot = 0.0f;
+                for (int i = 0; i < C; ++i) {
+                    const float xhat = x[i] * s;
+                    dot += weight[i] * d[i] * xhat;
+                    dw[i] += xhat * d[i];
+                }
+                dot /= static_cast<float>(C);
+                float* dx = dinp + size_t(n) * size_t(C);
+                for (int i = 0; i < C; ++i)
+                    dx[i] += (weight[i] * d[i] - x[i] * s * dot) * s;
+            }
+        }
+        for (int id = 0; id < nt; ++id) {
+            const float* dw = partial.data() + size_t(id) * size_t(C);
+            for (int i = 0; i < C; ++i)
+                dweight[i] += dw[i];
+        }
+    }
+
+    void rotaryEmbedding32(float* x, const float* cos, const float* sin, int B, int T, int heads,
+                           int headDim, int rowStride, bool inverse) {
+        const int half = headDim / 2;
+        const float direction = inverse ? -1.0f : 1.0f;
+#pragma omp parallel for
+        for (int bt = 0; bt < B * T; ++bt) {
+            const float* c = cos + size_t(bt % T) * size_t(half);
+            const float* s = sin + size_t(bt % T) * size_t(half);
+            float* row = x + size_t(bt) * size_t(rowStride);
+            for (int h = 0; h < heads; ++h) {
+                float* head = row + size_t(h) * size_t(headDim);
+                for (int i = 0; i < half; ++i) {
+                    const float a = head[i], b = head[i + half], sn = direction * s[i];
+                    head[i] = a * c[i] - b * sn;
+                    head[i + half] = b * c[i] + a * sn;
+                }
+            }
+        }
+    }
+
+    void swigluForward32(float* out, const float* gateUp, int N, int F) {
+#pragma omp parallel for
+        for (int n = 0; n < N; ++n) {
+            const float* gate = gateUp + size_t(n) * 2 * size_t(F);
+            const float* up = gate + F;
+            float* o = out + size_t(n) * size_t(F);
+            for (int i = 0; i < F; ++i)
+                o[i] = gate[i] * sigmoid(gate[i]) * up[i];
+        }
+    }
+
+    // d gate = d up s (1 + a (1 - s)), d up = d silu(a), s = sigmoid(a), a the gate.
+    void swigluBackward32(float* dgateUp, const float* gateUp, const float* dout, int N, int F) {
+#pragma omp parallel for
+        for (int n = 0; n < N; ++n) {
+            const float* gate = gateUp + size_t(n) * 2 * size_t(F);
+            const float* up = gate + F;
+            const float* d = dout + size_t(n) * size_t(F);
+            float* dgate = dgateUp + size_t(n) * 2 * size_t(F);
+            float* dup = dgate + F;
+            for (int i = 0; i < F; ++i) {
+                const float a = gate[i], s = sigmoid(a);
+                dgate[i] = d[i] * up[i] * s * (1.0f + a * (1.0f - s));
+                dup[i] = d[i] * a * s;
             }
         }
     }

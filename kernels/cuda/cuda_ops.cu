@@ -5,6 +5,7 @@
 #include "elementwise.h"
 #include "embedding.h"
 #include "layernorm.h"
+#include "llama_ops.h"
 #include "matmul.h"
 
 #include <chrono>
@@ -243,6 +244,24 @@ public:
     }
     void geluBackward(Ptr dinp, ConstPtr inp, ConstPtr dout, std::size_t n) override {
         cuda::geluBackward(dinp, inp, dout, n, s());
+    }
+    void rmsNormForward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
+                        float eps) override {
+        cuda::rmsNormForward(out, rstd, inp, weight, N, C, eps, s());
+    }
+    void rmsNormBackwardAccumulate(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp,
+                                   ConstPtr weight, const float* rstd, int N, int C) override {
+        cuda::rmsNormBackwardAccumulate(dinp, dweight, dout, inp, weight, rstd, N, C, s());
+    }
+    void rotaryEmbedding(Ptr x, const float* cos, const float* sin, int B, int T, int heads,
+                         int headDim, int rowStride, bool inverse) override {
+        cuda::rotaryEmbedding(x, cos, sin, B, T, heads, headDim, rowStride, inverse, s());
+    }
+    void swigluForward(Ptr out, ConstPtr gateUp, int N, int F) override {
+        cuda::swigluForward(out, gateUp, N, F, s());
+    }
+    void swigluBackward(Ptr dgateUp, ConstPtr gateUp, ConstPtr dout, int N, int F) override {
+        cuda::swigluBackward(dgateUp, gateUp, dout, N, F, s());
     }
     void add(Ptr out, ConstPtr a, ConstPtr b, std::size_t n) override {
         cuda::add(out, a, b, n, s());

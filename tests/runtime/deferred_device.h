@@ -201,6 +201,30 @@ public:
                       std::size_t n) override {
         later([=, this] { cpu_->geluBackward(dinp, inp, dout, n); });
     }
+    void rmsNormForward(kernels::Ptr out, float* rstd, kernels::ConstPtr inp,
+                        kernels::ConstPtr weight, int N, int C, float eps) override {
+        later([=, this] { cpu_->rmsNormForward(out, rstd, inp, weight, N, C, eps); });
+    }
+    void rmsNormBackwardAccumulate(kernels::Ptr dinp, kernels::Ptr dweight, kernels::ConstPtr dout,
+                                   kernels::ConstPtr inp, kernels::ConstPtr weight,
+                                   const float* rstd, int N, int C) override {
+        later([=, this] {
+            cpu_->rmsNormBackwardAccumulate(dinp, dweight, dout, inp, weight, rstd, N, C);
+        });
+    }
+    void rotaryEmbedding(kernels::Ptr x, const float* cos, const float* sin, int B, int T,
+                         int heads, int headDim, int rowStride, bool inverse) override {
+        later([=, this] {
+            cpu_->rotaryEmbedding(x, cos, sin, B, T, heads, headDim, rowStride, inverse);
+        });
+    }
+    void swigluForward(kernels::Ptr out, kernels::ConstPtr gateUp, int N, int F) override {
+        later([=, this] { cpu_->swigluForward(out, gateUp, N, F); });
+    }
+    void swigluBackward(kernels::Ptr dgateUp, kernels::ConstPtr gateUp, kernels::ConstPtr dout,
+                        int N, int F) override {
+        later([=, this] { cpu_->swigluBackward(dgateUp, gateUp, dout, N, F); });
+    }
     void add(kernels::Ptr out, kernels::ConstPtr a, kernels::ConstPtr b, std::size_t n) override {
         later([=, this] { cpu_->add(out, a, b, n); });
     }

@@ -1,8 +1,10 @@
 #include "kernels/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "runtime/rotary.h"
 
 #include <chrono>
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <gtest/gtest.h>
 #include <random>
@@ -408,6 +410,181 @@ TEST(CpuOps, PeakEstimateStatesItsFormula) {
     }
     EXPECT_NE(p.formula.find("2 cores"), std::string::npos) << p.formula;
     EXPECT_NE(p.formula.find("FLOP/cycle"), std::string::npos) << p.formula;
+}
+
+// ---- Llama-family operators ------------------------------------------------------------------
+
+// RMSNorm in double from its definition (Zhang and Sennrich 2019): x / sqrt(mean(x^2) + eps) w.
+std::vector<double> rmsNormReference(const std::vector<double>& x, const std::vector<double>& w,
+                                     int N, int C, double eps) {
+    std::vector<double> out(x.size());
+    for (int n = 0; n < N; ++n) {
+        double squares = 0;
+        for (int i = 0; i < C; ++i)
+            squares += x[n * C + i] * x[n * C + i];
+        const double s = 1 / std::sqrt(squares / C + eps);
+        for (int i = 0; i < C; ++i)
+            out[n * C + i] = x[n * C + i] * s * w[i];
+    }
+    return out;
+}
+
+// SwiGLU in double: silu(gate) * up = gate / (1 + exp(-gate)) * up.
+std::vector<double> swigluReference(const std::vector<double>& gateUp, int N, int F) {
+    std::vector<double> out(std::size_t(N) * F);
+    for (int n = 0; n < N; ++n)
+        for (int i = 0; i < F; ++i) {
+            const double a = gateUp[n * 2 * F + i], up = gateUp[n * 2 * F + F + i];
+            out[n * F + i] = a / (1 + std::exp(-a)) * up;
+        }
+    return out;
+}
+
+std::vector<double> toDouble(const std::vector<float>& v) {
+    return {v.begin(), v.end()};
+}
+
+// d/dv[j] of sum(g * f(v)) by central differences of f in double: a second method beside the
+// operator's closed-form backward.
+template <typename F>
+std::vector<double> numericGradient(std::vector<double> v, const std::vector<float>& g, F f) {
+    std::vector<double> grad(v.size());
+    const auto loss = [&] {
+        const std::vector<double> out = f(v);
+        double sum = 0;
+        for (std::size_t i = 0; i < out.size(); ++i)
+            sum += g[i] * out[i];
+        return sum;
+    };
+    for (std::size_t j = 0; j < v.size(); ++j) {
+        const double keep = v[j], h = 1e-6 * std::max(1.0, std::fabs(keep));
+        v[j] = keep + h;
+        const double up = loss();
+        v[j] = keep - h;
+        const double down = loss();
+        v[j] = keep;
+        grad[j] = (up - down) / (2 * h);
+    }
+    return grad;
+}
+
+TEST(CpuOps, RmsNormIsItsDefinitionAndItsBackwardTheFiniteDifferences) {
+    auto ops = makeCpuOps(2);
+    const int N = 6, C = 37;
+    const float eps = 1e-5f;
+    const auto x = randomVector(N * C, 21), g = randomVector(N * C, 22);
+    std::vector<float> w = randomVector(C, 23);
+    for (float& v : w)
+        v = 1 + 0.5f * v;
+    std::vector<float> out(N * C), rstd(N);
+    ops->rmsNormForward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+    const auto want = rmsNormReference(toDouble(x), toDouble(w), N, C, eps);
+    for (int i = 0; i < N * C; ++i)
+        EXPECT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+
+    // Accumulates onto what is there.
+    const auto dinpBase = randomVector(N * C, 24), dwBase = randomVector(C, 25);
+    std::vector<float> dinp = dinpBase, dw = dwBase;
+    ops->rmsNormBackwardAccumulate(dinp.data(), dw.data(), g.data(), x.data(), w.data(),
+                                   rstd.data(), N, C);
+    const auto dx = numericGradient(toDouble(x), g, [&](const std::vector<double>& v) {
+        return rmsNormReference(v, toDouble(w), N, C, eps);
+    });
+    const auto dwWant = numericGradient(toDouble(w), g, [&](const std::vector<double>& v) {
+        return rmsNormReference(toDouble(x), v, N, C, eps);
+    });
+    for (int i = 0; i < N * C; ++i)
+        EXPECT_NEAR(dinp[i] - dinpBase[i], dx[i], 1e-4 * (1 + std::fabs(dx[i]))) << i;
+    for (int i = 0; i < C; ++i)
+        EXPECT_NEAR(dw[i] - dwBase[i], dwWant[i], 1e-4 * (1 + std::fabs(dwWant[i]))) << i;
+}
+
+TEST(CpuOps, SwigluIsItsDefinitionAndItsBackwardTheFiniteDifferences) {
+    auto ops = makeCpuOps(2);
+    const int N = 5, F = 19;
+    auto gateUp = randomVector(N * 2 * F, 31);
+    gateUp[0] = 60.0f; // far out on both sides: the sigmoid must not overflow
+    gateUp[1] = -60.0f;
+    const auto g = randomVector(N * F, 32);
+    std::vector<float> out(N * F), dgateUp(N * 2 * F, 7.0f); // overwritten, not added to
+    ops->swigluForward(out.data(), gateUp.data(), N, F);
+    const auto want = swigluReference(toDouble(gateUp), N, F);
+    for (int i = 0; i < N * F; ++i)
+        EXPECT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+    ops->swigluBackward(dgateUp.data(), gateUp.data(), g.data(), N, F);
+    const auto d = numericGradient(toDouble(gateUp), g, [&](const std::vector<double>& v) {
+        return swigluReference(v, N, F);
+    });
+    for (int i = 0; i < N * 2 * F; ++i)
+        EXPECT_NEAR(dgateUp[i], d[i], 1e-4 * (1 + std::fabs(d[i]))) << i;
+}
+
+// Each pair (i, i + d/2) of a head is the complex number a + ib turned by t theta^(-2i/d); the
+// rest of the row is left alone, the inverse turns back, and it is the forward's transpose
+// (what the backward needs: <R x, y> = <x, R^T y>).
+TEST(CpuOps, RotaryEmbeddingTurnsEachPairByItsPositionsAngle) {
+    auto ops = makeCpuOps(2);
+    const int B = 2, T = 5, heads = 3, d = 8, half = d / 2, stride = heads * d + 6;
+    const double theta = 10000;
+    const RotaryTables tables = rotaryTables(theta, d, T);
+    const auto x = randomVector(B * T * stride, 41), y = randomVector(B * T * stride, 42);
+    std::vector<float> turned = x;
+    ops->rotaryEmbedding(turned.data(), tables.cos.data(), tables.sin.data(), B, T, heads, d,
+                         stride, false);
+    for (int bt = 0; bt < B * T; ++bt) {
+        const int t = bt % T;
+        for (int h = 0; h < heads; ++h)
+            for (int i = 0; i < half; ++i) {
+                const int at = bt * stride + h * d + i;
+                const std::complex<double> z(x[at], x[at + half]);
+                const std::complex<double> want =
+                    z * std::polar(1.0, t * std::pow(theta, -2.0 * i / d));
+                EXPECT_NEAR(turned[at], want.real(), 1e-5) << bt << " " << h << " " << i;
+                EXPECT_NEAR(turned[at + half], want.imag(), 1e-5) << bt << " " << h << " " << i;
+            }
+        for (int k = heads * d; k < stride; ++k)
+            EXPECT_EQ(turned[bt * stride + k], x[bt * stride + k]);
+    }
+    std::vector<float> back = turned, transposed = y;
+    ops->rotaryEmbedding(back.data(), tables.cos.data(), tables.sin.data(), B, T, heads, d, stride,
+                         true);
+    ops->rotaryEmbedding(transposed.data(), tables.cos.data(), tables.sin.data(), B, T, heads, d,
+                         stride, true);
+    double rxy = 0, xrty = 0;
+    for (int i = 0; i < B * T * stride; ++i) {
+        EXPECT_NEAR(back[i], x[i], 1e-5) << i;
+        rxy += double(turned[i]) * y[i];
+        xrty += double(x[i]) * transposed[i];
+    }
+    EXPECT_NEAR(rxy, xrty, 1e-4 * std::fabs(rxy));
+}
+
+// On bf16 storage each operator computes on the widened values in fp32 and rounds once.
+TEST(CpuOpsBf16, LlamaOperatorsComputeInFp32AndRoundOnce) {
+    auto ops = makeCpuOps(2);
+    const int N = 9, C = 40, F = 33;
+    Bf16Values x = bf16Of(randomVector(N * C, 51)), w = bf16Of(randomVector(C, 52));
+    std::vector<float> want(N * C), rstd(N), rstdWide(N);
+    std::vector<std::uint16_t> out(N * C);
+    ops->rmsNormForward({out.data(), DType::BF16}, rstd.data(), x.ptr(), w.ptr(), N, C, 1e-5f);
+    ops->rmsNormForward(want.data(), rstdWide.data(), x.wide.data(), w.wide.data(), N, C, 1e-5f);
+    EXPECT_EQ(out, roundedBits(want));
+    EXPECT_EQ(rstd, rstdWide);
+
+    Bf16Values gateUp = bf16Of(randomVector(N * 2 * F, 53));
+    std::vector<float> swiglu(N * F);
+    std::vector<std::uint16_t> swigluBits(N * F);
+    ops->swigluForward({swigluBits.data(), DType::BF16}, gateUp.ptr(), N, F);
+    ops->swigluForward(swiglu.data(), gateUp.wide.data(), N, F);
+    EXPECT_EQ(swigluBits, roundedBits(swiglu));
+
+    const RotaryTables tables = rotaryTables(500000, 8, 3);
+    Bf16Values q = bf16Of(randomVector(3 * 16, 54));
+    std::vector<float> turned = q.wide;
+    ops->rotaryEmbedding(q.ptr(), tables.cos.data(), tables.sin.data(), 1, 3, 2, 8, 16, false);
+    ops->rotaryEmbedding(turned.data(), tables.cos.data(), tables.sin.data(), 1, 3, 2, 8, 16,
+                         false);
+    EXPECT_EQ(q.bits, roundedBits(turned));
 }
 
 } // namespace

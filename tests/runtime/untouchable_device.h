@@ -113,6 +113,22 @@ public:
     void geluBackward(kernels::Ptr, kernels::ConstPtr, kernels::ConstPtr, std::size_t) override {
         noOperators();
     }
+    void rmsNormForward(kernels::Ptr, float*, kernels::ConstPtr, kernels::ConstPtr, int, int,
+                        float) override {
+        noOperators();
+    }
+    void rmsNormBackwardAccumulate(kernels::Ptr, kernels::Ptr, kernels::ConstPtr, kernels::ConstPtr,
+                                   kernels::ConstPtr, const float*, int, int) override {
+        noOperators();
+    }
+    void rotaryEmbedding(kernels::Ptr, const float*, const float*, int, int, int, int, int,
+                         bool) override {
+        noOperators();
+    }
+    void swigluForward(kernels::Ptr, kernels::ConstPtr, int, int) override { noOperators(); }
+    void swigluBackward(kernels::Ptr, kernels::ConstPtr, kernels::ConstPtr, int, int) override {
+        noOperators();
+    }
     void add(kernels::Ptr, kernels::ConstPtr, kernels::ConstPtr, std::size_t) override {
         noOperators();
     }

@@ -311,6 +311,16 @@ Session sessionFromJson(const nlohmann::json& j) {
     if (j.contains("model_origin"))
         s.modelOrigin = readPart<std::string>(j, "model_origin");
     s.model = readPart<ModelSpec>(j, "model");
+    // Written before models carried their rotary settings and norm epsilon: a preset's are its
+    // file's (a preset no longer shipped keeps the defaults; no planner figure depends on them).
+    if (s.modelSource == ModelSource::Preset && !j["model"].contains("rope_theta")) {
+        for (const ModelSpec& preset : modelPresets())
+            if (preset.id == s.model.id) {
+                s.model.ropeTheta = preset.ropeTheta;
+                s.model.ropeScaling = preset.ropeScaling;
+                s.model.normEps = preset.normEps;
+            }
+    }
     s.cluster = readPart<ClusterSpec>(j, "cluster");
     if (version < 2)
         addPresetMatmulCeiling(s.cluster.gpu);

@@ -361,6 +361,22 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
             m.dropout = true;
     }
 
+    // What the engine computes with: rotary embedding's base and long-context scaling
+    // (rope_type, or type in older configs), and the norms' epsilon.
+    m.ropeTheta = r.number({"rope_theta", "rotary_emb_base"}).value_or(10000);
+    if (const auto eps = r.number({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}))
+        m.normEps = *eps;
+    if (const auto [key, scaling] = r.find({"rope_scaling"}); scaling && scaling->is_object()) {
+        ConfigReader s(*scaling);
+        m.ropeScaling.type = s.text({"rope_type", "type"}).value_or("unknown");
+        m.ropeScaling.factor = s.number({"factor"}).value_or(1);
+        m.ropeScaling.lowFreqFactor = s.number({"low_freq_factor"}).value_or(1);
+        m.ropeScaling.highFreqFactor = s.number({"high_freq_factor"}).value_or(4);
+        m.ropeScaling.originalMaxPositions =
+            int(s.whole({"original_max_position_embeddings"}, false).value_or(8192));
+        s.throwIfAny(what + ": rope_scaling");
+    }
+
     // Mixture of experts: Mixtral (num_local_experts), Qwen2-MoE (num_experts, a shared expert
     // as wide as shared_expert_intermediate_size), DeepSeek (n_routed_experts, n_shared_experts).
     const auto experts =

@@ -318,6 +318,16 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
 
     r.whole("mtp_modules", m.mtpModules, 0, 64);
 
+    r.number("rope_theta", m.ropeTheta, {1, 1e12, true});
+    r.number("norm_eps", m.normEps, {0, 0.1, true});
+    const Reader scaling = r.child("rope_scaling");
+    scaling.text("type", m.ropeScaling.type);
+    scaling.number("factor", m.ropeScaling.factor, {0, 1e6, true});
+    scaling.number("low_freq_factor", m.ropeScaling.lowFreqFactor, {0, 1e6, true});
+    scaling.number("high_freq_factor", m.ropeScaling.highFreqFactor, {0, 1e6, true});
+    scaling.whole("original_max_position_embeddings", m.ropeScaling.originalMaxPositions, 1,
+                  kMaxSeqLen);
+
     const Reader mla = r.child("mla");
     mla.whole("q_lora_rank", m.mla.qLoraRank, 0, kMaxHidden);
     mla.whole("kv_lora_rank", m.mla.kvLoraRank, 0, kMaxHidden);
@@ -335,6 +345,11 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
         p.invalid("head_dim: hidden (" + std::to_string(m.hidden) +
                   ") is not divisible by heads (" + std::to_string(m.heads) +
                   "); give head_dim explicitly");
+    if (m.ropeScaling.isLlama3() && m.ropeScaling.highFreqFactor <= m.ropeScaling.lowFreqFactor)
+        p.invalid("rope_scaling: Llama 3 scaling needs high_freq_factor above low_freq_factor, "
+                  "got " +
+                  std::to_string(m.ropeScaling.highFreqFactor) + " and " +
+                  std::to_string(m.ropeScaling.lowFreqFactor));
     if (m.moe.experts > 0 && (m.moe.topK < 1 || m.moe.topK > m.moe.experts))
         p.invalid("moe.top_k: expected a whole number from 1 to moe.experts (" +
                   std::to_string(m.moe.experts) + "), got " + std::to_string(m.moe.topK));
@@ -400,6 +415,15 @@ void to_json(json& j, const ModelSpec& m) {
                         {"first_dense_layers", m.moe.firstDenseLayers}};
         if (m.mtpModules > 0)
             j["mtp_modules"] = m.mtpModules;
+        j["rope_theta"] = m.ropeTheta;
+        j["norm_eps"] = m.normEps;
+        if (m.ropeScaling.enabled())
+            j["rope_scaling"] = {
+                {"type", m.ropeScaling.type},
+                {"factor", m.ropeScaling.factor},
+                {"low_freq_factor", m.ropeScaling.lowFreqFactor},
+                {"high_freq_factor", m.ropeScaling.highFreqFactor},
+                {"original_max_position_embeddings", m.ropeScaling.originalMaxPositions}};
         if (m.mla.enabled() || m.mla.qLoraRank || m.mla.qkHeadDim() || m.mla.vHeadDim)
             j["mla"] = {{"q_lora_rank", m.mla.qLoraRank},
                         {"kv_lora_rank", m.mla.kvLoraRank},

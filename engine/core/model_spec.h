@@ -41,6 +41,22 @@ struct MlaSpec {
 // layers are Moe, after its first dense ones.
 enum class LayerKind { Dense, Moe };
 
+// How a model stretches its rotary embedding's wavelengths for contexts longer than it was
+// trained on (Hugging Face's rope_scaling). "llama3" (Meta's apply_scaling, Llama 3.1 on):
+// wavelengths longer than originalMaxPositions / lowFreqFactor are `factor` times longer, those
+// shorter than originalMaxPositions / highFreqFactor kept, those between blended. Any other type
+// ("yarn", "linear", ...) is kept by name: the planner's figures do not depend on it, and the
+// engine refuses to train with a scaling it does not compute.
+struct RopeScaling {
+    std::string type; // "" for none
+    double factor = 1;
+    double lowFreqFactor = 1;
+    double highFreqFactor = 4;
+    int originalMaxPositions = 8192;
+    bool enabled() const { return !type.empty(); }
+    bool isLlama3() const { return type == "llama3"; }
+};
+
 struct ModelSpec {
     std::string id; // preset id, "llama3-8b"; empty for custom or imported models
     std::string name;
@@ -62,6 +78,12 @@ struct ModelSpec {
     bool outputBias = false;    // bias on the attention output projection
     bool mlpBias = false;
     bool dropout = false; // dropout masks are stored as activations when on
+    // Rotary embedding's base (rope_theta) and long-context scaling, and the norms' epsilon
+    // (rms_norm_eps, layer_norm_epsilon): what the engine computes with; no planner figure
+    // depends on them.
+    double ropeTheta = 10000;
+    RopeScaling ropeScaling;
+    double normEps = 1e-5;
     MoeSpec moe;
     MlaSpec mla;
     // Multi-token prediction modules (DeepSeek-V3's num_nextn_predict_layers, Megatron-Core's

@@ -23,7 +23,11 @@ std::vector<double> rotaryInverseFrequencies(double theta, int headDim,
     if (!scaling.enabled())
         return inv;
     const RopeScaling& s = scaling;
-    if (!std::isfinite(s.factor) || !(s.lowFreqFactor > 0) ||
+    if (!s.isLlama3())
+        throw InputError("rotary embedding: rope_scaling type \"" + s.type +
+                         "\" is not one the engine computes (llama3 is); train at the model's "
+                         "original context without it");
+    if (!(s.factor > 0) || !std::isfinite(s.factor) || !(s.lowFreqFactor > 0) ||
         !(s.highFreqFactor > s.lowFreqFactor) || s.originalMaxPositions <= 0)
         throw InputError("rotary embedding: Llama 3 scaling needs factor > 0, 0 < "
                          "low_freq_factor < high_freq_factor and "

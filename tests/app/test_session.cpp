@@ -231,6 +231,43 @@ TEST(Session, AssumedMfuRoundTripsAndIsChecked) {
     }
 }
 
+TEST(Session, MemoryHeadroomRoundTripsAndIsChecked) {
+    Session s = defaultSession();
+    EXPECT_EQ(s.planInputs().assume.memoryHeadroom, 0);
+    EXPECT_FALSE(sessionToJson(s).contains("memory_headroom"));
+    s.memoryHeadroom = 0.15;
+    const Session back = sessionFromJson(sessionToJson(s));
+    EXPECT_DOUBLE_EQ(back.memoryHeadroom, 0.15);
+    EXPECT_DOUBLE_EQ(back.planInputs().assume.memoryHeadroom, 0.15);
+    for (const nlohmann::json& bad :
+         {nlohmann::json(0.95), nlohmann::json(-0.1), nlohmann::json("some")}) {
+        nlohmann::json j = sessionToJson(s);
+        j["memory_headroom"] = bad;
+        try {
+            sessionFromJson(j);
+            ADD_FAILURE() << "accepted memory_headroom " << bad.dump();
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("memory_headroom"), std::string::npos) << e.what();
+        }
+    }
+}
+
+// A session written before models carried their rotary settings: a preset model takes its
+// preset's (Llama 3 70B's base is 500000), anything else keeps what it says or the defaults.
+TEST(Session, OlderPresetModelsTakeTheirPresetsRotarySettings) {
+    nlohmann::json j = sessionToJson(defaultSession());
+    ASSERT_EQ(j["model"]["id"], "llama3-70b");
+    EXPECT_EQ(j["model"]["rope_theta"], 500000.0);
+    j["model"].erase("rope_theta");
+    j["model"].erase("norm_eps");
+    EXPECT_EQ(sessionFromJson(j).model.ropeTheta, 500000);
+    j["model_source"] = "custom";
+    EXPECT_EQ(sessionFromJson(j).model.ropeTheta, 10000);
+    j["model_source"] = "preset";
+    j["model"]["rope_theta"] = 20000.0; // what a file says wins
+    EXPECT_EQ(sessionFromJson(j).model.ropeTheta, 20000);
+}
+
 // The FLOP count MFU uses travels with the session; one written before it reads as the
 // planner's own; a name that is none of them is refused with the names.
 TEST(Session, FlopsConventionRoundTripsAndIsChecked) {

@@ -72,6 +72,13 @@ inline void expectSame(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(a.moe.expertFfn, b.moe.expertFfn);
     EXPECT_EQ(a.moe.firstDenseLayers, b.moe.firstDenseLayers);
     EXPECT_EQ(a.mtpModules, b.mtpModules);
+    EXPECT_EQ(a.ropeTheta, b.ropeTheta);
+    EXPECT_EQ(a.normEps, b.normEps);
+    EXPECT_EQ(a.ropeScaling.type, b.ropeScaling.type);
+    EXPECT_EQ(a.ropeScaling.factor, b.ropeScaling.factor);
+    EXPECT_EQ(a.ropeScaling.lowFreqFactor, b.ropeScaling.lowFreqFactor);
+    EXPECT_EQ(a.ropeScaling.highFreqFactor, b.ropeScaling.highFreqFactor);
+    EXPECT_EQ(a.ropeScaling.originalMaxPositions, b.ropeScaling.originalMaxPositions);
     EXPECT_EQ(a.mla.qLoraRank, b.mla.qLoraRank);
     EXPECT_EQ(a.mla.kvLoraRank, b.mla.kvLoraRank);
     EXPECT_EQ(a.mla.qkNopeHeadDim, b.mla.qkNopeHeadDim);

@@ -108,6 +108,51 @@ TEST(HfImport, LlamaFamilies) {
     EXPECT_EQ(mixtral.expertFfn(), 14336);
 }
 
+// What the engine computes with: rotary embedding's base and long-context scaling, and the norms'
+// epsilon, as each config states them (or transformers' defaults).
+TEST(HfImport, RotaryBaseScalingAndNormEpsilon) {
+    const ModelSpec llama3 = importFixture("llama-3-8b");
+    EXPECT_EQ(llama3.ropeTheta, 500000);
+    EXPECT_FALSE(llama3.ropeScaling.enabled()); // "rope_scaling": null
+    EXPECT_EQ(llama3.normEps, 1e-5);
+
+    const ModelSpec llama31 = importFixture("llama-3.1-8b");
+    EXPECT_TRUE(llama31.ropeScaling.isLlama3());
+    EXPECT_EQ(llama31.ropeScaling.factor, 8);
+    EXPECT_EQ(llama31.ropeScaling.lowFreqFactor, 1);
+    EXPECT_EQ(llama31.ropeScaling.highFreqFactor, 4);
+    EXPECT_EQ(llama31.ropeScaling.originalMaxPositions, 8192);
+
+    const ModelSpec deepseek = importFixture("deepseek-v2.5"); // YaRN: kept by name
+    EXPECT_EQ(deepseek.ropeScaling.type, "yarn");
+    EXPECT_EQ(deepseek.ropeScaling.factor, 40);
+    EXPECT_EQ(deepseek.ropeScaling.originalMaxPositions, 4096);
+    EXPECT_EQ(deepseek.normEps, 1e-6);
+
+    const ModelSpec qwen = importFixture("qwen2-7b");
+    EXPECT_EQ(qwen.ropeTheta, 1e6);
+    EXPECT_EQ(qwen.normEps, 1e-6);
+    EXPECT_EQ(importFixture("gpt2").normEps, 1e-5); // layer_norm_epsilon
+
+    json config = llamaConfig(); // neither given: transformers' defaults
+    config.erase("rms_norm_eps");
+    const ModelSpec defaults = modelFromHuggingFace(config, "test");
+    EXPECT_EQ(defaults.ropeTheta, 10000);
+    EXPECT_EQ(defaults.normEps, 1e-5);
+
+    config["rope_theta"] = "fast";
+    EXPECT_NE(importError(config).find("rope_theta"), std::string::npos);
+    config["rope_theta"] = 0.5;
+    EXPECT_NE(importError(config).find("rope_theta"), std::string::npos);
+    config["rope_theta"] = 500000;
+    config["rope_scaling"] = {
+        {"rope_type", "llama3"}, {"factor", 8}, {"low_freq_factor", 4}, {"high_freq_factor", 1}};
+    EXPECT_NE(importError(config).find("high_freq_factor above low_freq_factor"),
+              std::string::npos);
+    config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", "eight"}};
+    EXPECT_NE(importError(config).find("factor"), std::string::npos);
+}
+
 TEST(HfImport, Qwen2HasBiasOnQkvOnly) {
     const ModelSpec m = importFixture("qwen2-7b");
     EXPECT_TRUE(m.attentionBias);

@@ -137,6 +137,9 @@ TEST(ModelJson, RoundTripsEveryField) {
     m.attentionBias = m.outputBias = m.mlpBias = m.dropout = true;
     m.moe = {16, 2, 1, 2048, 3};
     m.mtpModules = 2;
+    m.ropeTheta = 500000;
+    m.ropeScaling = {"llama3", 8, 1, 4, 8192};
+    m.normEps = 1e-6;
     m.publishedParams = 1.25e10;
     m.source = "a test";
     expectSame(roundTrip(m), m);
@@ -282,6 +285,27 @@ TEST(ModelJson, ChecksFieldsAgainstEachOther) {
     j["moe"] = {{"experts", 8}, {"top_k", 2}, {"first_dense_layers", -1}};
     EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("first_dense_layers"),
               std::string::npos);
+}
+
+// The rotary base, its scaling and the norms' epsilon are read with their bounds.
+TEST(ModelJson, RotaryAndNormSettingsAreChecked) {
+    const ModelSpec defaults = llamaJson().get<ModelSpec>();
+    EXPECT_EQ(defaults.ropeTheta, 10000);
+    EXPECT_FALSE(defaults.ropeScaling.enabled());
+    EXPECT_EQ(defaults.normEps, 1e-5);
+    json j = llamaJson();
+    j["rope_theta"] = 1;
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("rope_theta"), std::string::npos);
+    j = llamaJson();
+    j["norm_eps"] = 0;
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("norm_eps"), std::string::npos);
+    j = llamaJson();
+    j["rope_scaling"] = {
+        {"type", "llama3"}, {"factor", 8}, {"low_freq_factor", 4}, {"high_freq_factor", 4}};
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("high_freq_factor above"),
+              std::string::npos);
+    j["rope_scaling"] = "llama3";
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("rope_scaling"), std::string::npos);
 }
 
 TEST(ModelJson, NotAnObject) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 namespace shardscope {
 namespace {
@@ -52,6 +53,33 @@ TEST(Presets, IdsAreUniqueAndEveryPresetIsComplete) {
 // The network comes with the GPU's generation, as the reference systems ship it: DGX A100 has
 // one 200 Gb/s HDR NIC per GPU, DGX H100 and DGX H200 one 400 Gb/s NDR NIC per GPU (NVIDIA's
 // datasheets), unless the cluster sets another.
+// The rotary base, scaling and norm epsilon of the presets are their configs': the same as the
+// Hugging Face config.json fixtures import.
+TEST(Presets, RotarySettingsAreTheirConfigs) {
+    for (const auto& [preset, fixture] : {std::pair{"llama3-8b", "llama-3-8b"},
+                                          {"llama3-70b", "llama-3-70b"},
+                                          {"llama2-7b", "llama-2-7b"},
+                                          {"mistral-7b", "mistral-7b-v0.1"},
+                                          {"mixtral-8x7b", "mixtral-8x7b-v0.1"}}) {
+        const ModelSpec p = findModelPreset(preset);
+        const ModelSpec hf = modelFromHuggingFace(
+            readJsonFile((test::hfDataDir() / (std::string(fixture) + ".json")).string()), fixture);
+        EXPECT_EQ(p.ropeTheta, hf.ropeTheta) << preset;
+        EXPECT_EQ(p.normEps, hf.normEps) << preset;
+        EXPECT_EQ(p.ropeScaling.type, hf.ropeScaling.type) << preset;
+    }
+    // Llama 3.1's 405B stretches its slow wavelengths as the 3.1 8B config says.
+    const ModelSpec big = findModelPreset("llama3-405b");
+    const ModelSpec hf31 = modelFromHuggingFace(
+        readJsonFile((test::hfDataDir() / "llama-3.1-8b.json").string()), "llama-3.1-8b");
+    EXPECT_TRUE(big.ropeScaling.isLlama3());
+    EXPECT_EQ(big.ropeScaling.factor, hf31.ropeScaling.factor);
+    EXPECT_EQ(big.ropeScaling.lowFreqFactor, hf31.ropeScaling.lowFreqFactor);
+    EXPECT_EQ(big.ropeScaling.highFreqFactor, hf31.ropeScaling.highFreqFactor);
+    EXPECT_EQ(big.ropeScaling.originalMaxPositions, hf31.ropeScaling.originalMaxPositions);
+    EXPECT_EQ(big.ropeTheta, hf31.ropeTheta);
+}
+
 TEST(Presets, TheNetworkFollowsTheGpuGeneration) {
     EXPECT_DOUBLE_EQ(makeCluster(findGpuPreset("a100-80gb"), 8, 4).interBandwidth, 200e9 / 8);
     EXPECT_DOUBLE_EQ(makeCluster(findGpuPreset("a100-40gb"), 8, 4).interBandwidth, 200e9 / 8);

@@ -60,7 +60,7 @@ TEST(CudaLlamaOps, RotaryEmbeddingMatchesTheCpu) {
     SKIP_WITHOUT_GPU();
     auto cpu = kernels::makeCpuOps(1);
     const int B = 2, T = 33, heads = 40, d = 128, stride = 48 * d;
-    const RotaryTables tables = rotaryTables(500000, d, T, RopeScaling{8, 1, 4, 8192});
+    const RotaryTables tables = rotaryTables(500000, d, T, RopeScaling{"llama3", 8, 1, 4, 8192});
     Tensor cos(DType::F32, tables.cos), sin(DType::F32, tables.sin);
     for (DType type : kTypes)
         for (bool inverse : {false, true}) {

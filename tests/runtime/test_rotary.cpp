@@ -22,7 +22,7 @@ TEST(Rotary, FrequenciesFallGeometricallyFromOne) {
 // positions, head size 128. Wavelengths under 2048 keep their frequency, over 8192 are eight
 // times slower, and between them the scaled frequency moves from one to the other.
 TEST(Rotary, Llama3ScalingStretchesOnlyTheSlowWavelengths) {
-    const RopeScaling llama31{8, 1, 4, 8192};
+    const RopeScaling llama31{"llama3", 8, 1, 4, 8192};
     const auto plain = rotaryInverseFrequencies(500000, 128);
     const auto scaled = rotaryInverseFrequencies(500000, 128, llama31);
     ASSERT_EQ(scaled.size(), 64u);
@@ -53,7 +53,7 @@ TEST(Rotary, Llama3ScalingStretchesOnlyTheSlowWavelengths) {
 }
 
 TEST(Rotary, TablesHoldTheCosineAndSineOfEachPositionsAngle) {
-    const RopeScaling llama31{8, 1, 4, 8192};
+    const RopeScaling llama31{"llama3", 8, 1, 4, 8192};
     const auto f = rotaryInverseFrequencies(500000, 16, llama31);
     const RotaryTables t = rotaryTables(500000, 16, 40, llama31);
     ASSERT_EQ(t.cos.size(), 40u * 8);
@@ -84,10 +84,15 @@ TEST(Rotary, BadSettingsSayWhatIsWrong) {
     refuses([] { rotaryInverseFrequencies(std::nan(""), 64); }, "rope_theta");
     refuses(
         [] {
-            rotaryInverseFrequencies(10000, 64, RopeScaling{8, 4, 1, 8192});
+            rotaryInverseFrequencies(10000, 64, RopeScaling{"llama3", 8, 4, 1, 8192});
         },
         "low_freq_factor < high_freq_factor");
     refuses([] { rotaryTables(10000, 64, -1); }, "sequence length");
+    refuses(
+        [] {
+            rotaryInverseFrequencies(10000, 128, RopeScaling{"yarn", 40, 1, 4, 4096});
+        },
+        "\"yarn\" is not one the engine computes");
 }
 
 } // namespace

@@ -193,6 +193,18 @@ public:
     // dgateUp[N,2F] = gradient (overwrites)
     virtual void swigluBackward(Ptr dgateUp, ConstPtr gateUp, ConstPtr dout, int N, int F) = 0;
 
+    // ---- grouped-query attention (Ainslie et al. 2023) through the multi-head attention above:
+    // each of the N rows of qkv holds `heads` query heads, then kvHeads key heads, then kvHeads
+    // value heads, headDim wide; expanded rows hold 3 x heads heads, query head h keeping its
+    // place and meeting key and value head h / (heads / kvHeads), as Hugging Face's repeat_kv
+    // deals them. heads is a multiple of kvHeads.
+    virtual void expandKvHeads(Ptr expanded, ConstPtr qkv, int N, int heads, int kvHeads,
+                               int headDim) = 0;
+    // dqkv[N, (heads + 2 kvHeads) headDim] = the expanded rows' gradient, each key and value
+    // head's summed over the query heads it served, in order (overwrites)
+    virtual void sumKvHeadGradients(Ptr dqkv, ConstPtr dexpanded, int N, int heads, int kvHeads,
+                                    int headDim) = 0;
+
     // ---- out = a + b, and x += y
     virtual void add(Ptr out, ConstPtr a, ConstPtr b, std::size_t n) = 0;
     virtual void addInPlace(Ptr x, ConstPtr y, std::size_t n) = 0;

@@ -514,6 +514,21 @@ public:
                          F);
     }
 
+    void expandKvHeads(Ptr expanded, ConstPtr qkv, int N, int heads, int kvHeads,
+                       int headDim) override {
+        Fp32Views v(wide_);
+        expandKvHeads32(v.out(expanded, rows(1, N, 3 * heads * headDim)),
+                        v.in(qkv, rows(1, N, (heads + 2 * kvHeads) * headDim)), N, heads, kvHeads,
+                        headDim);
+    }
+    void sumKvHeadGradients(Ptr dqkv, ConstPtr dexpanded, int N, int heads, int kvHeads,
+                            int headDim) override {
+        Fp32Views v(wide_);
+        sumKvHeadGradients32(v.out(dqkv, rows(1, N, (heads + 2 * kvHeads) * headDim)),
+                             v.in(dexpanded, rows(1, N, 3 * heads * headDim)), N, heads, kvHeads,
+                             headDim);
+    }
+
     void add(Ptr out, ConstPtr a, ConstPtr b, size_t n) override {
         Fp32Views v(wide_);
         add32(v.out(out, n), v.in(a, n), v.in(b, n), n);
@@ -784,6 +799,43 @@ public:
                 dgate[i] = d[i] * up[i] * s * (1.0f + a * (1.0f - s));
                 dup[i] = d[i] * a * s;
             }
+        }
+    }
+
+    void expandKvHeads32(float* out, const float* qkv, int N, int H, int KV, int d) {
+        const int group = H / KV;
+        const size_t q = size_t(H) * size_t(d), kv = size_t(KV) * size_t(d),
+                     bytes = size_t(d) * sizeof(float);
+#pragma omp parallel for
+        for (int n = 0; n < N; ++n) {
+            const float* in = qkv + size_t(n) * (q + 2 * kv);
+            float* o = out + size_t(n) * 3 * q;
+            std::memcpy(o, in, q * sizeof(float));
+            for (int h = 0; h < H; ++h) {
+                const size_t from = size_t(h / group) * size_t(d), to = size_t(h) * size_t(d);
+                std::memcpy(o + q + to, in + q + from, bytes);
+                std::memcpy(o + 2 * q + to, in + q + kv + from, bytes);
+            }
+        }
+    }
+
+    void sumKvHeadGradients32(float* dqkv, const float* dexpanded, int N, int H, int KV, int d) {
+        const int group = H / KV;
+        const size_t q = size_t(H) * size_t(d), kv = size_t(KV) * size_t(d);
+#pragma omp parallel for
+        for (int n = 0; n < N; ++n) {
+            const float* in = dexpanded + size_t(n) * 3 * q;
+            float* o = dqkv + size_t(n) * (q + 2 * kv);
+            std::memcpy(o, in, q * sizeof(float));
+            for (int part = 0; part < 2; ++part) // keys, then values
+                for (int k = 0; k < KV; ++k)
+                    for (int i = 0; i < d; ++i) {
+                        float sum = 0.0f;
+                        for (int g = 0; g < group; ++g)
+                            sum += in[size_t(1 + part) * q + size_t(k * group + g) * size_t(d) +
+                                      size_t(i)];
+                        o[q + size_t(part) * kv + size_t(k) * size_t(d) + size_t(i)] = sum;
+                    }
         }
     }
 

@@ -263,6 +263,14 @@ public:
     void swigluBackward(Ptr dgateUp, ConstPtr gateUp, ConstPtr dout, int N, int F) override {
         cuda::swigluBackward(dgateUp, gateUp, dout, N, F, s());
     }
+    void expandKvHeads(Ptr expanded, ConstPtr qkv, int N, int heads, int kvHeads,
+                       int headDim) override {
+        cuda::expandKvHeads(expanded, qkv, N, heads, kvHeads, headDim, s());
+    }
+    void sumKvHeadGradients(Ptr dqkv, ConstPtr dexpanded, int N, int heads, int kvHeads,
+                            int headDim) override {
+        cuda::sumKvHeadGradients(dqkv, dexpanded, N, heads, kvHeads, headDim, s());
+    }
     void add(Ptr out, ConstPtr a, ConstPtr b, std::size_t n) override {
         cuda::add(out, a, b, n, s());
     }

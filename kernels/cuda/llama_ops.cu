@@ -104,6 +104,42 @@ __global__ void swigluBackwardKernel(G* dgateUp, const In* gateUp, const D* dout
     }
 }
 
+// One thread per expanded element: query elements keep their place, key and value head h read
+// head h / group.
+template <typename Out, typename In>
+__global__ void expandKvHeadsKernel(Out* out, const In* qkv, int H, int KV, int d, std::size_t n) {
+    const std::size_t q = std::size_t(H) * d, kv = std::size_t(KV) * d, group = H / KV;
+    SHARDSCOPE_GRID_STRIDE(k, n) {
+        const std::size_t row = k / (3 * q), col = k % (3 * q);
+        const std::size_t part = col / q, within = col % q;
+        const std::size_t head = within / d, i = within % d;
+        const std::size_t from = part == 0 ? within : q + (part - 1) * kv + (head / group) * d + i;
+        store(out, k, load(qkv, row * (q + 2 * kv) + from));
+    }
+}
+
+// One thread per compact element: a query's gradient copied, a key's or value's summed over its
+// group in order.
+template <typename Out, typename In>
+__global__ void sumKvHeadGradientsKernel(Out* dqkv, const In* dexpanded, int H, int KV, int d,
+                                         std::size_t n) {
+    const std::size_t q = std::size_t(H) * d, kv = std::size_t(KV) * d, group = H / KV;
+    SHARDSCOPE_GRID_STRIDE(k, n) {
+        const std::size_t row = k / (q + 2 * kv), col = k % (q + 2 * kv);
+        const In* in = dexpanded + row * 3 * q;
+        if (col < q) {
+            store(dqkv, k, load(in, col));
+            continue;
+        }
+        const std::size_t part = (col - q) / kv, within = (col - q) % kv;
+        const std::size_t head = within / d, i = within % d;
+        float sum = 0.0f;
+        for (std::size_t g = 0; g < group; ++g)
+            sum += load(in, (1 + part) * q + (head * group + g) * d + i);
+        store(dqkv, k, sum);
+    }
+}
+
 void sameType(kernels::DType a, kernels::DType b, const char* what) {
     if (a != b)
         throw std::logic_error(std::string("RMSNorm: ") + what + " must share one type");
@@ -189,6 +225,34 @@ void swigluBackward(kernels::Ptr dgateUp, kernels::ConstPtr gateUp, kernels::Con
         });
     });
     checkLaunch("swigluBackward");
+}
+
+void expandKvHeads(kernels::Ptr expanded, kernels::ConstPtr qkv, int N, int heads, int kvHeads,
+                   int headDim, void* stream) {
+    const std::size_t n = std::size_t(N) * 3 * std::size_t(heads) * std::size_t(headDim);
+    if (n == 0)
+        return;
+    withElements(expanded, [&](auto* o) {
+        withElements(qkv, [&](const auto* x) {
+            expandKvHeadsKernel<<<blocksFor(n), kThreads, 0, streamOf(stream)>>>(
+                o, x, heads, kvHeads, headDim, n);
+        });
+    });
+    checkLaunch("expandKvHeads");
+}
+
+void sumKvHeadGradients(kernels::Ptr dqkv, kernels::ConstPtr dexpanded, int N, int heads,
+                        int kvHeads, int headDim, void* stream) {
+    const std::size_t n = std::size_t(N) * std::size_t(heads + 2 * kvHeads) * std::size_t(headDim);
+    if (n == 0)
+        return;
+    withElements(dqkv, [&](auto* o) {
+        withElements(dexpanded, [&](const auto* d) {
+            sumKvHeadGradientsKernel<<<blocksFor(n), kThreads, 0, streamOf(stream)>>>(
+                o, d, heads, kvHeads, headDim, n);
+        });
+    });
+    checkLaunch("sumKvHeadGradients");
 }
 
 } // namespace shardscope::cuda

@@ -26,4 +26,11 @@ void swigluForward(kernels::Ptr out, kernels::ConstPtr gateUp, int N, int F, voi
 void swigluBackward(kernels::Ptr dgateUp, kernels::ConstPtr gateUp, kernels::ConstPtr dout, int N,
                     int F, void* stream);
 
+// Grouped-query attention's key and value heads repeated to every query head, and the
+// gradients summed back (see kernels::Ops).
+void expandKvHeads(kernels::Ptr expanded, kernels::ConstPtr qkv, int N, int heads, int kvHeads,
+                   int headDim, void* stream);
+void sumKvHeadGradients(kernels::Ptr dqkv, kernels::ConstPtr dexpanded, int N, int heads,
+                        int kvHeads, int headDim, void* stream);
+
 } // namespace shardscope::cuda

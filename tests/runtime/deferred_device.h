@@ -225,6 +225,14 @@ public:
                         int N, int F) override {
         later([=, this] { cpu_->swigluBackward(dgateUp, gateUp, dout, N, F); });
     }
+    void expandKvHeads(kernels::Ptr expanded, kernels::ConstPtr qkv, int N, int heads, int kvHeads,
+                       int headDim) override {
+        later([=, this] { cpu_->expandKvHeads(expanded, qkv, N, heads, kvHeads, headDim); });
+    }
+    void sumKvHeadGradients(kernels::Ptr dqkv, kernels::ConstPtr dexpanded, int N, int heads,
+                            int kvHeads, int headDim) override {
+        later([=, this] { cpu_->sumKvHeadGradients(dqkv, dexpanded, N, heads, kvHeads, headDim); });
+    }
     void add(kernels::Ptr out, kernels::ConstPtr a, kernels::ConstPtr b, std::size_t n) override {
         later([=, this] { cpu_->add(out, a, b, n); });
     }

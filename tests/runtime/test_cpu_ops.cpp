@@ -587,5 +587,87 @@ TEST(CpuOpsBf16, LlamaOperatorsComputeInFp32AndRoundOnce) {
     EXPECT_EQ(q.bits, roundedBits(turned));
 }
 
+// Causal grouped-query attention in double from its definition: query head h of a row attends
+// the keys and values of kv head h / (H / KV) at every position up to its own.
+std::vector<double> gqaReference(const std::vector<double>& qkv, int B, int T, int H, int KV,
+                                 int d) {
+    const int row = (H + 2 * KV) * d, group = H / KV;
+    std::vector<double> out(std::size_t(B) * T * H * d, 0.0);
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h)
+            for (int t = 0; t < T; ++t) {
+                const double* q = &qkv[(b * T + t) * row + h * d];
+                std::vector<double> p(t + 1);
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= t; ++j) {
+                    const double* k = &qkv[(b * T + j) * row + H * d + (h / group) * d];
+                    double s = 0;
+                    for (int i = 0; i < d; ++i)
+                        s += q[i] * k[i];
+                    p[j] = s / std::sqrt(double(d));
+                    mx = std::max(mx, p[j]);
+                }
+                for (double& x : p)
+                    sum += (x = std::exp(x - mx));
+                for (int j = 0; j <= t; ++j) {
+                    const double* v = &qkv[(b * T + j) * row + (H + KV) * d + (h / group) * d];
+                    for (int i = 0; i < d; ++i)
+                        out[(b * T + t) * H * d + h * d + i] += p[j] / sum * v[i];
+                }
+            }
+    return out;
+}
+
+// Expanding the kv heads and running the multi-head attention is grouped-query attention, and
+// summing the expanded gradient back is its gradient (against finite differences of the
+// reference); with as many kv heads as heads the expansion changes nothing.
+TEST(CpuOps, GroupedQueryAttentionThroughExpandedKvHeads) {
+    auto ops = makeCpuOps(2);
+    const int B = 2, T = 5, H = 4, KV = 2, d = 3, C = H * d, N = B * T, row = (H + 2 * KV) * d;
+    const auto qkv = randomVector(N * row, 61), dout = randomVector(N * C, 62);
+    std::vector<float> expanded(N * 3 * C), out(N * C), probs(B * H * T * T);
+    ops->expandKvHeads(expanded.data(), qkv.data(), N, H, KV, d);
+    ops->attentionForward(out.data(), probs.data(), expanded.data(), B, T, C, H);
+    const auto want = gqaReference(toDouble(qkv), B, T, H, KV, d);
+    for (int i = 0; i < N * C; ++i)
+        EXPECT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+
+    std::vector<float> dexpanded(N * 3 * C), dqkv(N * row, 9.0f); // overwritten
+    ops->attentionBackward(dexpanded.data(), dout.data(), expanded.data(), probs.data(), B, T, C,
+                           H);
+    ops->sumKvHeadGradients(dqkv.data(), dexpanded.data(), N, H, KV, d);
+    const auto numeric = numericGradient(toDouble(qkv), dout, [&](const std::vector<double>& v) {
+        return gqaReference(v, B, T, H, KV, d);
+    });
+    for (int i = 0; i < N * row; ++i)
+        EXPECT_NEAR(dqkv[i], numeric[i], 1e-4 * (1 + std::fabs(numeric[i]))) << i;
+
+    const auto mha = randomVector(N * 3 * C, 63);
+    std::vector<float> same(N * 3 * C), back(N * 3 * C);
+    ops->expandKvHeads(same.data(), mha.data(), N, H, H, d);
+    EXPECT_EQ(same, mha);
+    ops->sumKvHeadGradients(back.data(), mha.data(), N, H, H, d);
+    EXPECT_EQ(back, mha);
+}
+
+// On bf16 storage the expansion copies bits, and the gradient sums round once.
+TEST(CpuOpsBf16, KvHeadExpansionCopiesBitsAndSumsRoundOnce) {
+    auto ops = makeCpuOps(2);
+    const int N = 6, H = 8, KV = 2, d = 16, row = (H + 2 * KV) * d;
+    Bf16Values qkv = bf16Of(randomVector(N * row, 64));
+    std::vector<std::uint16_t> expanded(N * 3 * H * d);
+    std::vector<float> wide(N * 3 * H * d);
+    ops->expandKvHeads({expanded.data(), DType::BF16}, qkv.ptr(), N, H, KV, d);
+    ops->expandKvHeads(wide.data(), qkv.wide.data(), N, H, KV, d);
+    EXPECT_EQ(expanded, roundedBits(wide)); // exact: every value was already a bf16 value
+
+    Bf16Values dexpanded = bf16Of(randomVector(N * 3 * H * d, 65));
+    std::vector<std::uint16_t> dqkv(N * row);
+    std::vector<float> dqkvWide(N * row);
+    ops->sumKvHeadGradients({dqkv.data(), DType::BF16}, dexpanded.ptr(), N, H, KV, d);
+    ops->sumKvHeadGradients(dqkvWide.data(), dexpanded.wide.data(), N, H, KV, d);
+    EXPECT_EQ(dqkv, roundedBits(dqkvWide));
+}
+
 } // namespace
 } // namespace shardscope::kernels

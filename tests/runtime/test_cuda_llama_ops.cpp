@@ -92,5 +92,30 @@ TEST(CudaLlamaOps, SwigluMatchesTheCpu) {
         }
 }
 
+// Grouped-query attention's kv heads expanded and their gradients summed back: Llama 3 8B's 32
+// heads over 8 kv heads of 128, heads that group by 3, and one of everything.
+TEST(CudaLlamaOps, KvHeadExpansionAndGradientSumsMatchTheCpu) {
+    SKIP_WITHOUT_GPU();
+    auto cpu = kernels::makeCpuOps(1);
+    struct Shape {
+        int N, H, KV, d;
+    };
+    for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{5, 6, 2, 5}, Shape{7, 32, 8, 128}})
+        for (DType type : kTypes) {
+            const std::string what = "N " + std::to_string(s.N) + " heads " + std::to_string(s.H) +
+                                     "/" + std::to_string(s.KV) + ", " + kernels::toString(type);
+            const std::size_t compact = std::size_t(s.N) * (s.H + 2 * s.KV) * s.d,
+                              wide = std::size_t(s.N) * 3 * s.H * s.d;
+            Tensor qkv(type, randomValues(compact, 10)), expanded(type, std::vector<float>(wide));
+            cpu->expandKvHeads(expanded.cpu(), qkv.cpu(), s.N, s.H, s.KV, s.d);
+            cuda::expandKvHeads(expanded.gpu(), qkv.gpu(), s.N, s.H, s.KV, s.d, nullptr);
+            expectClose(expanded, "expanded, " + what, 0.0f, 0.0f);
+            Tensor dexpanded(type, randomValues(wide, 11)), dqkv(type, std::vector<float>(compact));
+            cpu->sumKvHeadGradients(dqkv.cpu(), dexpanded.cpu(), s.N, s.H, s.KV, s.d);
+            cuda::sumKvHeadGradients(dqkv.gpu(), dexpanded.gpu(), s.N, s.H, s.KV, s.d, nullptr);
+            expectClose(dqkv, "gradient sums, " + what);
+        }
+}
+
 } // namespace
 } // namespace shardscope

@@ -129,6 +129,12 @@ public:
     void swigluBackward(kernels::Ptr, kernels::ConstPtr, kernels::ConstPtr, int, int) override {
         noOperators();
     }
+    void expandKvHeads(kernels::Ptr, kernels::ConstPtr, int, int, int, int) override {
+        noOperators();
+    }
+    void sumKvHeadGradients(kernels::Ptr, kernels::ConstPtr, int, int, int, int) override {
+        noOperators();
+    }
     void add(kernels::Ptr, kernels::ConstPtr, kernels::ConstPtr, std::size_t) override {
         noOperators();
     }

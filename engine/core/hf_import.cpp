@@ -151,6 +151,7 @@ public:
     }
 
     void missing(std::string text) { missing_.push_back(std::move(text)); }
+    void invalid(std::string text) { invalid_.push_back(std::move(text)); }
 
     void throwIfAny(const std::string& what) const {
         if (missing_.empty() && invalid_.empty())
@@ -366,7 +367,9 @@ ModelSpec modelFromHuggingFace(const json& config, const std::string& name) {
     m.ropeTheta = r.number({"rope_theta", "rotary_emb_base"}).value_or(10000);
     if (const auto eps = r.number({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}))
         m.normEps = *eps;
-    if (const auto [key, scaling] = r.find({"rope_scaling"}); scaling && scaling->is_object()) {
+    if (const auto [key, scaling] = r.find({"rope_scaling"}); scaling && !scaling->is_object()) {
+        r.invalid("rope_scaling: expected an object or null, got " + jsonExcerpt(*scaling));
+    } else if (scaling) {
         ConfigReader s(*scaling);
         m.ropeScaling.type = s.text({"rope_type", "type"}).value_or("unknown");
         m.ropeScaling.factor = s.number({"factor"}).value_or(1);

@@ -321,7 +321,9 @@ void readModelArchitecture(const Reader& r, ModelSpec& m) {
     r.number("rope_theta", m.ropeTheta, {1, 1e12, true});
     r.number("norm_eps", m.normEps, {0, 0.1, true});
     const Reader scaling = r.child("rope_scaling");
-    scaling.text("type", m.ropeScaling.type);
+    // A scaling names its type: without it the factors would be read and then ignored.
+    const bool scaled = r.has("rope_scaling") && r.get("rope_scaling")->is_object();
+    scaling.text("type", m.ropeScaling.type, scaled ? Need::Required : Need::Optional);
     scaling.number("factor", m.ropeScaling.factor, {0, 1e6, true});
     scaling.number("low_freq_factor", m.ropeScaling.lowFreqFactor, {0, 1e6, true});
     scaling.number("high_freq_factor", m.ropeScaling.highFreqFactor, {0, 1e6, true});

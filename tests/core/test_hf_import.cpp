@@ -151,6 +151,8 @@ TEST(HfImport, RotaryBaseScalingAndNormEpsilon) {
               std::string::npos);
     config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", "eight"}};
     EXPECT_NE(importError(config).find("factor"), std::string::npos);
+    config["rope_scaling"] = "linear"; // not an object: refused, not ignored
+    EXPECT_NE(importError(config).find("rope_scaling: expected an object"), std::string::npos);
 }
 
 TEST(HfImport, Qwen2HasBiasOnQkvOnly) {

@@ -306,6 +306,9 @@ TEST(ModelJson, RotaryAndNormSettingsAreChecked) {
               std::string::npos);
     j["rope_scaling"] = "llama3";
     EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("rope_scaling"), std::string::npos);
+    j["rope_scaling"] = {{"factor", 8}}; // factors without a type would be ignored
+    EXPECT_NE(inputErrorOf([&] { j.get<ModelSpec>(); }).find("rope_scaling.type"),
+              std::string::npos);
 }
 
 TEST(ModelJson, NotAnObject) {

@@ -78,13 +78,13 @@ inline GeluGate geluGate(float x) {
     return {u >= 0.0f ? a : e * a, e * a * a};
 }
 
-SHARDSCOPE_SIMD_CLONES
 // sigmoid(a) without overflow on either side.
 inline float sigmoid(float a) {
     const float e = std::exp(-std::fabs(a));
     return a >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
 }
 
+SHARDSCOPE_SIMD_CLONES
 void geluForwardRange(float* out, const float* inp, size_t n) {
     for (size_t i = 0; i < n; ++i)
         out[i] = inp[i] * geluGate(inp[i]).s;

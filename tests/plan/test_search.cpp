@@ -8,12 +8,13 @@
 namespace shardscope {
 namespace {
 
-SearchResult searchLlama8b(SearchOptions options = {}, SearchSpace space = {}, int nodes = 3) {
+SearchResult searchLlama8b(SearchOptions options = {}, SearchSpace space = {}, int nodes = 3,
+                           Assumptions assume = {}) {
     const ModelSpec m = findModelPreset("llama3-8b");
     const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, nodes);
     ParallelConfig base;
     base.globalBatch = 256;
-    return searchLayouts(m, c, base, TrainConfig{}, Assumptions{}, space, options);
+    return searchLayouts(m, c, base, TrainConfig{}, assume, space, options);
 }
 
 TEST(Search, TopLayoutsAreValidFitAndRanked) {
@@ -100,20 +101,17 @@ TEST(Search, TpCommOverlapGoesOnlyWithSequenceParallelism) {
 TEST(Search, LeavesTheMemoryHeadroomFree) {
     const ModelSpec m = findModelPreset("llama3-8b");
     const ClusterSpec c = makeCluster(findGpuPreset("h100-sxm"), 8, 3);
-    ParallelConfig base;
-    base.globalBatch = 256;
     SearchOptions options;
     options.keepAll = true;
     const double usable = 0.7 * 80e9;
     int usedTheHeadroom = 0;
-    for (const Candidate& cand :
-         searchLayouts(m, c, base, TrainConfig{}, Assumptions{}, {}, options).all)
+    for (const Candidate& cand : searchLlama8b(options).all)
         usedTheHeadroom += cand.fits && cand.memory > usable;
     EXPECT_GT(usedTheHeadroom, 0);
 
     Assumptions assume;
     assume.memoryHeadroom = 0.3;
-    const SearchResult r = searchLayouts(m, c, base, TrainConfig{}, assume, {}, options);
+    const SearchResult r = searchLlama8b(options, {}, 3, assume);
     int fitting = 0, fewestChecked = 0;
     for (const Candidate& cand : r.all) {
         if (!cand.fits)

@@ -121,7 +121,8 @@ public:
     virtual void copy(Ptr dst, ConstPtr src, std::size_t n) = 0;
     virtual void zero(Ptr x, std::size_t n) = 0;
 
-    // ---- embedding: out[N,C] = wte[token] + wpe[t]
+    // ---- embedding: out[N,C] = wte[token] + wpe[t]; a null wpe (dwpe) is a model without
+    // learned positions (rotary ones are applied inside attention)
     virtual void embeddingForward(Ptr out, const std::int32_t* tokens, ConstPtr wte, ConstPtr wpe,
                                   int B, int T, int C) = 0;
     virtual void embeddingBackwardAccumulate(Ptr dwte, Ptr dwpe, ConstPtr dout,
@@ -133,7 +134,8 @@ public:
     virtual void embeddingShardForward(Ptr out, const std::int32_t* tokens, ConstPtr wte,
                                        int vocabStart, int vocabCount, ConstPtr wpe, int B, int T,
                                        int C) = 0;
-    // dwte (this rank's rows) += dout of the tokens it holds; dwpe += dout (every rank).
+    // dwte (this rank's rows) += dout of the tokens it holds; dwpe += dout (every rank) when
+    // dwpe is given.
     virtual void embeddingShardBackwardAccumulate(Ptr dwte, int vocabStart, int vocabCount,
                                                   Ptr dwpe, ConstPtr dout,
                                                   const std::int32_t* tokens, int B, int T,

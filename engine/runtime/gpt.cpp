@@ -1,6 +1,7 @@
 #include "gpt.h"
 
 #include "core/error.h"
+#include "rotary.h"
 
 #include <algorithm>
 #include <limits>
@@ -42,6 +43,15 @@ TensorParallel checkedTensorParallel(const GptShape& shape, TensorParallel tp) {
                          std::to_string(shape.ffn) + ") and vocab (" + std::to_string(shape.vocab) +
                          "): each rank holds an equal share of each; pad the vocabulary or "
                          "choose another tp");
+    // Megatron-LM's rule for query groups: each rank holds whole key and value heads, with the
+    // query heads they serve (it does not replicate them).
+    if (t >= 1 && shape.kvHeads % t)
+        throw InputError("tp " + std::to_string(t) + " must divide kv_heads (" +
+                         std::to_string(shape.kvHeads) +
+                         "): each rank holds whole key and value heads with the query heads "
+                         "they serve, as Megatron-LM splits query groups; choose a tp that "
+                         "divides " +
+                         std::to_string(shape.kvHeads));
     return tp;
 }
 
@@ -65,6 +75,8 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
                    TensorTypes types)
     : shape_(GptShape::of(model)), microBatch_(microBatch), tp_(checkedTensorParallel(shape_, tp)),
       localChannels_(tp_.share(shape_.channels)), localHeads_(tp_.share(shape_.heads)),
+      localKvHeads_(tp_.share(shape_.kvHeads)),
+      localQkv_((localHeads_ + 2 * localKvHeads_) * shape_.headDim()),
       localFfn_(tp_.share(shape_.ffn)), ops_(ops), memory_(memory), recompute_(recompute),
       storeProbs_(storeAttentionProbs && recompute.policy != Recompute::Selective),
       sp_(tp_, tp.sequenceParallel, checkedRows(microBatch, shape_.seqLen), shape_.channels, ops,
@@ -72,6 +84,18 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
       vocab_(tp_, shape_.vocab, ops, memory), types_(types), chunks_(std::move(chunks)) {
     if (chunks_.empty())
         chunks_ = pipelineChunks(shape_.layers, 1, 1, 0);
+    slotIndex_.fill(-1);
+    const std::vector<LayerTensor>& slots = layerTensors(shape_.family);
+    for (std::size_t k = 0; k < slots.size(); ++k)
+        slotIndex_[slots[k]] = int(k);
+    if (shape_.llama()) { // the angles of every position, uploaded once
+        const RotaryTables angles =
+            rotaryTables(shape_.ropeTheta, shape_.headDim(), shape_.seqLen, shape_.ropeScaling);
+        ropeCos_ = memory_.floats(MemoryCategory::Workspace, angles.cos.size());
+        ropeSin_ = memory_.floats(MemoryCategory::Workspace, angles.sin.size());
+        ops_.copyToDevice(ropeCos_.f(), angles.cos.data(), angles.cos.size() * sizeof(float));
+        ops_.copyToDevice(ropeSin_.f(), angles.sin.data(), angles.sin.size() * sizeof(float));
+    }
     buildTensorTable();
     store_ = std::make_unique<ZeroStore>(parameterCount_, shardUnits(), zero, ops_, memory_,
                                          types_.weights, types_.gradients);
@@ -136,8 +160,9 @@ const ModelChunk& GptModel::chunkAt(int chunk) const {
 }
 
 GptModel::LayerWeights GptModel::weightsOf(int layer, kernels::Ptr base, std::size_t origin) const {
-    const std::size_t i = firstTensorOf(layer);
-    auto t = [&](int k) { return tensorIn(base, origin, i + std::size_t(k)); };
+    auto t = [&](LayerTensor slot) {
+        return optionalTensorIn(base, origin, tensorOf(layer, slot));
+    };
     return {t(Ln1W), t(Ln1B), t(QkvW), t(QkvB), t(ProjW),   t(ProjB),
             t(Ln2W), t(Ln2B), t(FcW),  t(FcB),  t(FcProjW), t(FcProjB)};
 }
@@ -212,21 +237,104 @@ LayerActivations GptModel::allocateLayer(MemoryCategory c) const {
     const std::size_t N = std::size_t(rows()), C = std::size_t(shape_.channels),
                       Ca = std::size_t(localChannels_), F = std::size_t(localFfn_),
                       T = std::size_t(shape_.seqLen), Ns = std::size_t(tokenRows());
+    const bool layerNorm = !shape_.llama();
     LayerActivations a; // the norms and the residual on this rank's token rows
     a.ln1 = activations(c, Ns * C);
-    a.ln1Mean = memory_.floats(c, Ns);
+    if (layerNorm)
+        a.ln1Mean = memory_.floats(c, Ns);
     a.ln1Rstd = memory_.floats(c, Ns);
-    a.qkv = activations(c, N * 3 * Ca);
+    a.qkv = activations(c, N * std::size_t(localQkv_));
     if (storeProbs_)
         a.probs = activations(c, std::size_t(microBatch_) * std::size_t(localHeads_) * T * T);
     a.attention = activations(c, N * Ca);
     a.residual = activations(c, Ns * C);
     a.ln2 = activations(c, Ns * C);
-    a.ln2Mean = memory_.floats(c, Ns);
+    if (layerNorm)
+        a.ln2Mean = memory_.floats(c, Ns);
     a.ln2Rstd = memory_.floats(c, Ns);
-    a.fc = activations(c, N * F);
+    a.fc = activations(c, N * std::size_t(mlpUpWidth()));
     a.gelu = activations(c, N * F);
     return a;
+}
+
+void GptModel::normForward(kernels::Ptr out, Buffer& mean, Buffer& rstd, kernels::ConstPtr x,
+                           kernels::ConstPtr weight, kernels::ConstPtr bias) const {
+    if (shape_.llama())
+        ops_.rmsNormForward(out, rstd.f(), x, weight, tokenRows(), shape_.channels, shape_.normEps);
+    else
+        ops_.layerNormForward(out, mean.f(), rstd.f(), x, weight, bias, tokenRows(),
+                              shape_.channels);
+}
+
+void GptModel::normBackward(kernels::Ptr dinp, kernels::Ptr dweight, kernels::ConstPtr dout,
+                            kernels::ConstPtr x, kernels::ConstPtr weight, const Buffer& mean,
+                            const Buffer& rstd) const {
+    if (shape_.llama())
+        sp_.rmsNormBackward(dinp, dweight, dout, x, weight, rstd.f());
+    else
+        sp_.layerNormBackward(dinp, dweight, dout, x, weight, mean.f(), rstd.f());
+}
+
+kernels::ConstPtr GptModel::attentionHeads(kernels::ConstPtr qkv, Buffer& holder) const {
+    if (localKvHeads_ == localHeads_) // multi-head: q, k and v heads already line up
+        return qkv;
+    holder = activations(MemoryCategory::Workspace, std::size_t(rows()) * 3 * localChannels_);
+    ops_.expandKvHeads(holder.ptr(), qkv, rows(), localHeads_, localKvHeads_, shape_.headDim());
+    return holder.ptr();
+}
+
+void GptModel::attentionForward(LayerActivations& a) const {
+    const int B = microBatch_, T = shape_.seqLen, d = shape_.headDim();
+    if (shape_.llama()) { // queries and keys turn by their positions' angles
+        ops_.rotaryEmbedding(a.qkv.ptr(), ropeCos_.f(), ropeSin_.f(), B, T, localHeads_, d,
+                             localQkv_, false);
+        ops_.rotaryEmbedding(a.qkv.ptr() + std::size_t(localHeads_ * d), ropeCos_.f(), ropeSin_.f(),
+                             B, T, localKvHeads_, d, localQkv_, false);
+    }
+    Buffer expanded;
+    ops_.attentionForward(a.attention.ptr(), a.probs ? a.probs.ptr() : nullptr,
+                          attentionHeads(a.qkv.ptr(), expanded), B, T, localChannels_, localHeads_);
+}
+
+void GptModel::attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dattention,
+                                 const LayerActivations& a) const {
+    const int B = microBatch_, T = shape_.seqLen, d = shape_.headDim(), N = rows();
+    Buffer expanded, dexpanded;
+    const kernels::ConstPtr heads = attentionHeads(a.qkv.ptr(), expanded);
+    const bool grouped = bool(expanded);
+    if (grouped)
+        dexpanded = activations(MemoryCategory::Workspace, std::size_t(N) * 3 * localChannels_);
+    ops_.attentionBackward(grouped ? dexpanded.ptr() : dqkv, dattention, heads,
+                           a.probs ? a.probs.ptr() : nullptr, B, T, localChannels_, localHeads_);
+    if (grouped)
+        ops_.sumKvHeadGradients(dqkv, dexpanded.ptr(), N, localHeads_, localKvHeads_, d);
+    if (shape_.llama()) { // the rotation's transpose carries the gradient back to the projection
+        ops_.rotaryEmbedding(dqkv, ropeCos_.f(), ropeSin_.f(), B, T, localHeads_, d, localQkv_,
+                             true);
+        ops_.rotaryEmbedding(dqkv + std::size_t(localHeads_ * d), ropeCos_.f(), ropeSin_.f(), B, T,
+                             localKvHeads_, d, localQkv_, true);
+    }
+}
+
+void GptModel::activationForward(LayerActivations& a) const {
+    const int N = rows(), F = localFfn_;
+    if (shape_.llama())
+        ops_.swigluForward(a.gelu.ptr(), a.fc.ptr(), N, F);
+    else
+        ops_.geluForward(a.gelu.ptr(), a.fc.ptr(), std::size_t(N) * std::size_t(F));
+}
+
+Buffer GptModel::activationBackward(Buffer doutput, const LayerActivations& a) const {
+    const int N = rows(), F = localFfn_;
+    if (!shape_.llama()) {
+        ops_.geluBackward(doutput.ptr(), a.fc.ptr(), doutput.ptr(),
+                          std::size_t(N) * std::size_t(F));
+        return doutput;
+    }
+    Buffer dgateUp =
+        activations(MemoryCategory::Workspace, std::size_t(N) * std::size_t(mlpUpWidth()));
+    ops_.swigluBackward(dgateUp.ptr(), a.fc.ptr(), doutput.ptr(), N, F);
+    return dgateUp;
 }
 
 // Column-parallel QKV and MLP up-projection, row-parallel output projections: each block's
@@ -246,22 +354,22 @@ void GptModel::layerForward(int layer, LayerActivations& a, kernels::ConstPtr x,
     const std::size_t NsC = std::size_t(Ns) * std::size_t(C);
     const bool addsBias = tp_.addsReplicatedTerms();
 
-    ops_.layerNormForward(a.ln1.ptr(), a.ln1Mean.f(), a.ln1Rstd.f(), x, w.ln1w, w.ln1b, Ns, C);
+    normForward(a.ln1.ptr(), a.ln1Mean, a.ln1Rstd, x, w.ln1w, w.ln1b);
     Buffer ln1Whole;
-    ops_.matmulForward(a.qkv.ptr(), sp_.whole(a.ln1.ptr(), ln1Whole), w.qkvw, w.qkvb, N, C, 3 * Ca);
+    ops_.matmulForward(a.qkv.ptr(), sp_.whole(a.ln1.ptr(), ln1Whole), w.qkvw, w.qkvb, N, C,
+                       localQkv_);
     ln1Whole.reset();
-    ops_.attentionForward(a.attention.ptr(), a.probs ? a.probs.ptr() : nullptr, a.qkv.ptr(),
-                          microBatch_, shape_.seqLen, Ca, localHeads_);
+    attentionForward(a);
     ops_.matmulForward(projected.ptr(), a.attention.ptr(), w.projw, addsBias ? w.projb : nullptr, N,
                        Ca, C);
     ops_.add(a.residual.ptr(), x, sp_.reduce(projected, projectedShard), NsC);
 
-    ops_.layerNormForward(a.ln2.ptr(), a.ln2Mean.f(), a.ln2Rstd.f(), a.residual.ptr(), w.ln2w,
-                          w.ln2b, Ns, C);
+    normForward(a.ln2.ptr(), a.ln2Mean, a.ln2Rstd, a.residual.ptr(), w.ln2w, w.ln2b);
     Buffer ln2Whole;
-    ops_.matmulForward(a.fc.ptr(), sp_.whole(a.ln2.ptr(), ln2Whole), w.fcw, w.fcb, N, C, F);
+    ops_.matmulForward(a.fc.ptr(), sp_.whole(a.ln2.ptr(), ln2Whole), w.fcw, w.fcb, N, C,
+                       mlpUpWidth());
     ln2Whole.reset();
-    ops_.geluForward(a.gelu.ptr(), a.fc.ptr(), std::size_t(N) * std::size_t(F));
+    activationForward(a);
     ops_.matmulForward(projected.ptr(), a.gelu.ptr(), w.fcprojw, addsBias ? w.fcprojb : nullptr, N,
                        F, C);
     ops_.add(y, a.residual.ptr(), sp_.reduce(projected, projectedShard), NsC);
@@ -275,7 +383,8 @@ void GptModel::weightGradient(int layer, kernels::Ptr grads, std::size_t origin,
         return;
     }
     ops_.matmulBackwardWeightAccumulate(tensorIn(grads, origin, weight),
-                                        tensorIn(grads, origin, bias), dout.ptr(), input, N, C, OC);
+                                        optionalTensorIn(grads, origin, bias), dout.ptr(), input, N,
+                                        C, OC);
 }
 
 // The output gradient is whole on every tensor-parallel rank (gathered from the token shards
@@ -302,43 +411,41 @@ Buffer GptModel::layerBackward(int layer, LayerActivations& a, kernels::ConstPtr
     const kernels::ConstPtr ln1 = sp_.whole(a.ln1.ptr(), a.ln1Gathered);
     const kernels::ConstPtr ln2 = sp_.whole(a.ln2.ptr(), a.ln2Gathered);
 
-    // MLP: y = residual + proj(gelu(fc(ln2(residual))))
+    // MLP: y = residual + proj(act(fc(norm2(residual)))), act GELU or SwiGLU (fc: gate and up)
+    const int Up = mlpUpWidth();
     Buffer dresidual = ws(NsC);
     ops_.copy(dresidual.ptr(), dout.ptr(), NsC);
     if (sp_.on())
         dout = sp_.gather(dout.ptr());
-    Buffer dfc = ws(NF);
-    ops_.matmulBackwardInput(dfc.ptr(), dout.ptr(), w.fcprojw, N, F, C, false);
-    weightGradient(layer, grads, origin, first + FcProjW, first + FcProjB, std::move(dout),
-                   a.gelu.ptr(), N, F, C, defer, state);
-    ops_.geluBackward(dfc.ptr(), a.fc.ptr(), dfc.ptr(), NF);
+    Buffer dact = ws(NF);
+    ops_.matmulBackwardInput(dact.ptr(), dout.ptr(), w.fcprojw, N, F, C, false);
+    weightGradient(layer, grads, origin, tensorOf(layer, FcProjW), tensorOf(layer, FcProjB),
+                   std::move(dout), a.gelu.ptr(), N, F, C, defer, state);
+    Buffer dfc = activationBackward(std::move(dact), a);
     Buffer dln = ws(NC);
-    ops_.matmulBackwardInput(dln.ptr(), dfc.ptr(), w.fcw, N, C, F, false);
+    ops_.matmulBackwardInput(dln.ptr(), dfc.ptr(), w.fcw, N, C, Up, false);
     const kernels::ConstPtr dln2 = sp_.reduce(dln, shard);
-    weightGradient(layer, grads, origin, first + FcW, first + FcB, std::move(dfc), ln2, N, C, F,
-                   defer, state);
-    sp_.layerNormBackward(dresidual.ptr(), g.ln2w, dln2, a.residual.ptr(), w.ln2w, a.ln2Mean.f(),
-                          a.ln2Rstd.f());
+    weightGradient(layer, grads, origin, tensorOf(layer, FcW), tensorOf(layer, FcB), std::move(dfc),
+                   ln2, N, C, Up, defer, state);
+    normBackward(dresidual.ptr(), g.ln2w, dln2, a.residual.ptr(), w.ln2w, a.ln2Mean, a.ln2Rstd);
 
-    // Attention: residual = x + proj(attention(qkv(ln1(x))))
+    // Attention: residual = x + proj(attention(qkv(norm1(x))))
     Buffer dx = ws(NsC);
     ops_.copy(dx.ptr(), dresidual.ptr(), NsC);
     if (sp_.on())
         dresidual = sp_.gather(dresidual.ptr());
     Buffer dattention = ws(NCa);
     ops_.matmulBackwardInput(dattention.ptr(), dresidual.ptr(), w.projw, N, Ca, C, false);
-    weightGradient(layer, grads, origin, first + ProjW, first + ProjB, std::move(dresidual),
-                   a.attention.ptr(), N, Ca, C, defer, state);
-    Buffer dqkv = ws(NCa * 3);
-    ops_.attentionBackward(dqkv.ptr(), dattention.ptr(), a.qkv.ptr(),
-                           a.probs ? a.probs.ptr() : nullptr, microBatch_, shape_.seqLen, Ca,
-                           localHeads_);
+    weightGradient(layer, grads, origin, tensorOf(layer, ProjW), tensorOf(layer, ProjB),
+                   std::move(dresidual), a.attention.ptr(), N, Ca, C, defer, state);
+    Buffer dqkv = ws(std::size_t(N) * std::size_t(localQkv_));
+    attentionBackward(dqkv.ptr(), dattention.ptr(), a);
     dattention.reset();
-    ops_.matmulBackwardInput(dln.ptr(), dqkv.ptr(), w.qkvw, N, C, 3 * Ca, false);
+    ops_.matmulBackwardInput(dln.ptr(), dqkv.ptr(), w.qkvw, N, C, localQkv_, false);
     const kernels::ConstPtr dln1 = sp_.reduce(dln, shard);
-    weightGradient(layer, grads, origin, first + QkvW, first + QkvB, std::move(dqkv), ln1, N, C,
-                   3 * Ca, defer, state);
-    sp_.layerNormBackward(dx.ptr(), g.ln1w, dln1, x, w.ln1w, a.ln1Mean.f(), a.ln1Rstd.f());
+    weightGradient(layer, grads, origin, tensorOf(layer, QkvW), tensorOf(layer, QkvB),
+                   std::move(dqkv), ln1, N, C, localQkv_, defer, state);
+    normBackward(dx.ptr(), g.ln1w, dln1, x, w.ln1w, a.ln1Mean, a.ln1Rstd);
     if (!defer)
         gradientsDone(first, last, gradients);
     else if (gradients) // the W op finishes them
@@ -353,16 +460,16 @@ void GptModel::headForward(MicrobatchState* state, kernels::ConstPtr input,
     const std::size_t NC = std::size_t(N) * std::size_t(C);
     const MemoryCategory kept = state ? MemoryCategory::Activations : MemoryCategory::Workspace;
     Buffer normed = activations(MemoryCategory::Workspace, std::size_t(Ns) * std::size_t(C));
-    Buffer mean = memory_.floats(kept, std::size_t(Ns)),
+    Buffer mean = shape_.llama() ? Buffer{} : memory_.floats(kept, std::size_t(Ns)),
            rstd = memory_.floats(kept, std::size_t(Ns));
     Buffer gatheredNorm, gatheredHead; // ZeRO-3
-    const kernels::ConstPtr lnf = parametersOf(lnfWeight_, lnfBias_, gatheredNorm);
-    ops_.layerNormForward(normed.ptr(), mean.f(), rstd.f(), input, lnf, lnf + C, Ns, C);
+    const kernels::ConstPtr lnf = parametersOf(lnfWeight_, finalNormLast(), gatheredNorm);
+    normForward(normed.ptr(), mean, rstd, input, lnf, shape_.llama() ? nullptr : lnf + C);
     if (sp_.on()) // the head reads every token
         normed = sp_.gather(normed.ptr());
     Buffer lg = memory_.floats(MemoryCategory::Workspace, std::size_t(N) * std::size_t(V));
     // A tied head is the token table, gathered and reduced with the embeddings' unit.
-    const std::size_t headUnit = lmHead_ == wte_ ? wpe_ : lmHead_;
+    const std::size_t headUnit = lmHead_ == wte_ ? embeddingLast() : lmHead_;
     const kernels::ConstPtr head = parametersOf(lmHead_, headUnit, gatheredHead);
     ops_.matmulForward(lg.f(), normed.ptr(), head, nullptr, N, C, V);
     if (logits) {
@@ -430,10 +537,10 @@ Buffer GptModel::uploadTokens(MemoryCategory category, const std::int32_t* input
 void GptModel::embed(kernels::Ptr out, const Buffer& tokens) const {
     const int C = shape_.channels;
     Buffer gathered; // ZeRO-3
-    const kernels::Ptr table = parametersOf(wte_, wpe_, gathered);
+    const kernels::Ptr table = parametersOf(wte_, embeddingLast(), gathered);
     const std::size_t origin = offsetOf(wte_);
     const kernels::ConstPtr wte = tensorIn(table, origin, wte_);
-    const kernels::ConstPtr wpe = tensorIn(table, origin, wpe_);
+    const kernels::ConstPtr wpe = optionalTensorIn(table, origin, wpe_);
     const std::int32_t* ids = tokens.as<std::int32_t>();
     if (!sp_.on()) { // the whole stream on every rank: the group sums the vocabulary shards
         vocab_.embeddingForward(out, ids, wte, wpe, microBatch_, shape_.seqLen, C);
@@ -451,13 +558,13 @@ void GptModel::embeddingBackward(kernels::ConstPtr dout, const Buffer& tokens) c
     Buffer whole;
     dout = sp_.whole(dout, whole);
     Buffer gradients; // ZeRO-2/3
-    const kernels::Ptr table = gradientsFor(wte_, wpe_, gradients);
+    const kernels::Ptr table = gradientsFor(wte_, embeddingLast(), gradients);
     const std::size_t origin = offsetOf(wte_);
     const kernels::Ptr dwte = tensorIn(table, origin, wte_);
-    const kernels::Ptr dwpe = tensorIn(table, origin, wpe_);
+    const kernels::Ptr dwpe = optionalTensorIn(table, origin, wpe_);
     vocab_.embeddingBackward(dwte, dwpe, dout, tokens.as<std::int32_t>(), microBatch_,
                              shape_.seqLen, C);
-    gradientsDone(wte_, wpe_, gradients);
+    gradientsDone(wte_, embeddingLast(), gradients);
 }
 
 Buffer GptModel::activationBuffer(MemoryCategory category) const {
@@ -584,18 +691,17 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
         dout = activationBuffer(MemoryCategory::Workspace);
         ops_.zero(dout.ptr(), NsC);
         Buffer gathered, gradients; // ZeRO-3, ZeRO-2/3
-        const kernels::ConstPtr lnf = parametersOf(lnfWeight_, lnfBias_, gathered);
-        const kernels::Ptr dlnf = gradientsFor(lnfWeight_, lnfBias_, gradients);
-        sp_.layerNormBackward(dout.ptr(), dlnf, state.finalNormGrad.ptr(),
-                              state.layerInput[std::size_t(L)].ptr(), lnf, state.finalMean.f(),
-                              state.finalRstd.f());
-        gradientsDone(lnfWeight_, lnfBias_, gradients);
+        const kernels::ConstPtr lnf = parametersOf(lnfWeight_, finalNormLast(), gathered);
+        const kernels::Ptr dlnf = gradientsFor(lnfWeight_, finalNormLast(), gradients);
+        normBackward(dout.ptr(), dlnf, state.finalNormGrad.ptr(),
+                     state.layerInput[std::size_t(L)].ptr(), lnf, state.finalMean, state.finalRstd);
+        gradientsDone(lnfWeight_, finalNormLast(), gradients);
         state.finalNormGrad.reset();
         state.finalMean.reset();
         state.finalRstd.reset();
         state.layerInput[std::size_t(L)].reset();
         // The final norm and a separate head (its gradient came in the forward) are done.
-        reportReady(lnfWeight_, lmHead_ == wte_ ? lnfBias_ : lmHead_);
+        reportReady(lnfWeight_, lmHead_ == wte_ ? finalNormLast() : lmHead_);
     } else {
         if (!outputGrad)
             throw std::logic_error("chunk " + std::to_string(chunk) +
@@ -619,7 +725,7 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
         if (deferWeights)
             state.keptForWeights.push_back(std::move(a));
         else
-            reportReady(firstTensorOf(l), firstTensorOf(l) + kTensorsPerLayer - 1);
+            reportReady(firstTensorOf(l), lastTensorOf(l));
         if (i > 0 || !c.embedding)
             state.layerInput[k].reset();
     }
@@ -628,7 +734,7 @@ void GptModel::backwardChunk(MicrobatchState& state, int chunk, Buffer outputGra
         embeddingBackward(dout.ptr(), state.tokens);
         state.layerInput[0].reset();
         state.tokens.reset();
-        reportReady(wte_, wpe_);
+        reportReady(wte_, embeddingLast());
     } else {
         state.inputGrad = std::move(dout);
     }
@@ -652,8 +758,8 @@ void GptModel::backwardWeights(MicrobatchState& state, SpanSink* sink) {
         for (; i < state.deferred.size() && state.deferred[i].layer == layer; ++i) {
             DeferredWeightGradient& d = state.deferred[i];
             ops_.matmulBackwardWeightAccumulate(tensorIn(grads, origin, d.weight),
-                                                tensorIn(grads, origin, d.bias), d.dout.ptr(),
-                                                d.input, d.N, d.C, d.OC);
+                                                optionalTensorIn(grads, origin, d.bias),
+                                                d.dout.ptr(), d.input, d.N, d.C, d.OC);
             d.dout.reset();
         }
         reportReady(first, lastTensorOf(layer));

@@ -1,8 +1,11 @@
-// A GPT-2 decoder (learned positions, pre-LayerNorm, GELU MLP, causal multi-head attention, tied
-// or separate output embedding) of any size a ModelSpec describes, trained operator by operator
-// through kernels::Ops. Parameters, gradients and activations live in DeviceAllocator buffers,
-// so every byte is counted. One microbatch at a time: forward() keeps what backward() needs in a
-// MicrobatchState; backward() can leave the weight gradients of the linear layers for
+// A decoder of any size a ModelSpec describes, trained operator by operator through
+// kernels::Ops, in either block family (gpt_parameters.h): GPT-2's (learned positions, pre-
+// LayerNorm, GELU MLP, causal multi-head attention, biases) or the Llama family's (rotary
+// positions, pre-RMSNorm, SwiGLU MLP, grouped-query attention, no biases); tied or separate
+// output embedding. The families share every line but the norm, the attention's positions and
+// heads, and the MLP's activation. Parameters, gradients and activations live in DeviceAllocator
+// buffers, so every byte is counted. One microbatch at a time: forward() keeps what backward()
+// needs in a MicrobatchState; backward() can leave the weight gradients of the linear layers for
 // backwardWeights() (the B / W split of zero-bubble schedules).
 //
 // A GptModel holds one pipeline rank's share of the model: one or more chunks (virtual stages),
@@ -29,6 +32,7 @@
 #include "parallel/vocab_parallel.h"
 #include "parallel/zero_store.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,7 +55,11 @@ public:
                       std::unique_ptr<kernels::Event> start) = 0;
 };
 
-// What one layer keeps from its forward for its backward (all empty under full recompute).
+// What one layer keeps from its forward for its backward (all empty under full recompute). qkv
+// holds this rank's query, key and value heads, rotated in the Llama family (grouped-query heads
+// are expanded for the attention kernels only while they run); fc the MLP's first projection
+// (GELU's input, or SwiGLU's gate and up), gelu the activation's output. The means are
+// LayerNorm's only.
 struct LayerActivations {
     Buffer ln1, ln1Mean, ln1Rstd, qkv, probs, attention, residual, ln2, ln2Mean, ln2Rstd, fc, gelu;
     // Sequence parallelism: the norms' outputs gathered again for the weight gradients.
@@ -152,7 +160,7 @@ public:
     static constexpr std::size_t npos = std::size_t(-1);
     std::size_t sharedTensor() const { return shared_; }
 
-    // GPT-2's initialisation for a seed (InitialValues): each value comes from its place in the
+    // The initialisation for a seed (InitialValues): each value comes from its place in the
     // whole model, so any layout starts from the weights of a single process, and this rank
     // computes and stores only what it keeps (its ZeRO-3 shards, or its stage's share), a
     // bounded range at a time.
@@ -238,13 +246,49 @@ private:
         return {tensors_[first].offset,
                 tensors_[last].offset + tensors_[last].count - tensors_[first].offset};
     }
-    std::size_t lastTensorOf(int layer) const { return firstTensorOf(layer) + 11; }
+    std::size_t lastTensorOf(int layer) const {
+        return firstTensorOf(layer) + layerTensors(shape_.family).size() - 1;
+    }
     std::size_t firstTensorOf(int layer) const { return layerTensor_[std::size_t(layer)]; }
+    // The index of a layer's tensor in a slot, or npos where the family has none (biases).
+    std::size_t tensorOf(int layer, LayerTensor slot) const {
+        const int k = slotIndex_[slot];
+        return k < 0 ? npos : firstTensorOf(layer) + std::size_t(k);
+    }
+    // Tensor i in `base`, or null for npos.
+    kernels::Ptr optionalTensorIn(kernels::Ptr base, std::size_t origin, std::size_t i) const {
+        return i == npos ? kernels::Ptr{} : tensorIn(base, origin, i);
+    }
+    // The last tensor of the embeddings' unit (wpe, or wte without learned positions) and of the
+    // final norm's (its bias, or its weight for RMSNorm).
+    std::size_t embeddingLast() const { return wpe_ != npos ? wpe_ : wte_; }
+    std::size_t finalNormLast() const { return lnfBias_ != npos ? lnfBias_ : lnfWeight_; }
     void buildTensorTable();
     // Where each range gathered or reduced as one begins: the embeddings, each layer, the final
     // norm, the head.
     std::vector<std::size_t> shardUnits() const;
     LayerActivations allocateLayer(MemoryCategory category) const;
+    // The family's norm over this rank's token rows: LayerNorm (mean and rstd kept; bias follows
+    // the weight) or RMSNorm (rstd kept). The backward accumulates dinp and the weight's (and
+    // bias's) gradient.
+    void normForward(kernels::Ptr out, Buffer& mean, Buffer& rstd, kernels::ConstPtr x,
+                     kernels::ConstPtr weight, kernels::ConstPtr bias) const;
+    void normBackward(kernels::Ptr dinp, kernels::Ptr dweight, kernels::ConstPtr dout,
+                      kernels::ConstPtr x, kernels::ConstPtr weight, const Buffer& mean,
+                      const Buffer& rstd) const;
+    // Attention on a layer's qkv: the Llama family first rotates the queries and keys in place
+    // and meets grouped heads through their expansion. The backward leaves the gradient at the
+    // QKV projection's output in dqkv (this rank's query, key and value heads).
+    void attentionForward(LayerActivations& a) const;
+    void attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dattention,
+                           const LayerActivations& a) const;
+    // The qkv rows as the multi-head kernels read them: `qkv` itself, or expanded into `holder`.
+    kernels::ConstPtr attentionHeads(kernels::ConstPtr qkv, Buffer& holder) const;
+    // The MLP's activation from fc into gelu (GELU, or SwiGLU of the gate and up halves); the
+    // backward gives the gradient at fc from the one at the activation's output.
+    void activationForward(LayerActivations& a) const;
+    Buffer activationBackward(Buffer doutput, const LayerActivations& a) const;
+    int mlpUpWidth() const { return shape_.llama() ? 2 * localFfn_ : localFfn_; }
     // prefetch: a layer whose ZeRO-3 parameters to start gathering (-1: none).
     void layerForward(int layer, LayerActivations& a, kernels::ConstPtr input, kernels::Ptr output,
                       int prefetch = -1);
@@ -274,8 +318,11 @@ private:
     GptShape shape_;
     int microBatch_;
     TensorParallelGroup tp_;
-    // This rank's share of the attention channels (heads x head size), heads and MLP columns.
-    int localChannels_ = 0, localHeads_ = 0, localFfn_ = 0;
+    // This rank's share of the attention channels (heads x head size), heads, key and value
+    // heads, QKV projection rows and MLP columns.
+    int localChannels_ = 0, localHeads_ = 0, localKvHeads_ = 0, localQkv_ = 0, localFfn_ = 0;
+    std::array<int, kLayerSlots> slotIndex_{}; // slot -> place in a layer's tensors, or -1
+    Buffer ropeCos_, ropeSin_;                 // Llama family: [seqLen, headDim / 2] angles
     kernels::Ops& ops_;
     DeviceAllocator& memory_;
     RecomputePolicy recompute_;

@@ -1,5 +1,6 @@
-// A GPT-2 decoder's shape and parameters: which tensors a pipeline rank's chunks hold, where each
-// lies in the flat parameter buffer, how tensor parallelism cuts it, and GPT-2's initial values.
+// A decoder's shape and parameters: which tensors a pipeline rank's chunks hold, where each lies
+// in the flat parameter buffer, how tensor parallelism cuts it, and the initial values. Two block
+// families: GPT-2's, and the Llama family's (Llama, Mistral, Qwen without biases).
 #pragma once
 
 #include "core/model_spec.h"
@@ -13,12 +14,27 @@
 
 namespace shardscope {
 
-// The sizes the kernels need. Throws InputError listing everything in the ModelSpec that is not
-// a GPT-2 architecture (gated MLP, RMSNorm, rotary positions, GQA, MoE, dropout, missing biases,
-// seq_len > max_positions, hidden not divisible by heads).
+// GPT-2: learned positions, LayerNorm, GELU MLP, multi-head attention, biases everywhere.
+// Llama: rotary positions, RMSNorm, SwiGLU MLP, grouped-query attention, no biases.
+enum class BlockFamily { Gpt2, Llama };
+
+// The sizes the kernels need. Throws InputError listing everything in the ModelSpec that is
+// neither family (GELU with RMSNorm, MoE, latent attention, dropout, biases that do not match the
+// family, seq_len > max_positions, hidden not divisible by heads, heads not by kv_heads, ...).
 struct GptShape {
-    int layers = 0, channels = 0, heads = 0, ffn = 0, vocab = 0, maxPositions = 0, seqLen = 0;
+    BlockFamily family = BlockFamily::Gpt2;
+    int layers = 0, channels = 0, heads = 0, kvHeads = 0, ffn = 0, vocab = 0, maxPositions = 0,
+        seqLen = 0;
     bool tied = true;
+    float normEps = 1e-5f;    // RMSNorm's (GPT-2's LayerNorm kernels use 1e-5)
+    double ropeTheta = 10000; // Llama family
+    RopeScaling ropeScaling;  // Llama family
+    bool llama() const { return family == BlockFamily::Llama; }
+    int headDim() const { return channels / heads; }
+    // The fused QKV projection's row blocks in the whole model: q, k and v.
+    std::vector<int> qkvBlocks() const {
+        return {heads * headDim(), kvHeads * headDim(), kvHeads * headDim()};
+    }
     static GptShape of(const ModelSpec& model);
 };
 
@@ -29,17 +45,23 @@ struct ParameterTensor {
     std::vector<int> shape;
     bool decay = false; // matrices and embeddings decay; norms and biases do not
     TpSplit split = TpSplit::None;
+    std::vector<int> rowBlocks; // BlockRows: the whole tensor's rows, block by block
 };
 
-// A layer's tensors, in flat-buffer order.
-inline constexpr int kTensorsPerLayer = 12;
+// The places a layer's tensors can take; a family holds some of them (layerTensors).
+inline constexpr int kLayerSlots = 12;
 enum LayerTensor { Ln1W, Ln1B, QkvW, QkvB, ProjW, ProjB, Ln2W, Ln2B, FcW, FcB, FcProjW, FcProjB };
+// The tensors a layer of the family holds, in flat-buffer order: all twelve for GPT-2; the two
+// norm weights and four matrices for the Llama family, whose FcW is SwiGLU's gate and up
+// projections fused (gate rows first).
+const std::vector<LayerTensor>& layerTensors(BlockFamily family);
 
 struct TensorTable {
     static constexpr std::size_t npos = std::size_t(-1);
     std::vector<ParameterTensor> tensors;
     std::size_t count = 0;                // floats in all
     std::vector<std::size_t> layerTensor; // per model layer: its first tensor, or npos
+    // npos for what the rank or the family does not hold (wpe and lnfBias in the Llama family).
     std::size_t wte = npos, wpe = npos, lnfWeight = npos, lnfBias = npos, lmHead = npos;
 };
 
@@ -51,12 +73,12 @@ TensorTable tensorTable(const GptShape& shape, const std::vector<ModelChunk>& ch
 // The n-th standard normal of the stream a seed gives, computed on its own (counter-based).
 double normalAt(std::uint64_t seed, std::uint64_t n);
 
-// GPT-2's initialisation, deterministic for a seed: N(0, 0.02) weights, residual output
-// projections N(0, 0.02 / sqrt(2 L)), zero biases, unit norm weights. The whole model's weights
-// take the normal stream's values in its own order, and any element of the share `table`
-// describes (tensor-parallel rank tpRank of tp) is computed from its place in the whole model
-// alone: every layout starts from the weights of a single process, and each rank computes only
-// what it stores, range by range (never the whole model in host memory).
+// GPT-2's initialisation (for both families), deterministic for a seed: N(0, 0.02) weights,
+// residual output projections N(0, 0.02 / sqrt(2 L)), zero biases, unit norm weights. The whole
+// model's weights take the normal stream's values in its own order, and any element of the share
+// `table` describes (tensor-parallel rank tpRank of tp) is computed from its place in the whole
+// model alone: every layout starts from the weights of a single process, and each rank computes
+// only what it stores, range by range (never the whole model in host memory).
 class InitialValues {
 public:
     InitialValues(const GptShape& shape, const TensorTable& table, std::uint64_t seed, int tp,

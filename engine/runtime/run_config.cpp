@@ -4,6 +4,7 @@
 #include "core/json_io.h"
 #include "core/presets.h"
 #include "data.h"
+#include "gpt_parameters.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "parallel/pipeline_chunks.h"
 #include "rank_device.h"
@@ -48,16 +49,29 @@ ModelSpec readModel(const json& j) {
     if (!j.is_object())
         throw InputError("run config: \"model\" must be a preset id or an object");
     json merged = j;
-    if (j.contains("preset")) {
-        if (!j["preset"].is_string())
-            throw InputError("run config: model.preset must be a preset id string");
-        merged = json(findModelPreset(j["preset"].get<std::string>()));
-        for (const auto& [key, value] : j.items())
-            if (key != "preset")
-                merged[key] = value;
+    // A preset or a Hugging Face config.json gives the architecture; the object's other fields
+    // override it (a smaller model of the same architecture for a CPU run, say).
+    if (j.contains("preset") && j.contains("hf_config"))
+        throw InputError("run config: model has both preset and hf_config; keep one");
+    if (j.contains("preset") || j.contains("hf_config")) {
+        const std::string base = j.contains("preset") ? "preset" : "hf_config";
+        if (!j[base].is_string())
+            throw InputError("run config: model." + base + " must be " +
+                             (base == "preset" ? "a preset id string" : "a path string"));
+        const std::string value = j[base].get<std::string>();
+        if (base == "preset") {
+            merged = json(findModelPreset(value));
+        } else {
+            const json config = readJsonFile(value);
+            merged = json(modelFromHuggingFace(config, huggingFaceModelName(config, value)));
+        }
+        for (const auto& [key, field] : j.items())
+            if (key != base)
+                merged[key] = field;
     }
-    rejectUnknownKeys(merged, json(defaultRunConfig().model), "run config model",
-                      {"params", "moe", "kv_heads", "seq_len", "max_positions", "head_dim"});
+    rejectUnknownKeys(
+        merged, json(defaultRunConfig().model), "run config model",
+        {"params", "moe", "kv_heads", "seq_len", "max_positions", "head_dim", "rope_scaling"});
     return merged.get<ModelSpec>();
 }
 
@@ -274,6 +288,11 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     std::vector<std::string> out;
     for (const Violation& v : validate(c.model, c.parallel))
         out.push_back(v.message + (v.hint.empty() ? "" : " (" + v.hint + ")"));
+    try { // the architecture: GPT-2's blocks or the Llama family's
+        GptShape::of(c.model);
+    } catch (const InputError& e) {
+        out.push_back(e.what());
+    }
     const ParallelConfig& p = c.parallel;
     if (!engineRunsOn(c.engine.device))
         out.push_back("engine.device " + c.engine.device +
@@ -313,6 +332,12 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
                       std::to_string(c.model.ffnHidden) + ") and vocab (" +
                       std::to_string(c.model.vocab) +
                       "): each rank holds an equal share; pad the vocabulary or choose another tp");
+    if (p.tp > 1 && c.model.kvHeads > 0 && c.model.kvHeads != c.model.heads &&
+        c.model.kvHeads % p.tp)
+        out.push_back("tp " + std::to_string(p.tp) + " must divide kv_heads (" +
+                      std::to_string(c.model.kvHeads) +
+                      "): each rank holds whole key and value heads with the query heads they "
+                      "serve, as Megatron-LM splits query groups");
     if (p.zero >= 2 && p.dp > 1 && p.pp > 1 && c.model.tiedEmbeddings)
         out.push_back("ZeRO-" + std::to_string(p.zero) +
                       " with a tied embedding split between the first and last pipeline stage is "

@@ -563,10 +563,10 @@ public:
 #pragma omp parallel for
         for (int bt = 0; bt < B * T; ++bt) {
             const Table* e = wte + size_t(tokens[bt]) * size_t(C);
-            const float* p = wpe + size_t(bt % T) * size_t(C);
+            const float* p = wpe ? wpe + size_t(bt % T) * size_t(C) : nullptr;
             float* o = out + size_t(bt) * size_t(C);
             for (int i = 0; i < C; ++i)
-                o[i] = load(e, size_t(i)) + p[i];
+                o[i] = load(e, size_t(i)) + (p ? p[i] : 0.0f);
         }
     }
 
@@ -581,11 +581,13 @@ public:
             for (int bt = 0; bt < B * T; ++bt) {
                 const float* d = dout + size_t(bt) * size_t(C);
                 Table* e = dwte + size_t(tokens[bt]) * size_t(C);
-                float* p = dwpe + size_t(bt % T) * size_t(C);
-                for (int i = lo; i < hi; ++i) {
+                for (int i = lo; i < hi; ++i)
                     store(e, size_t(i), load(e, size_t(i)) + d[i]);
+                if (!dwpe)
+                    continue;
+                float* p = dwpe + size_t(bt % T) * size_t(C);
+                for (int i = lo; i < hi; ++i)
                     p[i] += d[i];
-                }
             }
         }
     }
@@ -617,9 +619,11 @@ public:
             for (int bt = 0; bt < B * T; ++bt) {
                 const float* d = dout + size_t(bt) * size_t(C);
                 const int row = tokens[bt] - vocabStart;
-                float* p = dwpe + size_t(bt % T) * size_t(C);
-                for (int i = lo; i < hi; ++i)
-                    p[i] += d[i];
+                if (dwpe) {
+                    float* p = dwpe + size_t(bt % T) * size_t(C);
+                    for (int i = lo; i < hi; ++i)
+                        p[i] += d[i];
+                }
                 if (row < 0 || row >= vocabCount)
                     continue;
                 Table* e = dwte + size_t(row) * size_t(C);

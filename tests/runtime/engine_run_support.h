@@ -35,6 +35,17 @@ inline json layoutConfig(bool tied = true) {
     return c;
 }
 
+// The Llama family's blocks at the same scale: 8 query heads over 4 key and value heads (so tp
+// 4 still holds whole groups), SwiGLU, RMSNorm, rotary positions, no biases, untied head.
+inline json llamaLayoutConfig() {
+    json c = layoutConfig(false);
+    c["model"].update(json::parse(R"({
+      "name": "layout Llama", "family": "llama", "heads": 8, "kv_heads": 4, "ffn_hidden": 88,
+      "activation": "swiglu", "norm": "rmsnorm", "positions": "rope", "attention_bias": false,
+      "output_bias": false, "mlp_bias": false, "rope_theta": 10000})"));
+    return c;
+}
+
 inline std::string writeConfig(const TempDir& dir, const std::string& name, const json& j) {
     const auto path = dir / (name + ".json");
     std::ofstream(path) << j.dump();

@@ -29,6 +29,24 @@ inline ModelSpec tinyGpt(int layers = 2, int hidden = 16, int heads = 2, int voc
     return m;
 }
 
+// The Llama family's blocks at the same scale: RMSNorm, rotary positions, SwiGLU, grouped-query
+// attention (kvHeads of heads), no biases, an untied head.
+inline ModelSpec tinyLlama(int layers = 2, int hidden = 16, int heads = 4, int kvHeads = 2,
+                           int vocab = 23, int seq = 8) {
+    ModelSpec m = tinyGpt(layers, hidden, heads, vocab, seq);
+    m.name = "test Llama";
+    m.family = "llama";
+    m.kvHeads = kvHeads;
+    m.ffnHidden = 3 * hidden;
+    m.activation = Activation::SwiGlu;
+    m.norm = Norm::RmsNorm;
+    m.positions = PositionEmbedding::Rope;
+    m.attentionBias = m.outputBias = m.mlpBias = false;
+    m.tiedEmbeddings = false;
+    m.normEps = 1e-5;
+    return m;
+}
+
 inline RunConfig tinyRun(const std::filesystem::path& dir, int steps = 6) {
     RunConfig c = defaultRunConfig();
     c.model = tinyGpt(2, 32, 4, 32, 16);

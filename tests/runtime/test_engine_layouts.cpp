@@ -73,6 +73,27 @@ TEST(EngineLayouts, EveryLayoutGivesTheSingleRankLosses) {
                                          1e-5);
 }
 
+// The Llama family's blocks in the same layouts: grouped-query heads split whole over tp, the
+// RMSNorm weights' gradients summed over sp, the SwiGLU gate and up halves cut per rank.
+TEST(EngineLayouts, EveryLayoutOfALlamaFamilyModelGivesTheSingleRankLosses) {
+    TempDir dir;
+    expectLayoutsGiveTheSingleRankLosses(
+        dir, "llama", llamaLayoutConfig(),
+        {
+            {"--pp 2 --schedule 1f1b", 2},
+            {"--pp 2 --schedule interleaved --vpp 2", 2},
+            {"--pp 4 --schedule zb-2p", 4},
+            {"--tp 2", 2},
+            {"--tp 4 --sp --schedule zero-bubble", 4},
+            {"--dp 2 --zero 1", 2},
+            {"--dp 2 --zero 2 --schedule zero-bubble", 2},
+            {"--dp 2 --zero 3 --recompute full", 2},
+            {"--dp 2 --tp 2 --sp --zero 3", 4},
+            {"--dp 2 --tp 2 --sp --pp 2 --zero 1 --schedule interleaved --vpp 2", 8},
+        },
+        1e-5);
+}
+
 // Three replicas: no unit of this model (token table 2,048, positions 512, a layer 12,704, the
 // final norm 64) divides by 3, so ZeRO pads every unit and each replica's last shard is short;
 // the collectives still move equal parts, and the losses are one process's. A replica stores

@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstring>
 #include <gtest/gtest.h>
+#include <string>
 #include <vector>
 
 namespace shardscope {
 namespace {
 
 using testing::tinyGpt;
+using testing::tinyLlama;
 
 struct Batch {
     std::vector<std::int32_t> inputs, targets;
@@ -56,41 +58,84 @@ Result lossAndGradients(const ModelSpec& m, int B, RecomputePolicy r, bool store
     return out;
 }
 
+// The planner's parameter count (countParameters, its own formulas) for both block families.
 TEST(GptModel, ParameterCountEqualsTheModelSpecCount) {
     auto ops = kernels::makeCpuOps(1);
     DeviceAllocator memory(*ops);
-    for (bool tied : {true, false}) {
-        ModelSpec m = tinyGpt(3, 24, 3, 50, 10);
-        m.maxPositions = 16;
-        m.tiedEmbeddings = tied;
-        GptModel model(m, 1, *ops, memory, Recompute::None, false);
-        EXPECT_EQ(double(model.parameterCount()), countParameters(m).total) << "tied " << tied;
-        EXPECT_EQ(memory.live()[MemoryCategory::Parameters],
-                  std::int64_t(model.parameterCount() * 4));
-    }
+    for (bool llama : {false, true})
+        for (bool tied : {true, false}) {
+            ModelSpec m = llama ? tinyLlama(3, 24, 6, 2, 50, 10) : tinyGpt(3, 24, 3, 50, 10);
+            m.maxPositions = 16;
+            m.tiedEmbeddings = tied;
+            const std::int64_t before = memory.live()[MemoryCategory::Parameters];
+            GptModel model(m, 1, *ops, memory, Recompute::None, false);
+            EXPECT_EQ(double(model.parameterCount()), countParameters(m).total)
+                << m.name << " tied " << tied;
+            EXPECT_EQ(memory.live()[MemoryCategory::Parameters] - before,
+                      std::int64_t(model.parameterCount() * 4));
+        }
 }
 
-TEST(GptModel, RefusesWhatIsNotGpt2WithEveryReason) {
+std::string refusal(const ModelSpec& m) {
+    try {
+        GptShape::of(m);
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    return "(accepted)";
+}
+
+TEST(GptModel, RefusesWhatIsNeitherFamilyWithEveryReason) {
     ModelSpec m = tinyGpt();
-    m.activation = Activation::SwiGlu;
-    m.norm = Norm::RmsNorm;
-    m.kvHeads = 1;
+    m.activation = Activation::SwiGlu; // GPT-2's norm and positions with a gated MLP
     m.dropout = true;
     m.mla.kvLoraRank = 16;
     m.mtpModules = 1;
+    const std::string what = refusal(m);
+    for (const char* word : {"swiglu", "layernorm", "learned", "neither", "dropout",
+                             "latent attention", "multi-token prediction"})
+        EXPECT_NE(what.find(word), std::string::npos) << word << " in: " << what;
+    ModelSpec gqa = tinyGpt();
+    gqa.kvHeads = 1;
+    EXPECT_NE(refusal(gqa).find("kv_heads 1 differs"), std::string::npos) << refusal(gqa);
+}
+
+TEST(GptModel, RefusesLlamaFamilyModelsItCannotBuildWithEveryReason) {
+    ModelSpec m = tinyLlama(2, 12, 4, 3); // head size 3: odd; 3 kv heads do not divide 4
+    m.attentionBias = true;               // Qwen2's QKV bias
+    m.ropeScaling.type = "yarn";
+    const std::string what = refusal(m);
+    for (const char* word :
+         {"must be even", "kv_heads 3 must divide heads 4", "no biases", "\"yarn\""})
+        EXPECT_NE(what.find(word), std::string::npos) << word << " in: " << what;
+    EXPECT_EQ(refusal(tinyLlama()), "(accepted)");
+}
+
+// Megatron-LM splits query groups whole: tp must divide kv_heads, and the error says so.
+TEST(GptModel, TensorParallelismMustDivideTheKeyAndValueHeads) {
+    auto ops = kernels::makeCpuOps(1);
+    DeviceAllocator memory(*ops);
+    const ModelSpec m = tinyLlama(2, 16, 4, 1, 24, 8); // multi-query: one kv head
     try {
-        GptShape::of(m);
-        FAIL() << "expected InputError";
+        GptModel model(m, 1, *ops, memory, Recompute::None, false, {}, TensorParallel{2, 0});
+        FAIL() << "tp 2 over one kv head was accepted";
     } catch (const InputError& e) {
-        const std::string what = e.what();
-        for (const char* word : {"swiglu", "rmsnorm", "kv_heads", "dropout", "latent attention",
-                                 "multi-token prediction"})
-            EXPECT_NE(what.find(word), std::string::npos) << word << " in: " << what;
+        EXPECT_NE(std::string(e.what()).find("tp 2 must divide kv_heads (1)"), std::string::npos)
+            << e.what();
     }
 }
 
-TEST(GptModel, GradientsMatchFiniteDifferences) {
-    const ModelSpec m = tinyGpt(1, 8, 2, 11, 5);
+class GptModelOfFamily : public ::testing::TestWithParam<bool> {
+protected:
+    bool llama() const { return GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(BothFamilies, GptModelOfFamily, ::testing::Values(false, true),
+                         [](const auto& param) { return param.param ? "Llama" : "Gpt2"; });
+
+TEST_P(GptModelOfFamily, GradientsMatchFiniteDifferences) {
+    // Llama: 4 query heads of 2 channels over 2 key and value heads.
+    const ModelSpec m = llama() ? tinyLlama(1, 8, 4, 2, 11, 5) : tinyGpt(1, 8, 2, 11, 5);
     const int B = 2;
     auto ops = kernels::makeCpuOps(1);
     DeviceAllocator memory(*ops);
@@ -129,8 +174,8 @@ TEST(GptModel, GradientsMatchFiniteDifferences) {
     EXPECT_EQ(checked, 3 * int(model.tensors().size()));
 }
 
-TEST(GptModel, RecomputePoliciesGiveBitIdenticalResults) {
-    const ModelSpec m = tinyGpt(3, 16, 2, 19, 9);
+TEST_P(GptModelOfFamily, RecomputePoliciesGiveBitIdenticalResults) {
+    const ModelSpec m = llama() ? tinyLlama(3, 16, 4, 2, 19, 9) : tinyGpt(3, 16, 2, 19, 9);
     const Result base = lossAndGradients(m, 3, Recompute::None, true, false);
     // Full recompute of the first layer, or of the first two, keeps the others' activations.
     for (auto [r, probs] : {std::pair{RecomputePolicy{Recompute::None}, false},
@@ -147,8 +192,8 @@ TEST(GptModel, RecomputePoliciesGiveBitIdenticalResults) {
     }
 }
 
-TEST(GptModel, SplitBackwardEqualsFusedBackward) {
-    const ModelSpec m = tinyGpt(2, 16, 4, 13, 7);
+TEST_P(GptModelOfFamily, SplitBackwardEqualsFusedBackward) {
+    const ModelSpec m = llama() ? tinyLlama(2, 16, 4, 1, 13, 7) : tinyGpt(2, 16, 4, 13, 7);
     for (Recompute r : {Recompute::None, Recompute::Full}) {
         const Result fused = lossAndGradients(m, 2, r, false, false);
         const Result split = lossAndGradients(m, 2, r, false, true);
@@ -157,12 +202,15 @@ TEST(GptModel, SplitBackwardEqualsFusedBackward) {
     }
 }
 
-TEST(GptModel, BackwardFreesWhatForwardKept) {
-    const ModelSpec m = tinyGpt();
+TEST_P(GptModelOfFamily, BackwardFreesWhatForwardKept) {
+    const ModelSpec m = llama() ? tinyLlama() : tinyGpt();
     auto ops = kernels::makeCpuOps(1);
     DeviceAllocator memory(*ops);
     GptModel model(m, 2, *ops, memory, Recompute::None, true);
     model.initialize(1);
+    // The rotary angles' cos and sin tables, [seq_len, head size / 2] each, stay for the run.
+    const std::int64_t tables = llama() ? 2 * m.seqLen * (m.hidden / m.heads / 2) * 4 : 0;
+    EXPECT_EQ(memory.live()[MemoryCategory::Workspace], tables);
     const Batch b = batchFor(m, 2);
     MicrobatchState state;
     model.forward(state, b.inputs.data(), b.targets.data(), 0.1f, nullptr);
@@ -173,7 +221,7 @@ TEST(GptModel, BackwardFreesWhatForwardKept) {
     model.backwardWeights(state, nullptr);
     state.reset();
     EXPECT_EQ(memory.live()[MemoryCategory::Activations], 0);
-    EXPECT_EQ(memory.live()[MemoryCategory::Workspace], 0);
+    EXPECT_EQ(memory.live()[MemoryCategory::Workspace], tables);
 }
 
 TEST(GptModel, InitialisationIsDeterministicAndGpt2Like) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <gtest/gtest.h>
 #include <numbers>
+#include <string>
 #include <vector>
 
 namespace shardscope {
@@ -50,7 +51,8 @@ GptShape smallShape() {
     GptShape s;
     s.layers = 2;
     s.channels = 8;
-    s.heads = 2;
+    s.heads = 4;
+    s.kvHeads = 4;
     s.ffn = 32;
     s.vocab = 12;
     s.maxPositions = 6;
@@ -59,11 +61,30 @@ GptShape smallShape() {
     return s;
 }
 
+// The Llama family with grouped-query attention: 8 query heads of 2 channels, each pair sharing
+// one of 4 key and value heads.
+GptShape smallLlamaShape() {
+    GptShape s = smallShape();
+    s.family = BlockFamily::Llama;
+    s.channels = 16;
+    s.heads = 8;
+    s.kvHeads = 4;
+    s.ffn = 24;
+    return s;
+}
+
 // Each tensor-parallel share, and any range of it, equals the whole model's values cut by
 // copyTensorParallelShare (tested against Megatron's splits on its own): ranks compute only
 // what they keep and still start from one process's weights.
-TEST(GptParameters, AnyRangeOfAnyShareIsCutFromTheWholeModelsValues) {
-    const GptShape shape = smallShape();
+class GptParametersOfFamily : public ::testing::TestWithParam<BlockFamily> {
+protected:
+    GptShape shape() const {
+        return GetParam() == BlockFamily::Llama ? smallLlamaShape() : smallShape();
+    }
+};
+
+TEST_P(GptParametersOfFamily, AnyRangeOfAnyShareIsCutFromTheWholeModelsValues) {
+    const GptShape shape = this->shape();
     const std::vector<ModelChunk> all = pipelineChunks(shape.layers, 1, 1, 0);
     const TensorTable whole = tensorTable(shape, all, 1);
     const std::vector<float> values = initialParameters(shape, whole, 5, 1, 0);
@@ -74,7 +95,8 @@ TEST(GptParameters, AnyRangeOfAnyShareIsCutFromTheWholeModelsValues) {
             for (std::size_t i = 0; i < local.tensors.size(); ++i)
                 copyTensorParallelShare(expected.data() + local.tensors[i].offset,
                                         values.data() + whole.tensors[i].offset,
-                                        whole.tensors[i].shape, local.tensors[i].split, tp, rank);
+                                        whole.tensors[i].shape, local.tensors[i].split, tp, rank,
+                                        whole.tensors[i].rowBlocks);
             EXPECT_EQ(initialParameters(shape, local, 5, tp, rank), expected)
                 << "tp " << tp << " rank " << rank;
             const InitialValues init(shape, local, 5, tp, rank);
@@ -90,8 +112,8 @@ TEST(GptParameters, AnyRangeOfAnyShareIsCutFromTheWholeModelsValues) {
 }
 
 // GPT-2's scheme: unit norm weights, zero biases, N(0, 0.02) matrices.
-TEST(GptParameters, NormsAreOneBiasesZeroAndWeightsSmall) {
-    const GptShape shape = smallShape();
+TEST_P(GptParametersOfFamily, NormsAreOneBiasesZeroAndWeightsSmall) {
+    const GptShape shape = this->shape();
     const TensorTable table = tensorTable(shape, pipelineChunks(shape.layers, 1, 1, 0), 1);
     const std::vector<float> v = initialParameters(shape, table, 1, 1, 0);
     for (const ParameterTensor& t : table.tensors)
@@ -104,6 +126,39 @@ TEST(GptParameters, NormsAreOneBiasesZeroAndWeightsSmall) {
             else
                 ASSERT_LT(std::fabs(w), 0.02f * 6) << t.name; // six standard deviations
         }
+}
+
+INSTANTIATE_TEST_SUITE_P(BothFamilies, GptParametersOfFamily,
+                         ::testing::Values(BlockFamily::Gpt2, BlockFamily::Llama),
+                         [](const auto& param) {
+                             return param.param == BlockFamily::Llama ? "Llama" : "Gpt2";
+                         });
+
+// The Llama family's tensors as Hugging Face's LlamaForCausalLM holds them (q_proj, k_proj and
+// v_proj fused in that order; gate_proj and up_proj fused), without biases or position table.
+TEST(GptParameters, TheLlamaFamilysTensorsAreHuggingFacesFused) {
+    const GptShape s = smallLlamaShape();
+    const TensorTable t = tensorTable(s, pipelineChunks(s.layers, 1, 1, 0), 1);
+    std::vector<std::string> names;
+    for (const ParameterTensor& x : t.tensors)
+        names.push_back(x.name);
+    EXPECT_EQ(names, (std::vector<std::string>{
+                         "wte", "h.0.ln_1.weight", "h.0.attn.qkv.weight", "h.0.attn.proj.weight",
+                         "h.0.ln_2.weight", "h.0.mlp.gate_up.weight", "h.0.mlp.proj.weight",
+                         "h.1.ln_1.weight", "h.1.attn.qkv.weight", "h.1.attn.proj.weight",
+                         "h.1.ln_2.weight", "h.1.mlp.gate_up.weight", "h.1.mlp.proj.weight",
+                         "ln_f.weight", "lm_head.weight"}));
+    // q: 8 heads x 2, k and v: 4 heads x 2 each, over 16 channels; gate and up: 24 rows each.
+    EXPECT_EQ(t.tensors[2].shape, (std::vector<int>{16 + 8 + 8, 16}));
+    EXPECT_EQ(t.tensors[2].rowBlocks, (std::vector<int>{16, 8, 8}));
+    EXPECT_EQ(t.tensors[5].shape, (std::vector<int>{48, 16}));
+    EXPECT_EQ(t.tensors[6].shape, (std::vector<int>{16, 24}));
+    EXPECT_EQ(t.wpe, TensorTable::npos);
+    EXPECT_EQ(t.lnfBias, TensorTable::npos);
+    // Under tp 2 each rank holds 4 query heads and the 2 key and value heads they share.
+    const TensorTable half = tensorTable(s, pipelineChunks(s.layers, 1, 1, 0), 2);
+    EXPECT_EQ(half.tensors[2].shape, (std::vector<int>{8 + 4 + 4, 16}));
+    EXPECT_EQ(half.tensors[5].shape, (std::vector<int>{24, 16}));
 }
 
 } // namespace

@@ -22,10 +22,10 @@ std::vector<float> indexTensor() {
     return v;
 }
 
-std::vector<float> share(TpSplit split, int t, int r) {
+std::vector<float> share(TpSplit split, int t, int r, const std::vector<int>& blocks = {}) {
     const std::vector<float> whole = indexTensor();
     std::vector<float> out(whole.size() / std::size_t(split == TpSplit::None ? 1 : t));
-    copyTensorParallelShare(out.data(), whole.data(), kDims, split, t, r);
+    copyTensorParallelShare(out.data(), whole.data(), kDims, split, t, r, blocks);
     return out;
 }
 
@@ -38,8 +38,12 @@ TEST(TensorParallel, SharesCutEachSplitAsMegatronDoes) {
     EXPECT_EQ(share(TpSplit::Columns, 2, 1),
               (std::vector<float>{2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23}));
     // Fused QKV: q, k and v are rows 0-1, 2-3 and 4-5; rank 1 holds the second row of each.
-    EXPECT_EQ(share(TpSplit::QkvRows, 2, 1),
+    EXPECT_EQ(share(TpSplit::BlockRows, 2, 1, {2, 2, 2}),
               (std::vector<float>{4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23}));
+    // Unequal blocks, as grouped-query attention's q, k and v are: rows 0-3 and rows 4-5. Rank 1
+    // holds rows 2-3 of the first and row 5 of the second.
+    EXPECT_EQ(share(TpSplit::BlockRows, 2, 1, {4, 2}),
+              (std::vector<float>{8, 9, 10, 11, 12, 13, 14, 15, 20, 21, 22, 23}));
 }
 
 TEST(TensorParallelGroup, CollectivesComputeOverTheGroupAndReportTpSpans) {

@@ -60,4 +60,19 @@ void SequenceParallel::layerNormBackward(kernels::Ptr dinp, kernels::Ptr dweight
     ops_.addInPlace(dweight, partial.f(), 2 * std::size_t(C));
 }
 
+void SequenceParallel::rmsNormBackward(kernels::Ptr dinp, kernels::Ptr dweight,
+                                       kernels::ConstPtr dout, kernels::ConstPtr inp,
+                                       kernels::ConstPtr weight, const float* rstd) const {
+    const int N = tokenRows(), C = channels_;
+    if (!on_) {
+        ops_.rmsNormBackwardAccumulate(dinp, dweight, dout, inp, weight, rstd, N, C);
+        return;
+    }
+    Buffer partial = memory_.floats(MemoryCategory::Workspace, std::size_t(C));
+    ops_.zero(partial.f(), std::size_t(C));
+    ops_.rmsNormBackwardAccumulate(dinp, partial.f(), dout, inp, weight, rstd, N, C);
+    tp_.allReduceSum(partial.f(), std::size_t(C));
+    ops_.addInPlace(dweight, partial.f(), std::size_t(C));
+}
+
 } // namespace shardscope

@@ -49,6 +49,9 @@ public:
     void layerNormBackward(kernels::Ptr dinp, kernels::Ptr dweight, kernels::ConstPtr dout,
                            kernels::ConstPtr inp, kernels::ConstPtr weight, const float* mean,
                            const float* rstd) const;
+    // The same for an RMSNorm (a weight, no bias).
+    void rmsNormBackward(kernels::Ptr dinp, kernels::Ptr dweight, kernels::ConstPtr dout,
+                         kernels::ConstPtr inp, kernels::ConstPtr weight, const float* rstd) const;
 
 private:
     const TensorParallelGroup& tp_;

@@ -6,7 +6,7 @@
 namespace shardscope {
 
 void copyTensorParallelShare(float* dst, const float* src, const std::vector<int>& dims,
-                             TpSplit split, int t, int r) {
+                             TpSplit split, int t, int r, const std::vector<int>& rowBlocks) {
     const std::size_t rows = std::size_t(dims[0]);
     const std::size_t cols = dims.size() > 1 ? std::size_t(dims[1]) : 1;
     switch (split) {
@@ -25,14 +25,14 @@ void copyTensorParallelShare(float* dst, const float* src, const std::vector<int
                       src + i * cols + std::size_t(r + 1) * share, dst);
         return;
     }
-    case TpSplit::QkvRows: { // q, k and v blocks, each rows / 3 long: this rank's heads of each
-        const std::size_t block = rows / 3, share = block / std::size_t(t) * cols;
-        for (std::size_t part = 0; part < 3; ++part, dst += share) {
-            const float* from = src + part * block * cols + std::size_t(r) * share;
-            std::copy(from, from + share, dst);
+    case TpSplit::BlockRows: // this rank's rows of each block in turn
+        for (const int block : rowBlocks) {
+            const std::size_t share = std::size_t(block / t) * cols;
+            std::copy(src + std::size_t(r) * share, src + std::size_t(r + 1) * share, dst);
+            src += std::size_t(block) * cols;
+            dst += share;
         }
         return;
-    }
     }
 }
 

@@ -25,12 +25,15 @@ enum class TpSplit {
     None,    // replicated: norms, position embedding, row-parallel biases
     Rows,    // rank r holds rows [r R/t, (r+1) R/t): column-parallel weights and biases, vocab
     Columns, // rank r holds columns [r K/t, (r+1) K/t) of every row: row-parallel weights
-    QkvRows, // rows of each of the q, k and v blocks: the fused QKV projection
+    // Rows of each block of a fused projection, Rows within each: q, k and v of the QKV
+    // projection (with grouped-query attention k and v are shorter), gate and up of SwiGLU's.
+    BlockRows,
 };
 
-// Copies rank r of t's share of a whole-model tensor of shape `dims` into dst.
+// Copies rank r of t's share of a whole-model tensor of shape `dims` into dst. rowBlocks: the
+// whole tensor's rows, block by block (BlockRows only).
 void copyTensorParallelShare(float* dst, const float* src, const std::vector<int>& dims,
-                             TpSplit split, int t, int r);
+                             TpSplit split, int t, int r, const std::vector<int>& rowBlocks = {});
 
 class TensorParallelGroup {
 public:

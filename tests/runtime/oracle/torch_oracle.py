@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Checks shardscope-engine's GPT against PyTorch (Debian's python3-torch, CPU).
+"""Checks shardscope-engine's decoders against PyTorch (Debian's python3-torch, CPU).
 
-Runs `shardscope-engine dump` on a small config, builds the same GPT-2 in PyTorch from the
-engine's own initial weights and batch, and compares logits, loss and every parameter gradient
+Runs `shardscope-engine dump` on a small config, builds the same model in PyTorch from the
+engine's own initial weights and batch (GPT-2, or a Llama-family decoder written here after
+Hugging Face's LlamaForCausalLM: RMSNorm, rotary positions with Llama 3's scaling, grouped-query
+attention through repeat_kv, SwiGLU), and compares logits, loss and every parameter gradient
 in float64 (so the comparison measures the engine's error, not PyTorch's). A config with
 "precision": "bf16" is compared against the same float64 model, within RTOL_BF16. PyTorch's own
 CPU mixed precision (torch.autocast) is no reference for it: on a CPU without AVX-512 (an AMD
@@ -63,6 +65,62 @@ def gpt_forward(p, cfg, idx):
     return x @ head.T
 
 
+def rms_norm(x, weight, eps):
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rope_inverse_frequencies(cfg, d):
+    """Hugging Face's rope init: default, or "llama3" (_compute_llama3_parameters)."""
+    inv = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    sc = cfg.get("rope_scaling")
+    if not sc:
+        return inv
+    assert sc["type"] == "llama3", sc
+    factor, low, high = sc["factor"], sc["low_freq_factor"], sc["high_freq_factor"]
+    old = sc["original_max_position_embeddings"]
+    wavelen = 2 * np.pi / inv
+    scaled = torch.where(wavelen > old / low, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def llama_forward(p, cfg, idx):
+    """A Llama-family decoder in float64, as transformers' LlamaModel computes it."""
+    L, C, NH, KV = cfg["layers"], cfg["hidden"], cfg["heads"], cfg["kv_heads"]
+    F_, eps, d = cfg["ffn_hidden"], cfg.get("norm_eps", 1e-5), C // NH
+    B, T = idx.shape
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), rope_inverse_frequencies(cfg, d))
+    emb = torch.cat((angles, angles), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    x = p["wte"][idx]
+    for l in range(L):
+        q = lambda n: p[f"h.{l}.{n}"]
+        h = rms_norm(x, q("ln_1.weight"), eps)
+        wq, wk, wv = q("attn.qkv.weight").split([NH * d, KV * d, KV * d], dim=0)
+        heads = lambda t, n: t.view(B, T, n, d).transpose(1, 2)
+        qq, kk, vv = heads(h @ wq.T, NH), heads(h @ wk.T, KV), heads(h @ wv.T, KV)
+        qq, kk = qq * cos + rotate_half(qq) * sin, kk * cos + rotate_half(kk) * sin
+        kk, vv = (t.repeat_interleave(NH // KV, dim=1) for t in (kk, vv))  # repeat_kv
+        att = (qq @ kk.transpose(-2, -1)) / d ** 0.5
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ vv).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ q("attn.proj.weight").T
+        h = rms_norm(x, q("ln_2.weight"), eps)
+        gate, up = q("mlp.gate_up.weight").split([F_, F_], dim=0)
+        x = x + (F.silu(h @ gate.T) * (h @ up.T)) @ q("mlp.proj.weight").T
+    x = rms_norm(x, p["ln_f.weight"], eps)
+    head = p["lm_head.weight"] if "lm_head.weight" in p else p["wte"]
+    return x @ head.T
+
+
 def compare(name, got, want, failures, rtol):
     scale = max(float(np.abs(want).max()), 1e-30)
     err = float(np.abs(got - want).max()) / scale
@@ -99,7 +157,8 @@ def main():
         total = 0.0
         logits0 = None
         for mb in range(m):
-            logits = gpt_forward(params, cfg, torch.tensor(inputs[mb], dtype=torch.long))
+            forward = llama_forward if cfg.get("norm") == "rmsnorm" else gpt_forward
+            logits = forward(params, cfg, torch.tensor(inputs[mb], dtype=torch.long))
             loss = F.cross_entropy(logits.view(-1, cfg["vocab"]),
                                    torch.tensor(targets[mb], dtype=torch.long).view(-1))
             if mb == 0:

@@ -238,6 +238,67 @@ TEST(EngineCli, FlagsOverrideTheConfigFile) {
     EXPECT_EQ(c["parallel"]["recompute"], "full");
 }
 
+// A Hugging Face config.json trains its architecture, resized for a CPU: Llama 3.1's RMSNorm,
+// rotary positions with its llama3 scaling and theta, grouped-query heads (here 4 over 2) and
+// SwiGLU. The run config names it too, with fields overriding it.
+TEST(EngineCli, AHuggingFaceConfigTrainsItsArchitectureResized) {
+    TempDir dir;
+    const std::string hf = std::string(SHARDSCOPE_TEST_DATA) + "/hf/llama-3.1-8b.json";
+    const std::vector<std::string> resize = {
+        "--layers",   "2",  "--hidden",      "32", "--heads",        "4",
+        "--kv-heads", "2",  "--vocab",       "64", "--ffn-hidden",   "96",
+        "--seq-len",  "16", "--micro-batch", "2",  "--global-batch", "4"};
+    std::vector<std::string> args = {"train", "--hf-config", hf, "--print-config"};
+    args.insert(args.end(), resize.begin(), resize.end());
+    Outcome o = run(args);
+    ASSERT_EQ(o.code, 0) << o.err;
+    const json m = json::parse(o.out)["model"];
+    EXPECT_EQ(m["norm"], "rmsnorm");
+    EXPECT_EQ(m["activation"], "swiglu");
+    EXPECT_EQ(m["positions"], "rope");
+    EXPECT_EQ(m["rope_theta"], 500000.0);
+    EXPECT_EQ(m["rope_scaling"]["type"], "llama3");
+    EXPECT_EQ(m["kv_heads"], 2);
+    EXPECT_EQ(m["layers"], 2);
+    EXPECT_NE(m["name"].get<std::string>().find("resized: layers 2, hidden 32"), std::string::npos)
+        << m["name"];
+
+    args = {"train",
+            "--hf-config",
+            hf,
+            "--steps",
+            "3",
+            "--warmup-steps",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            (dir / "llama").string()};
+    args.insert(args.end(), resize.begin(), resize.end());
+    o = run(args);
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_NE(o.out.find("step      3/3 | loss"), std::string::npos) << o.out;
+    const std::vector<double> losses = lossesOf(dir / "llama");
+    ASSERT_EQ(losses.size(), 3u);
+    EXPECT_NEAR(losses.front(), std::log(64.0), 0.3); // untrained: close to uniform
+
+    // The same from a run config: model.hf_config, resized by the object's other fields.
+    json c = smallConfig();
+    c["model"] = {{"hf_config", hf}, {"layers", 2},      {"hidden", 32},
+                  {"heads", 4},      {"kv_heads", 2},    {"head_dim", 0},
+                  {"vocab", 64},     {"ffn_hidden", 96}, {"seq_len", 16}};
+    o = run({"train", "--config", writeConfig(dir, c), "--print-config"});
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_EQ(json::parse(o.out)["model"]["rope_scaling"]["type"], "llama3");
+
+    // What the engine cannot build is refused with the reason, exit 2.
+    o = run({"train", "--hf-config", std::string(SHARDSCOPE_TEST_DATA) + "/hf/deepseek-v2.5.json",
+             "--out", (dir / "never").string()});
+    EXPECT_EQ(o.code, 2);
+    EXPECT_NE(o.err.find("latent attention"), std::string::npos) << o.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "never" / "config.json"));
+}
+
 TEST(EngineCli, BadInputExitsTwoWithTheReason) {
     TempDir dir;
     json tp = smallConfig();

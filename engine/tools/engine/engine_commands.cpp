@@ -40,7 +40,10 @@ namespace fs = std::filesystem;
 struct Overrides {
     std::string config;
     std::optional<std::string> out, data, dataFormat, telemetry, recompute, schedule, precision,
-        device;
+        device, hfConfig;
+    // The model's size, architecture kept: a smaller model of a real family for a CPU run.
+    std::optional<int> layers, hidden, heads, kvHeads, seqLen;
+    std::optional<std::int64_t> ffnHidden, vocab;
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
     std::optional<double> lr, peakTflops, bucketMb, watchdog, stallReport, clockSkew;
     std::optional<std::uint64_t> seed;
@@ -51,6 +54,32 @@ struct Overrides {
     void addTo(CLI::App& app) {
         app.add_option("--config,-c", config, "run config JSON: {model, parallel, train, engine}")
             ->check(CLI::ExistingFile);
+        app.add_option("--hf-config", hfConfig,
+                       "Hugging Face config.json whose architecture replaces the config's model "
+                       "(GPT-2, or the Llama family: Llama, Mistral, Qwen without biases)")
+            ->check(CLI::ExistingFile);
+        const char* size = "Model size (the architecture kept; see docs/engine.md)";
+        app.add_option("--layers", layers, "decoder layers")
+            ->check(CLI::PositiveNumber)
+            ->group(size);
+        app.add_option("--hidden", hidden, "model width (a multiple of --heads)")
+            ->check(CLI::PositiveNumber)
+            ->group(size);
+        app.add_option("--heads", heads, "attention (query) heads")
+            ->check(CLI::PositiveNumber)
+            ->group(size);
+        app.add_option("--kv-heads", kvHeads, "key and value heads (dividing --heads)")
+            ->check(CLI::PositiveNumber)
+            ->group(size);
+        app.add_option("--ffn-hidden", ffnHidden, "MLP width")
+            ->check(CLI::PositiveNumber)
+            ->group(size);
+        app.add_option("--vocab", vocab, "vocabulary (synthetic data, or a tokenizer's that fits)")
+            ->check(CLI::PositiveNumber)
+            ->group(size);
+        app.add_option("--seq-len", seqLen, "training sequence length")
+            ->check(CLI::PositiveNumber)
+            ->group(size);
         app.add_option("--out,-o", out, "run directory (default runs/DATE-TIME)");
         app.add_option("--steps", steps, "optimizer steps")->check(CLI::PositiveNumber);
         app.add_option("--warmup-steps", warmupSteps, "steps of linear learning-rate warmup")
@@ -129,6 +158,11 @@ struct Overrides {
 
     RunConfig resolve() const {
         RunConfig c = config.empty() ? defaultRunConfig() : runConfigFromJson(readJsonFile(config));
+        if (hfConfig) {
+            const json hf = readJsonFile(*hfConfig);
+            c.model = modelFromHuggingFace(hf, huggingFaceModelName(hf, *hfConfig));
+        }
+        resize(c.model);
         if (out)
             c.engine.runDir = *out;
         if (steps)
@@ -202,6 +236,34 @@ struct Overrides {
             c.engine.stopAfter = *stopAfter;
         c.engine.quiet = quiet;
         return c;
+    }
+
+    void resize(ModelSpec& m) const {
+        const bool resized = layers || hidden || heads || kvHeads || ffnHidden || vocab || seqLen;
+        if (!resized)
+            return;
+        std::string how;
+        auto set = [&how](auto& field, const auto& value, const char* name) {
+            if (!value)
+                return;
+            field = *value;
+            how += (how.empty() ? "" : ", ") + std::string(name) + " " + std::to_string(*value);
+        };
+        set(m.layers, layers, "layers");
+        set(m.hidden, hidden, "hidden");
+        set(m.heads, heads, "heads");
+        set(m.kvHeads, kvHeads, "kv_heads");
+        set(m.ffnHidden, ffnHidden, "ffn_hidden");
+        set(m.vocab, vocab, "vocab");
+        set(m.seqLen, seqLen, "seq_len");
+        if (heads && !kvHeads && m.kvHeads > m.heads)
+            m.kvHeads = m.heads; // fewer heads than the model's key and value heads: MHA
+        m.headDim = 0;           // hidden / heads, as the engine computes it
+        if (m.seqLen > m.maxPositions)
+            m.maxPositions = m.seqLen;
+        m.id.clear(); // no longer the preset
+        m.publishedParams = 0;
+        m.name += " (resized: " + how + ")";
     }
 };
 

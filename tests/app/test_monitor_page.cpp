@@ -130,6 +130,43 @@ private slots:
         QVERIFY(QFileInfo(f.page.controller()->runDirectory() + "/summary.json").exists());
     }
 
+    // A model imported from a Hugging Face config.json (Llama 3.1: RMSNorm, rotary positions
+    // with Llama 3's scaling, grouped-query attention, SwiGLU), made small in the model's fields
+    // as a user would for a CPU, runs from the Start button like the GPT-2 blocks.
+    void aLlamaModelImportedFromHuggingFaceRunsFromTheStartButton() {
+        Session s = cpuSession(runs_.path() + "/llama", 6);
+        const nlohmann::json hf =
+            readJsonFile(std::string(SHARDSCOPE_TEST_DATA) + "/hf/llama-3.1-8b.json");
+        s.model = modelFromHuggingFace(hf, "Llama 3.1 8B");
+        s.modelSource = ModelSource::HuggingFace;
+        s.model.layers = 4;
+        s.model.hidden = 32;
+        s.model.heads = 4;
+        s.model.kvHeads = 2;
+        s.model.headDim = 0;
+        s.model.ffnHidden = 96;
+        s.model.vocab = 64;
+        s.model.seqLen = 16;
+        Fixture f(s);
+        QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);
+        QTRY_VERIFY2_WITH_TIMEOUT(f.page.controller()->state() == State::Finished,
+                                  f.why().constData(), 180000);
+        f.page.refreshNow();
+        const MonitorData& d = f.page.data();
+        QCOMPARE(int(d.ranks.size()), 4);
+        for (const auto& r : d.ranks)
+            QCOMPARE(r.step, 6);
+        for (const watch::ComparisonRow& row : d.analysis.comparison)
+            if (row.key == "memory.parameters" || row.key == "memory.optimizer")
+                QCOMPARE(row.errorPercent(), 0.0);
+        QFile config(f.page.controller()->runDirectory() + "/config.json");
+        QVERIFY(config.open(QIODevice::ReadOnly));
+        const nlohmann::json written = nlohmann::json::parse(config.readAll().toStdString());
+        QCOMPARE(written["model"]["norm"].get<std::string>(), std::string("rmsnorm"));
+        QCOMPARE(written["model"]["rope_scaling"]["type"].get<std::string>(),
+                 std::string("llama3"));
+    }
+
     void aStoppedRankIsNamedWhileTheOthersSayWhereTheyWaitThenStopEndsCleanly() {
         Fixture f(cpuSession(runs_.path(), 100000));
         QTest::mouseClick(f.page.findChild<QPushButton*>("start"), Qt::LeftButton);

@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#define SHARDSCOPE_CUDA_BACKEND_ABI 3
+#define SHARDSCOPE_CUDA_BACKEND_ABI 4
 #define SHARDSCOPE_CUDA_BACKEND_ENTRY "shardscope_make_cuda_ops"
 
 namespace shardscope::kernels {

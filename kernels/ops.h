@@ -207,6 +207,40 @@ public:
     virtual void sumKvHeadGradients(Ptr dqkv, ConstPtr dexpanded, int N, int heads, int kvHeads,
                                     int headDim) = 0;
 
+    // ---- ring attention (context parallelism; Liu et al. 2023), one block at a time: causal
+    // attention of this rank's queries against one rank's keys and values, merged into a running
+    // softmax (Milakov and Gimelshein 2018, as FlashAttention merges its tiles). Shapes:
+    // q rows [B, Tq], `qStride` elements apart, each starting with NH query heads of hd; k and v
+    // rows [B, Tk], `kvStride` apart, each KV heads of hd; query head h meets key and value head
+    // h / (NH / KV). qPos [Tq] and kPos [Tk] (int32, device memory) are the rows' positions in
+    // their sequence: query i meets key j only when kPos[j] <= qPos[i]. The scale is 1/sqrt(hd).
+    // acc [B, Tq, NH hd] (fp32, the unnormalised output), rowMax and rowSum [B, NH, Tq] (fp32)
+    // carry the merge from block to block: they start at 0, -infinity and 0.
+    virtual void attentionBlockForward(float* acc, float* rowMax, float* rowSum, ConstPtr q,
+                                       int qStride, ConstPtr k, ConstPtr v, int kvStride,
+                                       const std::int32_t* qPos, const std::int32_t* kPos, int B,
+                                       int Tq, int Tk, int NH, int KV, int hd) = 0;
+    // out [B, Tq, NH hd] = acc / rowSum; lse [B, NH, Tq] = rowMax + log(rowSum), the softmax's
+    // log-normaliser the backward reads (lse may alias rowMax).
+    virtual void attentionBlockFinish(Ptr out, float* lse, const float* acc, const float* rowMax,
+                                      const float* rowSum, int B, int Tq, int NH, int hd) = 0;
+    // delta [B, NH, Tq] = the sum over each head's hd channels of dout * out (overwrites).
+    virtual void attentionBlockDelta(float* delta, ConstPtr dout, ConstPtr out, int B, int Tq,
+                                     int NH, int hd) = 0;
+    // The gradients of one block (FlashAttention's backward, with the lse and delta of the
+    // whole softmax): dq [B, Tq, NH hd] += ..., and dk, dv rows [B, Tk] `dkvStride` apart, KV
+    // heads of hd each, += ... (fp32 accumulators, summed over the query heads of a group).
+    virtual void attentionBlockBackward(float* dq, float* dk, float* dv, int dkvStride,
+                                        ConstPtr dout, const float* lse, const float* delta,
+                                        ConstPtr q, int qStride, ConstPtr k, ConstPtr v,
+                                        int kvStride, const std::int32_t* qPos,
+                                        const std::int32_t* kPos, int B, int Tq, int Tk, int NH,
+                                        int KV, int hd) = 0;
+    // dst rows [rows, cols] `dstStride` apart = src rows `srcStride` apart (converting types as
+    // copy does): packing a fused row's key and value heads, unpacking gradients into one.
+    virtual void copyRows(Ptr dst, int dstStride, ConstPtr src, int srcStride, int rows,
+                          int cols) = 0;
+
     // ---- out = a + b, and x += y
     virtual void add(Ptr out, ConstPtr a, ConstPtr b, std::size_t n) = 0;
     virtual void addInPlace(Ptr x, ConstPtr y, std::size_t n) = 0;

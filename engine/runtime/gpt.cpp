@@ -72,15 +72,16 @@ int checkedRows(int microBatch, int seqLen) {
 GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
                    DeviceAllocator& memory, RecomputePolicy recompute, bool storeAttentionProbs,
                    std::vector<ModelChunk> chunks, TensorParallel tp, ZeroSharding zero,
-                   TensorTypes types)
+                   TensorTypes types, ContextParallel cp)
     : shape_(GptShape::of(model)), microBatch_(microBatch), tp_(checkedTensorParallel(shape_, tp)),
-      localChannels_(tp_.share(shape_.channels)), localHeads_(tp_.share(shape_.heads)),
-      localKvHeads_(tp_.share(shape_.kvHeads)),
+      cp_(cp, shape_.seqLen, ops, memory), localChannels_(tp_.share(shape_.channels)),
+      localHeads_(tp_.share(shape_.heads)), localKvHeads_(tp_.share(shape_.kvHeads)),
       localQkv_((localHeads_ + 2 * localKvHeads_) * shape_.headDim()),
       localFfn_(tp_.share(shape_.ffn)), ops_(ops), memory_(memory), recompute_(recompute),
-      storeProbs_(storeAttentionProbs && recompute.policy != Recompute::Selective),
-      sp_(tp_, tp.sequenceParallel, checkedRows(microBatch, shape_.seqLen), shape_.channels, ops,
-          memory),
+      // Ring attention never materialises the probabilities.
+      storeProbs_(storeAttentionProbs && recompute.policy != Recompute::Selective && !cp_.on()),
+      sp_(tp_, tp.sequenceParallel, checkedRows(microBatch, cp_.localSeqLen()), shape_.channels,
+          ops, memory),
       vocab_(tp_, shape_.vocab, ops, memory), types_(types), chunks_(std::move(chunks)) {
     if (chunks_.empty())
         chunks_ = pipelineChunks(shape_.layers, 1, 1, 0);
@@ -88,9 +89,19 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
     const std::vector<LayerTensor>& slots = layerTensors(shape_.family);
     for (std::size_t k = 0; k < slots.size(); ++k)
         slotIndex_[slots[k]] = int(k);
-    if (shape_.llama()) { // the angles of every position, uploaded once
-        const RotaryTables angles =
+    if (shape_.llama()) { // the angles of this rank's positions, uploaded once
+        RotaryTables angles =
             rotaryTables(shape_.ropeTheta, shape_.headDim(), shape_.seqLen, shape_.ropeScaling);
+        if (cp_.on()) { // the rows of this rank's slice, in its order
+            const std::size_t half = std::size_t(shape_.headDim() / 2);
+            RotaryTables mine;
+            for (const int t : cp_.positions())
+                for (std::size_t i = 0; i < half; ++i) {
+                    mine.cos.push_back(angles.cos[std::size_t(t) * half + i]);
+                    mine.sin.push_back(angles.sin[std::size_t(t) * half + i]);
+                }
+            angles = std::move(mine);
+        }
         ropeCos_ = memory_.floats(MemoryCategory::Workspace, angles.cos.size());
         ropeSin_ = memory_.floats(MemoryCategory::Workspace, angles.sin.size());
         ops_.copyToDevice(ropeCos_.f(), angles.cos.data(), angles.cos.size() * sizeof(float));
@@ -236,7 +247,7 @@ void GptModel::zeroGradients() {
 LayerActivations GptModel::allocateLayer(MemoryCategory c) const {
     const std::size_t N = std::size_t(rows()), C = std::size_t(shape_.channels),
                       Ca = std::size_t(localChannels_), F = std::size_t(localFfn_),
-                      T = std::size_t(shape_.seqLen), Ns = std::size_t(tokenRows());
+                      T = std::size_t(seqLen()), Ns = std::size_t(tokenRows());
     const bool layerNorm = !shape_.llama();
     LayerActivations a; // the norms and the residual on this rank's token rows
     a.ln1 = activations(c, Ns * C);
@@ -244,6 +255,8 @@ LayerActivations GptModel::allocateLayer(MemoryCategory c) const {
         a.ln1Mean = memory_.floats(c, Ns);
     a.ln1Rstd = memory_.floats(c, Ns);
     a.qkv = activations(c, N * std::size_t(localQkv_));
+    if (cp_.on())
+        a.lse = memory_.floats(c, std::size_t(microBatch_) * std::size_t(localHeads_) * T);
     if (storeProbs_)
         a.probs = activations(c, std::size_t(microBatch_) * std::size_t(localHeads_) * T * T);
     a.attention = activations(c, N * Ca);
@@ -284,12 +297,17 @@ kernels::ConstPtr GptModel::attentionHeads(kernels::ConstPtr qkv, Buffer& holder
 }
 
 void GptModel::attentionForward(LayerActivations& a) const {
-    const int B = microBatch_, T = shape_.seqLen, d = shape_.headDim();
+    const int B = microBatch_, T = seqLen(), d = shape_.headDim();
     if (shape_.llama()) { // queries and keys turn by their positions' angles
         ops_.rotaryEmbedding(a.qkv.ptr(), ropeCos_.f(), ropeSin_.f(), B, T, localHeads_, d,
                              localQkv_, false);
         ops_.rotaryEmbedding(a.qkv.ptr() + std::size_t(localHeads_ * d), ropeCos_.f(), ropeSin_.f(),
                              B, T, localKvHeads_, d, localQkv_, false);
+    }
+    if (cp_.on()) { // grouped heads meet their keys in the ring's kernels, unexpanded
+        cp_.attentionForward(a.attention.ptr(), a.lse.f(), a.qkv.ptr(), localQkv_, B, localHeads_,
+                             localKvHeads_, d);
+        return;
     }
     Buffer expanded;
     ops_.attentionForward(a.attention.ptr(), a.probs ? a.probs.ptr() : nullptr,
@@ -298,16 +316,22 @@ void GptModel::attentionForward(LayerActivations& a) const {
 
 void GptModel::attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dattention,
                                  const LayerActivations& a) const {
-    const int B = microBatch_, T = shape_.seqLen, d = shape_.headDim(), N = rows();
-    Buffer expanded, dexpanded;
-    const kernels::ConstPtr heads = attentionHeads(a.qkv.ptr(), expanded);
-    const bool grouped = bool(expanded);
-    if (grouped)
-        dexpanded = activations(MemoryCategory::Workspace, std::size_t(N) * 3 * localChannels_);
-    ops_.attentionBackward(grouped ? dexpanded.ptr() : dqkv, dattention, heads,
-                           a.probs ? a.probs.ptr() : nullptr, B, T, localChannels_, localHeads_);
-    if (grouped)
-        ops_.sumKvHeadGradients(dqkv, dexpanded.ptr(), N, localHeads_, localKvHeads_, d);
+    const int B = microBatch_, T = seqLen(), d = shape_.headDim(), N = rows();
+    if (cp_.on()) {
+        cp_.attentionBackward(dqkv, dattention, a.attention.ptr(), a.lse.f(), a.qkv.ptr(),
+                              localQkv_, B, localHeads_, localKvHeads_, d);
+    } else {
+        Buffer expanded, dexpanded;
+        const kernels::ConstPtr heads = attentionHeads(a.qkv.ptr(), expanded);
+        const bool grouped = bool(expanded);
+        if (grouped)
+            dexpanded = activations(MemoryCategory::Workspace, std::size_t(N) * 3 * localChannels_);
+        ops_.attentionBackward(grouped ? dexpanded.ptr() : dqkv, dattention, heads,
+                               a.probs ? a.probs.ptr() : nullptr, B, T, localChannels_,
+                               localHeads_);
+        if (grouped)
+            ops_.sumKvHeadGradients(dqkv, dexpanded.ptr(), N, localHeads_, localKvHeads_, d);
+    }
     if (shape_.llama()) { // the rotation's transpose carries the gradient back to the projection
         ops_.rotaryEmbedding(dqkv, ropeCos_.f(), ropeSin_.f(), B, T, localHeads_, d, localQkv_,
                              true);
@@ -525,13 +549,33 @@ struct ScopedSpan {
 };
 } // namespace
 
+const std::int32_t* GptModel::myTargets(const std::int32_t* targets,
+                                        std::vector<std::int32_t>& holder) const {
+    if (!cp_.on())
+        return targets;
+    holder.resize(std::size_t(rows())); // this rank's slice of each sequence
+    cp_.selectTokens(targets, microBatch_, holder.data());
+    return holder.data();
+}
+
 Buffer GptModel::uploadTokens(MemoryCategory category, const std::int32_t* inputs,
                               const std::int32_t* targets) const {
-    const std::size_t N = std::size_t(rows());
-    Buffer tokens = memory_.allocate(category, 2 * N * sizeof(std::int32_t));
-    ops_.copyToDevice(tokens.as<std::int32_t>(), inputs, N * sizeof(std::int32_t));
-    ops_.copyToDevice(tokens.as<std::int32_t>() + N, targets, N * sizeof(std::int32_t));
+    const std::size_t whole = wholeRows(), N = std::size_t(rows());
+    Buffer tokens = memory_.allocate(category, (whole + N) * sizeof(std::int32_t));
+    std::vector<std::int32_t> holder;
+    ops_.copyToDevice(tokens.as<std::int32_t>(), inputs, whole * sizeof(std::int32_t));
+    ops_.copyToDevice(tokens.as<std::int32_t>() + whole, myTargets(targets, holder),
+                      N * sizeof(std::int32_t));
     return tokens;
+}
+
+Buffer GptModel::uploadTargets(MemoryCategory category, const std::int32_t* targets) const {
+    const std::size_t N = std::size_t(rows());
+    Buffer uploaded = memory_.allocate(category, N * sizeof(std::int32_t));
+    std::vector<std::int32_t> holder;
+    ops_.copyToDevice(uploaded.as<std::int32_t>(), myTargets(targets, holder),
+                      N * sizeof(std::int32_t));
+    return uploaded;
 }
 
 void GptModel::embed(kernels::Ptr out, const Buffer& tokens) const {
@@ -542,13 +586,24 @@ void GptModel::embed(kernels::Ptr out, const Buffer& tokens) const {
     const kernels::ConstPtr wte = tensorIn(table, origin, wte_);
     const kernels::ConstPtr wpe = optionalTensorIn(table, origin, wpe_);
     const std::int32_t* ids = tokens.as<std::int32_t>();
+    // Context parallelism: the whole sequences' embeddings (the learned positions are the
+    // sequence's), of which this rank keeps its slice.
+    auto embedMine = [&](kernels::Ptr mine) {
+        if (!cp_.on()) {
+            vocab_.embeddingForward(mine, ids, wte, wpe, microBatch_, shape_.seqLen, C);
+            return;
+        }
+        Buffer whole = activations(MemoryCategory::Workspace, wholeRows() * std::size_t(C));
+        vocab_.embeddingForward(whole.ptr(), ids, wte, wpe, microBatch_, shape_.seqLen, C);
+        cp_.gatherRows(mine, whole.ptr(), microBatch_, C);
+    };
     if (!sp_.on()) { // the whole stream on every rank: the group sums the vocabulary shards
-        vocab_.embeddingForward(out, ids, wte, wpe, microBatch_, shape_.seqLen, C);
+        embedMine(out);
         tp_.allReduceSum(out, std::size_t(rows()) * std::size_t(C));
         return;
     }
     Buffer partial = activations(MemoryCategory::Workspace, std::size_t(rows()) * std::size_t(C));
-    vocab_.embeddingForward(partial.ptr(), ids, wte, wpe, microBatch_, shape_.seqLen, C);
+    embedMine(partial.ptr());
     Buffer shard;
     ops_.copy(out, sp_.reduce(partial, shard), sp_.tokenElements());
 }
@@ -562,6 +617,12 @@ void GptModel::embeddingBackward(kernels::ConstPtr dout, const Buffer& tokens) c
     const std::size_t origin = offsetOf(wte_);
     const kernels::Ptr dwte = tensorIn(table, origin, wte_);
     const kernels::Ptr dwpe = optionalTensorIn(table, origin, wpe_);
+    Buffer scattered; // context parallelism: this rank's rows in place, zeros elsewhere
+    if (cp_.on()) {
+        scattered = activations(MemoryCategory::Workspace, wholeRows() * std::size_t(C));
+        cp_.scatterRows(scattered.ptr(), dout, microBatch_, C);
+        dout = scattered.ptr();
+    }
     vocab_.embeddingBackward(dwte, dwpe, dout, tokens.as<std::int32_t>(), microBatch_,
                              shape_.seqLen, C);
     gradientsDone(wte_, embeddingLast(), gradients);
@@ -601,7 +662,7 @@ void GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int32_
     if (state.forwardDone)
         throw std::logic_error("forward ran twice on one microbatch state");
     const ModelChunk& c = chunkAt(chunk);
-    const int N = rows(), L = c.layers;
+    const int L = c.layers;
     state.layerInput.resize(std::size_t(L) + 1);
     state.layers.resize(std::size_t(L));
     if (c.embedding) {
@@ -636,12 +697,9 @@ void GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int32_
         Buffer uploaded;
         const std::int32_t* deviceTargets = nullptr;
         if (c.embedding) {
-            deviceTargets = state.tokens.as<std::int32_t>() + N;
+            deviceTargets = state.tokens.as<std::int32_t>() + wholeRows();
         } else {
-            uploaded =
-                memory_.allocate(MemoryCategory::Workspace, std::size_t(N) * sizeof(std::int32_t));
-            ops_.copyToDevice(uploaded.as<std::int32_t>(), targets,
-                              std::size_t(N) * sizeof(std::int32_t));
+            uploaded = uploadTargets(MemoryCategory::Workspace, targets);
             deviceTargets = uploaded.as<std::int32_t>();
         }
         headForward(&state, state.layerInput[std::size_t(L)].ptr(), deviceTargets, lossGradScale,
@@ -653,7 +711,6 @@ void GptModel::forwardChunk(MicrobatchState& state, int chunk, const std::int32_
 Buffer GptModel::evaluateChunk(int chunk, const std::int32_t* inputs, const std::int32_t* targets,
                                Buffer input, double* lossSum) {
     const ModelChunk& c = chunkAt(chunk);
-    const int N = rows();
     Buffer tokens, x;
     if (c.embedding || c.head)
         tokens = uploadTokens(MemoryCategory::Workspace, inputs, targets);
@@ -673,7 +730,7 @@ Buffer GptModel::evaluateChunk(int chunk, const std::int32_t* inputs, const std:
     }
     if (!c.head)
         return x;
-    headForward(nullptr, x.ptr(), tokens.as<std::int32_t>() + N, 0.0f, lossSum, nullptr);
+    headForward(nullptr, x.ptr(), tokens.as<std::int32_t>() + wholeRows(), 0.0f, lossSum, nullptr);
     return Buffer{};
 }
 

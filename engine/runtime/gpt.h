@@ -15,8 +15,9 @@
 // Each parallelism axis lives in its own file under parallel/ and is composed here: tensor
 // parallelism cuts the layers (tensor_parallel.h), sequence parallelism sits at the edges of each
 // tensor-parallel block (sequence_parallel.h), the vocabulary is cut for the embedding and the
-// loss (vocab_parallel.h), ZeRO-2/3 keep slices of the flat buffers (zero_store.h), and pipeline
-// ranks hold chunks (pipeline_chunks.h).
+// loss (vocab_parallel.h), ZeRO-2/3 keep slices of the flat buffers (zero_store.h), pipeline
+// ranks hold chunks (pipeline_chunks.h), and context-parallel ranks hold slices of every sequence
+// whose attention meets around a ring (context_parallel.h).
 #pragma once
 
 #include "communicator.h"
@@ -25,6 +26,7 @@
 #include "device_memory.h"
 #include "gpt_parameters.h"
 #include "kernels/ops.h"
+#include "parallel/context_parallel.h"
 #include "parallel/gradient_buckets.h"
 #include "parallel/pipeline_chunks.h"
 #include "parallel/sequence_parallel.h"
@@ -59,9 +61,11 @@ public:
 // holds this rank's query, key and value heads, rotated in the Llama family (grouped-query heads
 // are expanded for the attention kernels only while they run); fc the MLP's first projection
 // (GELU's input, or SwiGLU's gate and up), gelu the activation's output. The means are
-// LayerNorm's only.
+// LayerNorm's only. Under context parallelism lse holds the softmax's log-normalisers, which ring
+// attention's backward reads (it never stores probabilities).
 struct LayerActivations {
-    Buffer ln1, ln1Mean, ln1Rstd, qkv, probs, attention, residual, ln2, ln2Mean, ln2Rstd, fc, gelu;
+    Buffer ln1, ln1Mean, ln1Rstd, qkv, probs, lse, attention, residual, ln2, ln2Mean, ln2Rstd, fc,
+        gelu;
     // Sequence parallelism: the norms' outputs gathered again for the weight gradients.
     Buffer ln1Gathered, ln2Gathered;
 };
@@ -125,10 +129,12 @@ public:
     // layer that keeps its activations keeps the B x heads x T x T probabilities (false = the
     // fused-attention behaviour).
     // chunks: this rank's share (pipelineChunks); empty means the whole model in one chunk.
+    // cp: this rank's slice of every sequence (context parallelism); the host arrays the
+    // forward takes stay whole sequences, of which it uses its slice.
     GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops, DeviceAllocator& memory,
              RecomputePolicy recompute, bool storeAttentionProbs,
              std::vector<ModelChunk> chunks = {}, TensorParallel tp = {}, ZeroSharding zero = {},
-             TensorTypes types = {});
+             TensorTypes types = {}, ContextParallel cp = {});
     ~GptModel();
 
     const GptShape& shape() const { return shape_; }
@@ -136,6 +142,7 @@ public:
     // Receives a span for each tensor-parallel and ZeRO collective the layers run.
     void setCommunicationSink(CommunicationSink* sink) {
         tp_.setCommunicationSink(sink);
+        cp_.setCommunicationSink(sink);
         store_->setCommunicationSink(sink);
     }
     int microBatch() const { return microBatch_; }
@@ -300,7 +307,10 @@ private:
     void weightGradient(int layer, kernels::Ptr grads, std::size_t origin, std::size_t weight,
                         std::size_t bias, Buffer dout, kernels::ConstPtr input, int N, int C,
                         int OC, bool defer, MicrobatchState& state);
-    int rows() const { return microBatch_ * shape_.seqLen; }
+    // This rank's token rows of a microbatch: its slice of each sequence under context
+    // parallelism, else every token.
+    int seqLen() const { return cp_.localSeqLen(); }
+    int rows() const { return microBatch_ * seqLen(); }
     // n elements of the activations' type.
     Buffer activations(MemoryCategory category, std::size_t n) const {
         return memory_.tensor(category, n, types_.activations);
@@ -308,9 +318,15 @@ private:
     // The token rows of the residual stream this rank holds: all, or its sequence shard.
     int tokenRows() const { return sp_.tokenRows(); }
     void reportReady(std::size_t firstTensor, std::size_t lastTensor) const;
-    // Inputs then targets of one microbatch, copied to the device.
+    // The whole inputs, then this rank's targets, of one microbatch, copied to the device; and
+    // this rank's targets alone.
     Buffer uploadTokens(MemoryCategory category, const std::int32_t* inputs,
                         const std::int32_t* targets) const;
+    Buffer uploadTargets(MemoryCategory category, const std::int32_t* targets) const;
+    // The host targets of this rank's rows: `targets` itself, or its slice copied to `holder`.
+    const std::int32_t* myTargets(const std::int32_t* targets,
+                                  std::vector<std::int32_t>& holder) const;
+    std::size_t wholeRows() const { return std::size_t(microBatch_) * std::size_t(shape_.seqLen); }
     const ModelChunk& chunkAt(int chunk) const;
     void embed(kernels::Ptr out, const Buffer& tokens) const; // token + position embeddings
     void embeddingBackward(kernels::ConstPtr dout, const Buffer& tokens) const;
@@ -318,6 +334,7 @@ private:
     GptShape shape_;
     int microBatch_;
     TensorParallelGroup tp_;
+    ContextParallelGroup cp_;
     // This rank's share of the attention channels (heads x head size), heads, key and value
     // heads, QKV projection rows and MLP columns.
     int localChannels_ = 0, localHeads_ = 0, localKvHeads_ = 0, localQkv_ = 0, localFfn_ = 0;

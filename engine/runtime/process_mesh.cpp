@@ -59,6 +59,14 @@ ProcessMesh::ProcessMesh(const ParallelConfig& p, Communicator& world)
                          std::to_string(p.worldSize()));
     for (Axis axis : kMeshAxes)
         groups_.push_back(world.subgroup(groupRanks(p, world.rank(), axis), toString(axis)));
+    cp_ = p.cp;
+    if (p.cp > 1) { // same tp and pp rank: every tp-th rank of the stage's dp x cp x tp block
+        const int first = world.rank() - replicaIndex() * p.tp;
+        std::vector<int> ranks;
+        for (int k = 0; k < p.dp * p.cp; ++k)
+            ranks.push_back(first + k * p.tp);
+        replicas_ = world.subgroup(ranks, "dp-cp");
+    }
 }
 
 } // namespace shardscope

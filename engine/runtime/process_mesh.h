@@ -28,11 +28,18 @@ public:
     const RankCoordinate& coordinate() const { return coordinate_; }
     Communicator& world() const { return world_; }
     Communicator& group(Axis axis) const { return *groups_[static_cast<std::size_t>(axis)]; }
+    // The ranks that hold the same weights: dp x cp (Megatron-LM's data-parallel group with
+    // context parallelism), cp fastest; gradients are summed and ZeRO shards over it. The dp
+    // group itself where cp is 1.
+    Communicator& replicas() const { return replicas_ ? *replicas_ : group(Axis::DP); }
+    int replicaIndex() const { return coordinate_.cp + cp_ * coordinate_.dp; }
 
 private:
     Communicator& world_;
     RankCoordinate coordinate_;
     std::vector<std::unique_ptr<Communicator>> groups_; // indexed by Axis
+    std::unique_ptr<Communicator> replicas_;            // dp x cp, when cp > 1
+    int cp_ = 1;
 };
 
 } // namespace shardscope

@@ -303,9 +303,15 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
         out.push_back("engine.threads is " + std::to_string(c.engine.threads) + ": at most " +
                       std::to_string(kMaxEngineThreads) + " (this machine has " +
                       std::to_string(kernels::cpuCores()) + " cores; 0 takes one thread per core)");
-    if (p.cp != 1)
-        out.push_back("the engine has no context parallelism yet: cp must be 1 (got " +
-                      layoutSummary(p) + "); use dp, tp and pp for several ranks");
+    if (p.cp > 1 && c.model.seqLen % (2 * p.cp) != 0)
+        out.push_back(
+            "context parallelism cuts each sequence into 2 x cp = " + std::to_string(2 * p.cp) +
+            " equal chunks (two per rank, for causal load balancing), so 2 x cp must "
+            "divide seq_len " +
+            std::to_string(c.model.seqLen) + " (got " + layoutSummary(p) + ")");
+    if (p.cp > 1 && !p.flashAttention)
+        out.push_back("ring attention (cp > 1) never stores the attention probabilities: set "
+                      "\"flash_attention\": true, as the planner then assumes");
     if (p.ep != 1)
         out.push_back("the engine has no mixture-of-experts layers, so no expert parallelism: ep "
                       "must be 1 (got " +
@@ -322,10 +328,11 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
         out.push_back("the engine shards ZeRO's states over the whole data-parallel group: "
                       "shard_group must be 0 or dp (got " +
                       layoutSummary(p) + "); hybrid sharding is modelled by the planner only");
-    if (p.sequenceParallel && p.tp > 1 && (p.microBatch * c.model.seqLen) % p.tp)
-        out.push_back("sequence parallelism splits each microbatch's micro_batch x seq_len = " +
-                      std::to_string(p.microBatch * c.model.seqLen) + " token rows over tp " +
-                      std::to_string(p.tp) + ": they must divide evenly");
+    const int sliceRows = p.microBatch * c.model.seqLen / std::max(1, p.cp);
+    if (p.sequenceParallel && p.tp > 1 && sliceRows % p.tp)
+        out.push_back("sequence parallelism splits each microbatch's micro_batch x seq_len" +
+                      std::string(p.cp > 1 ? " / cp" : "") + " = " + std::to_string(sliceRows) +
+                      " token rows over tp " + std::to_string(p.tp) + ": they must divide evenly");
     if (p.tp > 1 && (c.model.heads % p.tp || c.model.ffnHidden % p.tp || c.model.vocab % p.tp))
         out.push_back("tp " + std::to_string(p.tp) + " must divide heads (" +
                       std::to_string(c.model.heads) + "), ffn_hidden (" +

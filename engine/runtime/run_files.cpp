@@ -274,7 +274,7 @@ std::vector<std::string> TrainingRun::shardNames() const {
     std::vector<std::string> names;
     for (int pp = 0; pp < c_.parallel.pp; ++pp)
         for (int tp = 0; tp < c_.parallel.tp; ++tp)
-            for (int dp = 0; dp < (zero_ ? c_.parallel.dp : 1); ++dp)
+            for (int dp = 0; dp < (zero_ ? c_.parallel.dp * c_.parallel.cp : 1); ++dp)
                 names.push_back(shardName(pp, tp, dp));
     return names;
 }

@@ -254,8 +254,10 @@ void TrainingRun::joinRanks() {
         mesh_ = std::make_unique<ProcessMesh>(c_.parallel, *world_);
         rank_ = world_->rank();
         leader_ = rank_ == 0;
-        if (c_.parallel.dp > 1)
-            dataParallel_ = &mesh_->group(Axis::DP);
+        if (c_.parallel.dp * c_.parallel.cp > 1)
+            dataParallel_ = &mesh_->replicas();
+        if (c_.parallel.cp > 1)
+            contextParallel_ = &mesh_->group(Axis::CP);
         if (c_.parallel.pp > 1)
             pipeline_ = &mesh_->group(Axis::PP);
         if (c_.parallel.tp > 1)
@@ -317,7 +319,8 @@ void TrainingRun::buildModel() {
         c_.model, p.microBatch, *ops_, memory_, RecomputePolicy{p.recompute, p.recomputeLayers},
         !p.flashAttention, pipelineChunks(GptShape::of(c_.model).layers, p, ppRank_),
         TensorParallel{p.tp, tpRank_, tensorParallel_, p.sequenceParallel},
-        ZeroSharding{dataParallel_ ? p.zero : 0, dataParallel_}, TensorTypes::of(p.precision));
+        ZeroSharding{dataParallel_ ? p.zero : 0, dataParallel_}, TensorTypes::of(p.precision),
+        ContextParallel{p.cp, mesh_ ? mesh_->coordinate().cp : 0, contextParallel_});
     if (mesh_) { // every rank joins the call that makes the groups
         std::vector<int> members{rank_};
         if (model_->sharedTensor() != GptModel::npos) {

@@ -109,14 +109,18 @@ private:
     // The sum of every rank's value, on the control channel.
     double totalOverRanks(double local) const;
     // Whether this rank holds the one copy of a value its tensor-parallel peers and data-parallel
-    // replicas also hold.
-    bool countsReplicatedValues() const { return tpRank_ == 0 && dpRank() == 0; }
+    // replicas also hold (context-parallel ranks each hold their slice's part: every one counts).
+    bool countsReplicatedValues() const {
+        return tpRank_ == 0 && (mesh_ ? mesh_->coordinate().dp : 0) == 0;
+    }
     bool agreeOnStop(bool mine) const;
     bool everyoneSucceeded(bool mine) const;
     void synchronizeSharedEmbedding();
     std::string shardName(int pp, int tp, int dp) const;
     std::vector<std::string> shardNames() const;
-    int dpRank() const { return mesh_ ? mesh_->coordinate().dp : 0; }
+    // This rank's place among the ranks holding the same weights (dp x cp, cp fastest): what
+    // gradients are summed and ZeRO shards over.
+    int dpRank() const { return mesh_ ? mesh_->replicaIndex() : 0; }
     // Replica 0 of each stage writes the parameters; under ZeRO every replica writes the
     // optimizer shards it owns.
     bool writesShard() const { return dpRank() == 0 || zero_; }
@@ -145,7 +149,8 @@ private:
     std::unique_ptr<WatchedCommunicator> watchedWorld_;
     std::unique_ptr<ControlChannel> control_; // votes and sums, with more than one rank
     std::unique_ptr<ProcessMesh> mesh_;       // with more than one rank
-    Communicator* dataParallel_ = nullptr;    // the dp group, when dp > 1
+    Communicator* dataParallel_ = nullptr;    // the dp x cp group, when dp x cp > 1
+    Communicator* contextParallel_ = nullptr; // the cp group, when cp > 1
     Communicator* pipeline_ = nullptr;        // the pp group, when pp > 1
     Communicator* tensorParallel_ = nullptr;  // the tp group, when tp > 1
     // The first and last pipeline stage, summing the gradient of a tied embedding split between

@@ -529,6 +529,66 @@ public:
                              headDim);
     }
 
+    void attentionBlockForward(float* acc, float* rowMax, float* rowSum, ConstPtr q, int qStride,
+                               ConstPtr k, ConstPtr v, int kvStride, const std::int32_t* qPos,
+                               const std::int32_t* kPos, int B, int Tq, int Tk, int NH, int KV,
+                               int hd) override {
+        Fp32Views w(wide_);
+        const size_t qn = extent(B * Tq, qStride, NH * hd), kn = extent(B * Tk, kvStride, KV * hd);
+        attentionBlockForward32(acc, rowMax, rowSum, w.in(q, qn), qStride, w.in(k, kn), w.in(v, kn),
+                                kvStride, qPos, kPos, B, Tq, Tk, NH, KV, hd);
+    }
+    void attentionBlockFinish(Ptr out, float* lse, const float* acc, const float* rowMax,
+                              const float* rowSum, int B, int Tq, int NH, int hd) override {
+        Fp32Views w(wide_);
+        float* o = w.out(out, rows(B, Tq, NH * hd));
+#pragma omp parallel for
+        for (int r = 0; r < B * NH * Tq; ++r) { // r = (b NH + h) Tq + i
+            const int b = r / (NH * Tq), h = r / Tq % NH, i = r % Tq;
+            const size_t at =
+                (size_t(b) * size_t(Tq) + size_t(i)) * size_t(NH * hd) + size_t(h) * size_t(hd);
+            const float sum = rowSum[r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            for (int d = 0; d < hd; ++d)
+                o[at + size_t(d)] = acc[at + size_t(d)] * inv;
+            lse[r] =
+                sum > 0.0f ? rowMax[r] + std::log(sum) : -std::numeric_limits<float>::infinity();
+        }
+    }
+    void attentionBlockDelta(float* delta, ConstPtr dout, ConstPtr out, int B, int Tq, int NH,
+                             int hd) override {
+        Fp32Views w(wide_);
+        const size_t n = rows(B, Tq, NH * hd);
+        const float* d = w.in(dout, n);
+        const float* o = w.in(out, n);
+#pragma omp parallel for
+        for (int r = 0; r < B * NH * Tq; ++r) {
+            const int b = r / (NH * Tq), h = r / Tq % NH, i = r % Tq;
+            const size_t at =
+                (size_t(b) * size_t(Tq) + size_t(i)) * size_t(NH * hd) + size_t(h) * size_t(hd);
+            float sum = 0.0f;
+            for (int c = 0; c < hd; ++c)
+                sum += d[at + size_t(c)] * o[at + size_t(c)];
+            delta[r] = sum;
+        }
+    }
+    void attentionBlockBackward(float* dq, float* dk, float* dv, int dkvStride, ConstPtr dout,
+                                const float* lse, const float* delta, ConstPtr q, int qStride,
+                                ConstPtr k, ConstPtr v, int kvStride, const std::int32_t* qPos,
+                                const std::int32_t* kPos, int B, int Tq, int Tk, int NH, int KV,
+                                int hd) override {
+        Fp32Views w(wide_);
+        const size_t qn = extent(B * Tq, qStride, NH * hd), kn = extent(B * Tk, kvStride, KV * hd);
+        attentionBlockBackward32(dq, dk, dv, dkvStride, w.in(dout, rows(B, Tq, NH * hd)), lse,
+                                 delta, w.in(q, qn), qStride, w.in(k, kn), w.in(v, kn), kvStride,
+                                 qPos, kPos, B, Tq, Tk, NH, KV, hd);
+    }
+    void copyRows(Ptr dst, int dstStride, ConstPtr src, int srcStride, int rowCount,
+                  int cols) override {
+        for (int r = 0; r < rowCount; ++r)
+            copy(dst + size_t(r) * size_t(dstStride), src + size_t(r) * size_t(srcStride),
+                 size_t(cols));
+    }
+
     void add(Ptr out, ConstPtr a, ConstPtr b, size_t n) override {
         Fp32Views v(wide_);
         add32(v.out(out, n), v.in(a, n), v.in(b, n), n);
@@ -843,6 +903,104 @@ public:
         }
     }
 
+    // One (batch, query head, query row) per iteration: the block's scores, then the merge.
+    void attentionBlockForward32(float* acc, float* rowMax, float* rowSum, const float* q,
+                                 int qStride, const float* k, const float* v, int kvStride,
+                                 const std::int32_t* qPos, const std::int32_t* kPos, int B, int Tq,
+                                 int Tk, int NH, int KV, int hd) {
+        const int group = NH / KV;
+        const float scale = 1.0f / std::sqrt(float(hd));
+#pragma omp parallel
+        {
+            std::vector<float> scores(size_t(std::max(Tk, 1)));
+#pragma omp for
+            for (int r = 0; r < B * NH * Tq; ++r) {
+                const int b = r / (NH * Tq), h = r / Tq % NH, i = r % Tq, g = h / group;
+                const float* qi = q + (size_t(b) * size_t(Tq) + size_t(i)) * size_t(qStride) +
+                                  size_t(h) * size_t(hd);
+                float blockMax = -std::numeric_limits<float>::infinity();
+                for (int j = 0; j < Tk; ++j) {
+                    if (kPos[j] > qPos[i])
+                        continue;
+                    const float* kj = k + (size_t(b) * size_t(Tk) + size_t(j)) * size_t(kvStride) +
+                                      size_t(g) * size_t(hd);
+                    float dot = 0.0f;
+                    for (int c = 0; c < hd; ++c)
+                        dot += qi[c] * kj[c];
+                    scores[size_t(j)] = dot * scale;
+                    blockMax = std::max(blockMax, scores[size_t(j)]);
+                }
+                if (blockMax == -std::numeric_limits<float>::infinity())
+                    continue; // no key of this block is visible to this query
+                const float newMax = std::max(rowMax[r], blockMax);
+                const float keep = std::exp(rowMax[r] - newMax); // 0 when the old max is -inf
+                float* out = acc + (size_t(b) * size_t(Tq) + size_t(i)) * size_t(NH * hd) +
+                             size_t(h) * size_t(hd);
+                float sum = rowSum[r] * keep;
+                for (int c = 0; c < hd; ++c)
+                    out[c] *= keep;
+                for (int j = 0; j < Tk; ++j) {
+                    if (kPos[j] > qPos[i])
+                        continue;
+                    const float p = std::exp(scores[size_t(j)] - newMax);
+                    const float* vj = v + (size_t(b) * size_t(Tk) + size_t(j)) * size_t(kvStride) +
+                                      size_t(g) * size_t(hd);
+                    sum += p;
+                    for (int c = 0; c < hd; ++c)
+                        out[c] += p * vj[c];
+                }
+                rowMax[r] = newMax;
+                rowSum[r] = sum;
+            }
+        }
+    }
+
+    // One (batch, key and value head) per iteration: every dk and dv row of the head's group is
+    // written by that iteration alone, and so are its query heads' dq rows.
+    void attentionBlockBackward32(float* dq, float* dk, float* dv, int dkvStride, const float* dout,
+                                  const float* lse, const float* delta, const float* q, int qStride,
+                                  const float* k, const float* v, int kvStride,
+                                  const std::int32_t* qPos, const std::int32_t* kPos, int B, int Tq,
+                                  int Tk, int NH, int KV, int hd) {
+        const int group = NH / KV;
+        const float scale = 1.0f / std::sqrt(float(hd));
+        const size_t C = size_t(NH) * size_t(hd);
+#pragma omp parallel for
+        for (int bg = 0; bg < B * KV; ++bg) {
+            const int b = bg / KV, g = bg % KV;
+            for (int h = g * group; h < (g + 1) * group; ++h)
+                for (int i = 0; i < Tq; ++i) {
+                    const size_t row = size_t(b) * size_t(Tq) + size_t(i),
+                                 stat =
+                                     (size_t(b) * size_t(NH) + size_t(h)) * size_t(Tq) + size_t(i);
+                    const float* qi = q + row * size_t(qStride) + size_t(h) * size_t(hd);
+                    const float* doi = dout + row * C + size_t(h) * size_t(hd);
+                    float* dqi = dq + row * C + size_t(h) * size_t(hd);
+                    for (int j = 0; j < Tk; ++j) {
+                        if (kPos[j] > qPos[i])
+                            continue;
+                        const size_t krow = size_t(b) * size_t(Tk) + size_t(j);
+                        const float* kj = k + krow * size_t(kvStride) + size_t(g) * size_t(hd);
+                        const float* vj = v + krow * size_t(kvStride) + size_t(g) * size_t(hd);
+                        float s = 0.0f, dp = 0.0f;
+                        for (int c = 0; c < hd; ++c) {
+                            s += qi[c] * kj[c];
+                            dp += doi[c] * vj[c];
+                        }
+                        const float p = std::exp(s * scale - lse[stat]);
+                        const float ds = p * (dp - delta[stat]) * scale;
+                        float* dkj = dk + krow * size_t(dkvStride) + size_t(g) * size_t(hd);
+                        float* dvj = dv + krow * size_t(dkvStride) + size_t(g) * size_t(hd);
+                        for (int c = 0; c < hd; ++c) {
+                            dqi[c] += ds * kj[c];
+                            dkj[c] += ds * qi[c];
+                            dvj[c] += p * doi[c];
+                        }
+                    }
+                }
+        }
+    }
+
     // Per (batch, head): P = softmax(Q K^T / sqrt(hs)) masked causally, O = P V, as GEMMs.
     void attentionForward32(float* out, float* probs, const float* qkv, int B, int T, int C,
                             int NH) {
@@ -1035,6 +1193,11 @@ public:
 private:
     static size_t rows(int B, int T, int C) {
         return size_t(B) * size_t(T) * size_t(C);
+    }
+    // Elements from the first of `count` rows `stride` apart to the end of the last one's
+    // `width`: what a strided view reads (no further: it may start inside a wider row).
+    static size_t extent(int count, int stride, int width) {
+        return count > 0 ? size_t(count - 1) * size_t(stride) + size_t(width) : 0;
     }
     // C[M,N] = op(A) op(B) + beta C, C fp32. With a bf16 operand the product is a bf16 GEMM
     // with fp32 accumulation: an fp32 operand is rounded to bf16 first (as autocast casts it),

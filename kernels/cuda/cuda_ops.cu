@@ -7,6 +7,7 @@
 #include "layernorm.h"
 #include "llama_ops.h"
 #include "matmul.h"
+#include "ring_attention.h"
 
 #include <chrono>
 #include <climits>
@@ -270,6 +271,33 @@ public:
     void sumKvHeadGradients(Ptr dqkv, ConstPtr dexpanded, int N, int heads, int kvHeads,
                             int headDim) override {
         cuda::sumKvHeadGradients(dqkv, dexpanded, N, heads, kvHeads, headDim, s());
+    }
+    void attentionBlockForward(float* acc, float* rowMax, float* rowSum, ConstPtr q, int qStride,
+                               ConstPtr k, ConstPtr v, int kvStride, const std::int32_t* qPos,
+                               const std::int32_t* kPos, int B, int Tq, int Tk, int NH, int KV,
+                               int hd) override {
+        cuda::attentionBlockForward(acc, rowMax, rowSum, q, qStride, k, v, kvStride, qPos, kPos, B,
+                                    Tq, Tk, NH, KV, hd, s());
+    }
+    void attentionBlockFinish(Ptr out, float* lse, const float* acc, const float* rowMax,
+                              const float* rowSum, int B, int Tq, int NH, int hd) override {
+        cuda::attentionBlockFinish(out, lse, acc, rowMax, rowSum, B, Tq, NH, hd, s());
+    }
+    void attentionBlockDelta(float* delta, ConstPtr dout, ConstPtr out, int B, int Tq, int NH,
+                             int hd) override {
+        cuda::attentionBlockDelta(delta, dout, out, B, Tq, NH, hd, s());
+    }
+    void attentionBlockBackward(float* dq, float* dk, float* dv, int dkvStride, ConstPtr dout,
+                                const float* lse, const float* delta, ConstPtr q, int qStride,
+                                ConstPtr k, ConstPtr v, int kvStride, const std::int32_t* qPos,
+                                const std::int32_t* kPos, int B, int Tq, int Tk, int NH, int KV,
+                                int hd) override {
+        cuda::attentionBlockBackward(dq, dk, dv, dkvStride, dout, lse, delta, q, qStride, k, v,
+                                     kvStride, qPos, kPos, B, Tq, Tk, NH, KV, hd, s());
+    }
+    void copyRows(Ptr dst, int dstStride, ConstPtr src, int srcStride, int rows,
+                  int cols) override {
+        cuda::copyRows(dst, dstStride, src, srcStride, rows, cols, s());
     }
     void add(Ptr out, ConstPtr a, ConstPtr b, std::size_t n) override {
         cuda::add(out, a, b, n, s());

@@ -233,6 +233,40 @@ public:
                             int kvHeads, int headDim) override {
         later([=, this] { cpu_->sumKvHeadGradients(dqkv, dexpanded, N, heads, kvHeads, headDim); });
     }
+    void attentionBlockForward(float* acc, float* rowMax, float* rowSum, kernels::ConstPtr q,
+                               int qStride, kernels::ConstPtr k, kernels::ConstPtr v, int kvStride,
+                               const std::int32_t* qPos, const std::int32_t* kPos, int B, int Tq,
+                               int Tk, int NH, int KV, int hd) override {
+        later([=, this] {
+            cpu_->attentionBlockForward(acc, rowMax, rowSum, q, qStride, k, v, kvStride, qPos, kPos,
+                                        B, Tq, Tk, NH, KV, hd);
+        });
+    }
+    void attentionBlockFinish(kernels::Ptr out, float* lse, const float* acc, const float* rowMax,
+                              const float* rowSum, int B, int Tq, int NH, int hd) override {
+        later([=, this] {
+            cpu_->attentionBlockFinish(out, lse, acc, rowMax, rowSum, B, Tq, NH, hd);
+        });
+    }
+    void attentionBlockDelta(float* delta, kernels::ConstPtr dout, kernels::ConstPtr out, int B,
+                             int Tq, int NH, int hd) override {
+        later([=, this] { cpu_->attentionBlockDelta(delta, dout, out, B, Tq, NH, hd); });
+    }
+    void attentionBlockBackward(float* dq, float* dk, float* dv, int dkvStride,
+                                kernels::ConstPtr dout, const float* lse, const float* delta,
+                                kernels::ConstPtr q, int qStride, kernels::ConstPtr k,
+                                kernels::ConstPtr v, int kvStride, const std::int32_t* qPos,
+                                const std::int32_t* kPos, int B, int Tq, int Tk, int NH, int KV,
+                                int hd) override {
+        later([=, this] {
+            cpu_->attentionBlockBackward(dq, dk, dv, dkvStride, dout, lse, delta, q, qStride, k, v,
+                                         kvStride, qPos, kPos, B, Tq, Tk, NH, KV, hd);
+        });
+    }
+    void copyRows(kernels::Ptr dst, int dstStride, kernels::ConstPtr src, int srcStride, int rows,
+                  int cols) override {
+        later([=, this] { cpu_->copyRows(dst, dstStride, src, srcStride, rows, cols); });
+    }
     void add(kernels::Ptr out, kernels::ConstPtr a, kernels::ConstPtr b, std::size_t n) override {
         later([=, this] { cpu_->add(out, a, b, n); });
     }

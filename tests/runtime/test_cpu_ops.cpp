@@ -7,7 +7,9 @@
 #include <complex>
 #include <cstdint>
 #include <gtest/gtest.h>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace shardscope::kernels {
@@ -667,6 +669,77 @@ TEST(CpuOpsBf16, KvHeadExpansionCopiesBitsAndSumsRoundOnce) {
     ops->sumKvHeadGradients({dqkv.data(), DType::BF16}, dexpanded.ptr(), N, H, KV, d);
     ops->sumKvHeadGradients(dqkvWide.data(), dexpanded.wide.data(), N, H, KV, d);
     EXPECT_EQ(dqkv, roundedBits(dqkvWide));
+}
+
+// Ring attention's blocks against causal attention of the whole sequence (the expanded-heads
+// path, checked above): two ranks of cp 2, each holding positions {r, 3 - r} of 4 chunks of 2,
+// with grouped-query heads (4 over 2). Rank 0's first queries see none of rank 1's keys, so a
+// block that leaves a row alone is in play. Each rank's output is both blocks merged; the key and
+// value gradients are each block's summed over both ranks' queries.
+TEST(CpuOps, RingAttentionBlocksMergeToCausalAttention) {
+    auto ops = makeCpuOps(2);
+    constexpr int B = 2, T = 8, H = 4, KV = 2, d = 4, C = H * d, S = (H + 2 * KV) * d, Tl = 4;
+    const std::vector<std::int32_t> positions[2] = {{0, 1, 6, 7}, {2, 3, 4, 5}};
+    const auto qkv = randomVector(std::size_t(B * T * S), 31);
+    const auto dout = randomVector(std::size_t(B * T * C), 32);
+    // The reference: the whole sequences, heads expanded.
+    std::vector<float> expanded(std::size_t(B * T * 3 * C)), out(std::size_t(B * T * C)),
+        dexpanded(expanded.size()), dqkv(qkv.size());
+    ops->expandKvHeads(expanded.data(), qkv.data(), B * T, H, KV, d);
+    ops->attentionForward(out.data(), nullptr, expanded.data(), B, T, C, H);
+    ops->attentionBackward(dexpanded.data(), dout.data(), expanded.data(), nullptr, B, T, C, H);
+    ops->sumKvHeadGradients(dqkv.data(), dexpanded.data(), B * T, H, KV, d);
+
+    auto rowsOf = [&](const std::vector<float>& whole, int width, int r) { // rank r's rows
+        std::vector<float> mine;
+        for (int b = 0; b < B; ++b)
+            for (const int t : positions[r])
+                mine.insert(mine.end(), whole.begin() + (b * T + t) * width,
+                            whole.begin() + (b * T + t + 1) * width);
+        return mine;
+    };
+    const std::vector<float> local[2] = {rowsOf(qkv, S, 0), rowsOf(qkv, S, 1)};
+    std::vector<float> dkv[2] = {std::vector<float>(std::size_t(B * Tl * 2 * KV * d), 0.0f),
+                                 std::vector<float>(std::size_t(B * Tl * 2 * KV * d), 0.0f)};
+    for (int r = 0; r < 2; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        std::vector<float> acc(std::size_t(B * Tl * C), 0.0f), sum(std::size_t(B * H * Tl), 0.0f),
+            max(sum.size(), -std::numeric_limits<float>::infinity()), o(acc.size());
+        for (const int src : {r, 1 - r})
+            ops->attentionBlockForward(acc.data(), max.data(), sum.data(), local[r].data(), S,
+                                       local[src].data() + H * d, local[src].data() + (H + KV) * d,
+                                       S, positions[r].data(), positions[src].data(), B, Tl, Tl, H,
+                                       KV, d);
+        ops->attentionBlockFinish(o.data(), max.data(), acc.data(), max.data(), sum.data(), B, Tl,
+                                  H, d);
+        const std::vector<float> want = rowsOf(out, C, r);
+        for (std::size_t i = 0; i < o.size(); ++i)
+            ASSERT_NEAR(o[i], want[i], 1e-5f) << "out " << i;
+
+        const std::vector<float> g = rowsOf(dout, C, r);
+        std::vector<float> delta(sum.size()), dq(acc.size(), 0.0f);
+        ops->attentionBlockDelta(delta.data(), g.data(), o.data(), B, Tl, H, d);
+        for (const int src : {r, 1 - r}) {
+            std::vector<float>& into = dkv[std::size_t(src)];
+            ops->attentionBlockBackward(dq.data(), into.data(), into.data() + KV * d, 2 * KV * d,
+                                        g.data(), max.data(), delta.data(), local[r].data(), S,
+                                        local[src].data() + H * d, local[src].data() + (H + KV) * d,
+                                        S, positions[r].data(), positions[src].data(), B, Tl, Tl, H,
+                                        KV, d);
+        }
+        const std::vector<float> wantGrad = rowsOf(dqkv, S, r);
+        for (int row = 0; row < B * Tl; ++row)
+            for (int c = 0; c < C; ++c)
+                ASSERT_NEAR(dq[std::size_t(row * C + c)], wantGrad[std::size_t(row * S + c)], 1e-5f)
+                    << "dq row " << row << " channel " << c;
+    }
+    for (int r = 0; r < 2; ++r) { // keys and values: every rank's queries summed
+        const std::vector<float> wantGrad = rowsOf(dqkv, S, r);
+        std::vector<float> packed(dkv[r].size());
+        ops->copyRows(packed.data(), 2 * KV * d, wantGrad.data() + C, S, B * Tl, 2 * KV * d);
+        for (std::size_t i = 0; i < packed.size(); ++i)
+            ASSERT_NEAR(dkv[r][i], packed[i], 1e-5f) << "rank " << r << " dkv " << i;
+    }
 }
 
 } // namespace

@@ -94,6 +94,26 @@ TEST(EngineLayouts, EveryLayoutOfALlamaFamilyModelGivesTheSingleRankLosses) {
         1e-5);
 }
 
+// Context parallelism (ring attention, load-balanced slices) alone and with every other axis, for
+// both block families: each rank's slice of every sequence, the loss summed over the cp ranks,
+// the gradients over dp x cp, and ZeRO sharding over dp x cp as the planner assumes.
+TEST(EngineLayouts, EveryContextParallelLayoutGivesTheSingleRankLosses) {
+    TempDir dir;
+    const std::vector<Layout> layouts = {
+        {"--cp 2", 2},
+        {"--cp 4", 4},
+        {"--cp 2 --tp 2", 4},
+        {"--cp 2 --tp 2 --sp", 4},
+        {"--cp 2 --pp 2 --schedule 1f1b", 4},
+        {"--cp 2 --pp 2 --schedule zero-bubble", 4},
+        {"--cp 2 --dp 2 --zero 1", 4},
+        {"--cp 2 --dp 2 --zero 3 --recompute full", 4},
+        {"--cp 2 --tp 2 --sp --pp 2 --schedule interleaved --vpp 2", 8},
+    };
+    expectLayoutsGiveTheSingleRankLosses(dir, "cp-gpt", layoutConfig(false), layouts, 1e-5);
+    expectLayoutsGiveTheSingleRankLosses(dir, "cp-llama", llamaLayoutConfig(), layouts, 1e-5);
+}
+
 // Three replicas: no unit of this model (token table 2,048, positions 512, a layer 12,704, the
 // final norm 64) divides by 3, so ZeRO pads every unit and each replica's last shard is short;
 // the collectives still move equal parts, and the losses are one process's. A replica stores

@@ -53,7 +53,9 @@ TEST(RunConfig, UnknownFieldsAreNamed) {
 
 TEST(RunConfig, EngineProblemsSayWhatToChange) {
     RunConfig c = defaultRunConfig();
+    c.model.seqLen = 30; // 2 x cp = 4 chunks do not cut it
     c.parallel.cp = 2;
+    c.parallel.flashAttention = false;
     c.parallel.zero = 1;
     c.parallel.shardGroup = 1; // two copies of ZeRO's states over the dp x cp = 2 ranks
     c.parallel.optimizer = Optimizer::SgdMomentum;
@@ -62,7 +64,10 @@ TEST(RunConfig, EngineProblemsSayWhatToChange) {
     std::string all;
     for (const auto& p : problems)
         all += p + "\n";
-    EXPECT_NE(all.find("context parallelism"), std::string::npos) << all;
+    EXPECT_NE(all.find("context parallelism cuts each sequence into 2 x cp = 4 equal chunks"),
+              std::string::npos)
+        << all;
+    EXPECT_NE(all.find("\"flash_attention\": true"), std::string::npos) << all;
     EXPECT_NE(all.find("hybrid sharding is modelled by the planner only"), std::string::npos)
         << all;
     EXPECT_NE(all.find("AdamW"), std::string::npos) << all;

@@ -1,16 +1,21 @@
 // An in-process group for unit tests of the parallel code: `size` threads, each a rank with its
 // own communicator. Collectives meet at a barrier and each rank reads the others' buffers, so
 // every rank computes on its own data as MPI ranks would, without starting processes. Only the
-// blocking collectives the tensor-parallel and ZeRO code use are here, on fp32; anything else
-// throws.
+// blocking collectives the tensor-parallel and ZeRO code use are here, on fp32, and send and
+// receive as context parallelism's ring uses them (a send copies into the receiver's mailbox and
+// completes at once; a receive completes when its message is there, in the order sent).
 #pragma once
 
 #include "fake_communicator.h"
 
 #include <algorithm>
 #include <barrier>
+#include <condition_variable>
+#include <deque>
 #include <exception>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -85,15 +90,52 @@ private:
             g_.sync_.arrive_and_wait();
             return {};
         }
-        Request send(kernels::ConstPtr, std::size_t, int) override {
-            throw std::logic_error("ThreadGroup has no send");
+        Request send(kernels::ConstPtr typedData, std::size_t n, int peer) override {
+            const float* data = kernels::asFloats(typedData);
+            const std::lock_guard<std::mutex> guard(g_.mailLock_);
+            g_.mail_[{rank(), peer}].emplace_back(data, data + n);
+            g_.mailArrived_.notify_all();
+            return {};
         }
-        Request receive(kernels::Ptr, std::size_t, int) override {
-            throw std::logic_error("ThreadGroup has no receive");
+        Request receive(kernels::Ptr typedData, std::size_t n, int peer) override {
+            return Request(
+                std::make_unique<Receipt>(g_, peer, rank(), kernels::asFloats(typedData), n));
         }
         void barrier() override { g_.sync_.arrive_and_wait(); }
 
     private:
+        // A receive: takes the oldest message from peer to this rank when waited for.
+        class Receipt final : public Request::Pending {
+        public:
+            Receipt(ThreadGroup& g, int from, int to, float* data, std::size_t n)
+                : g_(g), key_(from, to), data_(data), n_(n) {}
+            void wait() override {
+                std::unique_lock<std::mutex> guard(g_.mailLock_);
+                g_.mailArrived_.wait(guard, [&] { return !g_.mail_[key_].empty(); });
+                take();
+            }
+            bool test() override {
+                const std::lock_guard<std::mutex> guard(g_.mailLock_);
+                if (g_.mail_[key_].empty())
+                    return false;
+                take();
+                return true;
+            }
+
+        private:
+            void take() {
+                std::vector<float>& message = g_.mail_[key_].front();
+                if (message.size() != n_)
+                    throw std::logic_error("ThreadGroup: a receive of another size than its send");
+                std::copy(message.begin(), message.end(), data_);
+                g_.mail_[key_].pop_front();
+            }
+            ThreadGroup& g_;
+            std::pair<int, int> key_;
+            float* data_;
+            std::size_t n_;
+        };
+
         // Every rank's buffers are visible to all once this returns.
         void publish(const float* in) {
             g_.inputs_[std::size_t(rank())] = in;
@@ -115,6 +157,9 @@ private:
     int size_;
     std::barrier<> sync_;
     std::vector<const float*> inputs_; // each rank's buffer in the collective under way
+    std::mutex mailLock_;
+    std::condition_variable mailArrived_;
+    std::map<std::pair<int, int>, std::deque<std::vector<float>>> mail_; // (from, to) -> messages
 };
 
 } // namespace shardscope::testing

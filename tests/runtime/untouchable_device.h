@@ -135,6 +135,26 @@ public:
     void sumKvHeadGradients(kernels::Ptr, kernels::ConstPtr, int, int, int, int) override {
         noOperators();
     }
+    void attentionBlockForward(float*, float*, float*, kernels::ConstPtr, int, kernels::ConstPtr,
+                               kernels::ConstPtr, int, const std::int32_t*, const std::int32_t*,
+                               int, int, int, int, int, int) override {
+        noOperators();
+    }
+    void attentionBlockFinish(kernels::Ptr, float*, const float*, const float*, const float*, int,
+                              int, int, int) override {
+        noOperators();
+    }
+    void attentionBlockDelta(float*, kernels::ConstPtr, kernels::ConstPtr, int, int, int,
+                             int) override {
+        noOperators();
+    }
+    void attentionBlockBackward(float*, float*, float*, int, kernels::ConstPtr, const float*,
+                                const float*, kernels::ConstPtr, int, kernels::ConstPtr,
+                                kernels::ConstPtr, int, const std::int32_t*, const std::int32_t*,
+                                int, int, int, int, int, int) override {
+        noOperators();
+    }
+    void copyRows(kernels::Ptr, int, kernels::ConstPtr, int, int, int) override { noOperators(); }
     void add(kernels::Ptr, kernels::ConstPtr, kernels::ConstPtr, std::size_t) override {
         noOperators();
     }

@@ -47,7 +47,7 @@ struct Overrides {
     std::optional<std::int64_t> steps, warmupSteps, stopAfter, checkpointEvery, evalEvery;
     std::optional<double> lr, peakTflops, bucketMb, watchdog, stallReport, clockSkew;
     std::optional<std::uint64_t> seed;
-    std::optional<int> microBatch, globalBatch, threads, logEvery, dp, tp, pp, vpp, zero;
+    std::optional<int> microBatch, globalBatch, threads, logEvery, dp, tp, pp, vpp, zero, cp;
     bool quiet = false;
     std::optional<bool> sequenceParallel, embeddingInPipelineSplit, lossInPipelineSplit;
 
@@ -97,6 +97,10 @@ struct Overrides {
         app.add_option("--tp", tp,
                        "tensor-parallel ranks (Megatron-LM: heads, MLP columns and "
                        "vocabulary split)")
+            ->check(CLI::PositiveNumber);
+        app.add_option("--cp", cp,
+                       "context-parallel ranks: each holds a slice of every sequence (2 x cp "
+                       "chunks, load-balanced), attention meets around a ring")
             ->check(CLI::PositiveNumber);
         app.add_flag("--sp,!--no-sp", sequenceParallel,
                      "sequence parallelism over the tp group (norms and the residual stream on "
@@ -188,6 +192,8 @@ struct Overrides {
             c.parallel.dp = *dp;
         if (tp)
             c.parallel.tp = *tp;
+        if (cp)
+            c.parallel.cp = *cp;
         if (sequenceParallel)
             c.parallel.sequenceParallel = *sequenceParallel;
         if (embeddingInPipelineSplit)

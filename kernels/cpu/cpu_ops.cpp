@@ -903,102 +903,107 @@ public:
         }
     }
 
-    // One (batch, query head, query row) per iteration: the block's scores, then the merge.
+    // Per (batch, query head), as GEMMs: S = Q K^T / sqrt(hd) over the block, masked by
+    // position; each row's merge into the running softmax (a row the block cannot see keeps its
+    // state); then acc += exp(S - max) V.
     void attentionBlockForward32(float* acc, float* rowMax, float* rowSum, const float* q,
                                  int qStride, const float* k, const float* v, int kvStride,
                                  const std::int32_t* qPos, const std::int32_t* kPos, int B, int Tq,
                                  int Tk, int NH, int KV, int hd) {
-        const int group = NH / KV;
+        const int group = NH / KV, C = NH * hd;
         const float scale = 1.0f / std::sqrt(float(hd));
-#pragma omp parallel
-        {
-            std::vector<float> scores(size_t(std::max(Tk, 1)));
-#pragma omp for
-            for (int r = 0; r < B * NH * Tq; ++r) {
-                const int b = r / (NH * Tq), h = r / Tq % NH, i = r % Tq, g = h / group;
-                const float* qi = q + (size_t(b) * size_t(Tq) + size_t(i)) * size_t(qStride) +
-                                  size_t(h) * size_t(hd);
-                float blockMax = -std::numeric_limits<float>::infinity();
-                for (int j = 0; j < Tk; ++j) {
-                    if (kPos[j] > qPos[i])
+        const size_t TT = size_t(Tq) * size_t(Tk);
+        float* scratchBase = scratch(size_t(threads_) * TT).data();
+        const SerialBlas serial;
+#pragma omp parallel for num_threads(threads_) collapse(2)
+        for (int b = 0; b < B; ++b)
+            for (int h = 0; h < NH; ++h) {
+                float* S = scratchBase + size_t(omp_get_thread_num()) * TT;
+                const size_t kv =
+                    size_t(b) * size_t(Tk) * size_t(kvStride) + size_t(h / group) * size_t(hd);
+                const float* qbh =
+                    q + size_t(b) * size_t(Tq) * size_t(qStride) + size_t(h) * size_t(hd);
+                float* accBh = acc + size_t(b) * size_t(Tq) * size_t(C) + size_t(h) * size_t(hd);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, hd, scale, qbh,
+                            qStride, k + kv, kvStride, 0.0f, S, Tk);
+                for (int i = 0; i < Tq; ++i) {
+                    float* row = S + size_t(i) * size_t(Tk);
+                    const size_t stat =
+                        (size_t(b) * size_t(NH) + size_t(h)) * size_t(Tq) + size_t(i);
+                    float blockMax = -std::numeric_limits<float>::infinity();
+                    for (int j = 0; j < Tk; ++j)
+                        if (kPos[j] <= qPos[i])
+                            blockMax = std::max(blockMax, row[j]);
+                    if (blockMax == -std::numeric_limits<float>::infinity()) {
+                        std::fill(row, row + Tk, 0.0f); // adds nothing below
                         continue;
-                    const float* kj = k + (size_t(b) * size_t(Tk) + size_t(j)) * size_t(kvStride) +
-                                      size_t(g) * size_t(hd);
-                    float dot = 0.0f;
+                    }
+                    const float newMax = std::max(rowMax[stat], blockMax);
+                    const float keep = std::exp(rowMax[stat] - newMax); // 0 from -infinity
+                    float sum = rowSum[stat] * keep;
+                    for (int j = 0; j < Tk; ++j) {
+                        row[j] = kPos[j] <= qPos[i] ? std::exp(row[j] - newMax) : 0.0f;
+                        sum += row[j];
+                    }
+                    float* out = accBh + size_t(i) * size_t(C);
                     for (int c = 0; c < hd; ++c)
-                        dot += qi[c] * kj[c];
-                    scores[size_t(j)] = dot * scale;
-                    blockMax = std::max(blockMax, scores[size_t(j)]);
+                        out[c] *= keep;
+                    rowMax[stat] = newMax;
+                    rowSum[stat] = sum;
                 }
-                if (blockMax == -std::numeric_limits<float>::infinity())
-                    continue; // no key of this block is visible to this query
-                const float newMax = std::max(rowMax[r], blockMax);
-                const float keep = std::exp(rowMax[r] - newMax); // 0 when the old max is -inf
-                float* out = acc + (size_t(b) * size_t(Tq) + size_t(i)) * size_t(NH * hd) +
-                             size_t(h) * size_t(hd);
-                float sum = rowSum[r] * keep;
-                for (int c = 0; c < hd; ++c)
-                    out[c] *= keep;
-                for (int j = 0; j < Tk; ++j) {
-                    if (kPos[j] > qPos[i])
-                        continue;
-                    const float p = std::exp(scores[size_t(j)] - newMax);
-                    const float* vj = v + (size_t(b) * size_t(Tk) + size_t(j)) * size_t(kvStride) +
-                                      size_t(g) * size_t(hd);
-                    sum += p;
-                    for (int c = 0; c < hd; ++c)
-                        out[c] += p * vj[c];
-                }
-                rowMax[r] = newMax;
-                rowSum[r] = sum;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, hd, Tk, 1.0f, S, Tk,
+                            v + kv, kvStride, 1.0f, accBh, C);
             }
-        }
     }
 
-    // One (batch, key and value head) per iteration: every dk and dv row of the head's group is
-    // written by that iteration alone, and so are its query heads' dq rows.
+    // Per (batch, key and value head), its query heads in turn, as GEMMs: P = exp(S - lse)
+    // masked, dS = P (dO V^T - delta) / sqrt(hd); dQ += dS K, dK += dS^T Q, dV += P^T dO. One
+    // iteration alone writes its group's dk and dv rows and its heads' dq rows.
     void attentionBlockBackward32(float* dq, float* dk, float* dv, int dkvStride, const float* dout,
                                   const float* lse, const float* delta, const float* q, int qStride,
                                   const float* k, const float* v, int kvStride,
                                   const std::int32_t* qPos, const std::int32_t* kPos, int B, int Tq,
                                   int Tk, int NH, int KV, int hd) {
-        const int group = NH / KV;
+        const int group = NH / KV, C = NH * hd;
         const float scale = 1.0f / std::sqrt(float(hd));
-        const size_t C = size_t(NH) * size_t(hd);
-#pragma omp parallel for
-        for (int bg = 0; bg < B * KV; ++bg) {
-            const int b = bg / KV, g = bg % KV;
-            for (int h = g * group; h < (g + 1) * group; ++h)
-                for (int i = 0; i < Tq; ++i) {
-                    const size_t row = size_t(b) * size_t(Tq) + size_t(i),
-                                 stat =
-                                     (size_t(b) * size_t(NH) + size_t(h)) * size_t(Tq) + size_t(i);
-                    const float* qi = q + row * size_t(qStride) + size_t(h) * size_t(hd);
-                    const float* doi = dout + row * C + size_t(h) * size_t(hd);
-                    float* dqi = dq + row * C + size_t(h) * size_t(hd);
-                    for (int j = 0; j < Tk; ++j) {
-                        if (kPos[j] > qPos[i])
-                            continue;
-                        const size_t krow = size_t(b) * size_t(Tk) + size_t(j);
-                        const float* kj = k + krow * size_t(kvStride) + size_t(g) * size_t(hd);
-                        const float* vj = v + krow * size_t(kvStride) + size_t(g) * size_t(hd);
-                        float s = 0.0f, dp = 0.0f;
-                        for (int c = 0; c < hd; ++c) {
-                            s += qi[c] * kj[c];
-                            dp += doi[c] * vj[c];
-                        }
-                        const float p = std::exp(s * scale - lse[stat]);
-                        const float ds = p * (dp - delta[stat]) * scale;
-                        float* dkj = dk + krow * size_t(dkvStride) + size_t(g) * size_t(hd);
-                        float* dvj = dv + krow * size_t(dkvStride) + size_t(g) * size_t(hd);
-                        for (int c = 0; c < hd; ++c) {
-                            dqi[c] += ds * kj[c];
-                            dkj[c] += ds * qi[c];
-                            dvj[c] += p * doi[c];
+        const size_t TT = size_t(Tq) * size_t(Tk);
+        float* scratchBase = scratch(size_t(threads_) * 2 * TT).data();
+        const SerialBlas serial;
+#pragma omp parallel for num_threads(threads_) collapse(2)
+        for (int b = 0; b < B; ++b)
+            for (int g = 0; g < KV; ++g) {
+                float* P = scratchBase + size_t(omp_get_thread_num()) * 2 * TT;
+                float* dS = P + TT;
+                const size_t kv =
+                                 size_t(b) * size_t(Tk) * size_t(kvStride) + size_t(g) * size_t(hd),
+                             dkv = size_t(b) * size_t(Tk) * size_t(dkvStride) +
+                                   size_t(g) * size_t(hd);
+                for (int h = g * group; h < (g + 1) * group; ++h) {
+                    const float* qbh =
+                        q + size_t(b) * size_t(Tq) * size_t(qStride) + size_t(h) * size_t(hd);
+                    const size_t o = size_t(b) * size_t(Tq) * size_t(C) + size_t(h) * size_t(hd);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, hd, scale, qbh,
+                                qStride, k + kv, kvStride, 0.0f, P, Tk);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, hd, 1.0f, dout + o,
+                                C, v + kv, kvStride, 0.0f, dS, Tk);
+                    for (int i = 0; i < Tq; ++i) {
+                        const size_t stat =
+                            (size_t(b) * size_t(NH) + size_t(h)) * size_t(Tq) + size_t(i);
+                        float* p = P + size_t(i) * size_t(Tk);
+                        float* ds = dS + size_t(i) * size_t(Tk);
+                        for (int j = 0; j < Tk; ++j) {
+                            p[j] = kPos[j] <= qPos[i] ? std::exp(p[j] - lse[stat]) : 0.0f;
+                            ds[j] = p[j] * (ds[j] - delta[stat]) * scale;
                         }
                     }
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, hd, Tk, 1.0f, dS, Tk,
+                                k + kv, kvStride, 1.0f, dq + o, C);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, hd, Tq, 1.0f, dS, Tk,
+                                qbh, qStride, 1.0f, dk + dkv, dkvStride);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, hd, Tq, 1.0f, P, Tk,
+                                dout + o, C, 1.0f, dv + dkv, dkvStride);
                 }
-        }
+            }
     }
 
     // Per (batch, head): P = softmax(Q K^T / sqrt(hs)) masked causally, O = P V, as GEMMs.

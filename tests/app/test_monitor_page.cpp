@@ -132,9 +132,13 @@ private slots:
 
     // A model imported from a Hugging Face config.json (Llama 3.1: RMSNorm, rotary positions
     // with Llama 3's scaling, grouped-query attention, SwiGLU), made small in the model's fields
-    // as a user would for a CPU, runs from the Start button like the GPT-2 blocks.
+    // as a user would for a CPU, runs from the Start button like the GPT-2 blocks, here with
+    // context parallelism: the ranks are shown with their cp coordinate and the ring's exposed
+    // time beside the planner's.
     void aLlamaModelImportedFromHuggingFaceRunsFromTheStartButton() {
         Session s = cpuSession(runs_.path() + "/llama", 6);
+        s.parallel.pp = 1;
+        s.parallel.cp = 2; // dp 2 x cp 2
         const nlohmann::json hf =
             readJsonFile(std::string(SHARDSCOPE_TEST_DATA) + "/hf/llama-3.1-8b.json");
         s.model = modelFromHuggingFace(hf, "Llama 3.1 8B");
@@ -156,9 +160,20 @@ private slots:
         QCOMPARE(int(d.ranks.size()), 4);
         for (const auto& r : d.ranks)
             QCOMPARE(r.step, 6);
-        for (const watch::ComparisonRow& row : d.analysis.comparison)
+        bool ringShown = false;
+        for (const watch::ComparisonRow& row : d.analysis.comparison) {
             if (row.key == "memory.parameters" || row.key == "memory.optimizer")
                 QCOMPARE(row.errorPercent(), 0.0);
+            if (row.key == "exposed.cp") {
+                ringShown = true;
+                QVERIFY(row.predicted > 0);
+                QVERIFY(row.measured >= 0);
+            }
+        }
+        QVERIFY(ringShown);
+        // Megatron's order: tp, cp, dp, pp; rank 1 is the second cp rank of replica 0.
+        QCOMPARE(f.page.ranksTable()->item(1, 1)->text(), QString("dp0 tp0 pp0 cp1"));
+        QCOMPARE(f.page.ranksTable()->item(2, 1)->text(), QString("dp1 tp0 pp0 cp0"));
         QFile config(f.page.controller()->runDirectory() + "/config.json");
         QVERIFY(config.open(QIODevice::ReadOnly));
         const nlohmann::json written = nlohmann::json::parse(config.readAll().toStdString());

@@ -275,6 +275,21 @@ TEST(EngineLayouts, AStoppedRunResumesBitIdenticallyFromItsShards) {
                   "pp0-tp1-dp0.params.f32", "pp0-tp1-dp0.adam_m.f32", "pp0-tp1-dp0.adam_v.f32",
                   "pp0-tp1-dp1.params.f32", "pp0-tp1-dp1.adam_m.f32", "pp0-tp1-dp1.adam_v.f32"}));
 
+    // Context parallelism: ZeRO-1 shards over the dp x cp = 4 ranks holding the same weights,
+    // numbered cp fastest in the shard names' dp place.
+    EXPECT_EQ(stopAndResume(dir,
+                            writeConfig(dir, "llama",
+                                        [&] {
+                                            json l = llamaLayoutConfig();
+                                            l["train"]["steps"] = 8;
+                                            return l;
+                                        }()),
+                            " --cp 2 --dp 2 --zero 1 --ranks 4", "cp"),
+              (std::vector<std::string>{
+                  "pp0-tp0-dp0.params.f32", "pp0-tp0-dp0.adam_m.f32", "pp0-tp0-dp0.adam_v.f32",
+                  "pp0-tp0-dp1.adam_m.f32", "pp0-tp0-dp1.adam_v.f32", "pp0-tp0-dp2.adam_m.f32",
+                  "pp0-tp0-dp2.adam_v.f32", "pp0-tp0-dp3.adam_m.f32", "pp0-tp0-dp3.adam_v.f32"}));
+
     // Mixed precision under ZeRO-1: each replica checkpoints the fp32 master weights of its own
     // slice (no rank holds them all), and the bf16 weights are rebuilt from them on resume.
     json bf16 = c;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -62,6 +63,10 @@ ModelSpec readModel(const json& j) {
         if (base == "preset") {
             merged = json(findModelPreset(value));
         } else {
+            // A file, never a device or a pipe that could block the read.
+            if (std::error_code ec; !std::filesystem::is_regular_file(value, ec))
+                throw InputError("run config: model.hf_config \"" + value +
+                                 "\" is not a file; give the path of a Hugging Face config.json");
             const json config = readJsonFile(value);
             merged = json(modelFromHuggingFace(config, huggingFaceModelName(config, value)));
         }

@@ -291,6 +291,13 @@ TEST(EngineCli, AHuggingFaceConfigTrainsItsArchitectureResized) {
     ASSERT_EQ(o.code, 0) << o.err;
     EXPECT_EQ(json::parse(o.out)["model"]["rope_scaling"]["type"], "llama3");
 
+    // A path that is no file (a device that never ends, a pipe that blocks) is refused.
+    c["model"] = {{"hf_config", "/dev/zero"}};
+    o = run({"train", "--config", writeConfig(dir, c), "--print-config"});
+    EXPECT_EQ(o.code, 2);
+    EXPECT_NE(o.err.find("model.hf_config \"/dev/zero\" is not a file"), std::string::npos)
+        << o.err;
+
     // What the engine cannot build is refused with the reason, exit 2.
     o = run({"train", "--hf-config", std::string(SHARDSCOPE_TEST_DATA) + "/hf/deepseek-v2.5.json",
              "--out", (dir / "never").string()});

@@ -163,6 +163,9 @@ struct Overrides {
     RunConfig resolve() const {
         RunConfig c = config.empty() ? defaultRunConfig() : runConfigFromJson(readJsonFile(config));
         if (hfConfig) {
+            if (std::error_code ec; !fs::is_regular_file(*hfConfig, ec))
+                throw InputError("--hf-config " + *hfConfig +
+                                 " is not a file; give the path of a Hugging Face config.json");
             const json hf = readJsonFile(*hfConfig);
             c.model = modelFromHuggingFace(hf, huggingFaceModelName(hf, *hfConfig));
         }

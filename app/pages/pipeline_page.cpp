@@ -21,6 +21,7 @@
 #include <QPushButton>
 #include <QSlider>
 #include <QStandardItemModel>
+#include <QStringList>
 #include <QTableView>
 #include <QVBoxLayout>
 
@@ -60,6 +61,21 @@ QString layoutText(const ParallelConfig& p) {
     if (p.schedule == PipelineSchedule::Interleaved)
         text += QString(", v %1").arg(p.vpp);
     return text + ", " + scheduleName(p.schedule);
+}
+
+// What one pipeline rank of the animation stands for in the layout: the tp x cp GPUs that
+// compute each of its microbatches together, and the replicas running the same schedule.
+QString groupText(const ParallelConfig& p) {
+    QStringList parts;
+    if (p.tp * p.cp > 1)
+        parts << QString("each pipeline rank drawn is tp %1 x cp %2 = %3 GPUs computing every "
+                         "microbatch together")
+                     .arg(p.tp)
+                     .arg(p.cp)
+                     .arg(p.tp * p.cp);
+    if (p.dp > 1)
+        parts << QString("%1 data-parallel replicas run the same schedule").arg(p.dp);
+    return parts.isEmpty() ? QString() : "; " + parts.join("; ");
 }
 
 } // namespace
@@ -233,10 +249,10 @@ void PipelinePage::refresh() {
     const PipelineLesson l = pipelineLessonOf(s.parallel, s.pipeline, &clamped);
     if (l.followsLayout)
         layoutNote_->setText(
-            QString("Showing the session's layout from the Explorer: %1%2. Change p, m, v or the "
-                    "schedule here to experiment.")
-                .arg(layoutText(s.parallel),
-                     clamped.empty() ? QString() : " (" + qs(clamped) + ")"));
+            QString("Showing the session's layout from the Explorer: %1%2%3. Change p, m, v or "
+                    "the schedule here to experiment.")
+                .arg(layoutText(s.parallel), clamped.empty() ? QString() : " (" + qs(clamped) + ")",
+                     groupText(s.parallel)));
     else
         layoutNote_->setText(
             QString("Experimenting: the session's layout is %1.").arg(layoutText(s.parallel)));

@@ -89,6 +89,7 @@ private slots:
         Session s = teachingSession();
         s.parallel.pp = 2;
         s.parallel.tp = 16;
+        s.parallel.cp = 2;
         s.parallel.vpp = 2;
         s.parallel.schedule = PipelineSchedule::Interleaved;
         Fixture f(s);
@@ -99,6 +100,8 @@ private slots:
         const QString note = f.page.layoutNote()->text();
         QVERIFY2(note.contains("session's layout") && note.contains("pp 2, m 8, v 2"),
                  qPrintable(note));
+        // What a drawn rank stands for: its tensor- and context-parallel group.
+        QVERIFY2(note.contains("tp 16 x cp 2 = 32 GPUs"), qPrintable(note));
         QVERIFY(f.page.backToLayoutButton()->isHidden());
         // The Explorer changes the layout: the page follows.
         f.doc.edit("pp 4", [](Session& x) {

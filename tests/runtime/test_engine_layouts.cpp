@@ -80,8 +80,11 @@ TEST(EngineLayouts, EveryLayoutOfALlamaFamilyModelGivesTheSingleRankLosses) {
     expectLayoutsGiveTheSingleRankLosses(
         dir, "llama", llamaLayoutConfig(),
         {
+            {"--pp 2 --schedule naive", 2},
+            {"--pp 2 --schedule gpipe", 2},
             {"--pp 2 --schedule 1f1b", 2},
             {"--pp 2 --schedule interleaved --vpp 2", 2},
+            {"--pp 2 --schedule zb-1p", 2},
             {"--pp 4 --schedule zb-2p", 4},
             {"--tp 2", 2},
             {"--tp 4 --sp --schedule zero-bubble", 4},

@@ -500,8 +500,8 @@ public:
     void rotaryEmbedding(Ptr x, const float* cos, const float* sin, int B, int T, int heads,
                          int headDim, int rowStride, bool inverse) override {
         Fp32Views v(wide_);
-        rotaryEmbedding32(v.inout(x, rows(B, T, rowStride)), cos, sin, B, T, heads, headDim,
-                          rowStride, inverse);
+        rotaryEmbedding32(v.inout(x, extent(B * T, rowStride, heads * headDim)), cos, sin, B, T,
+                          heads, headDim, rowStride, inverse);
     }
     void swigluForward(Ptr out, ConstPtr gateUp, int N, int F) override {
         Fp32Views v(wide_);

@@ -587,6 +587,17 @@ TEST(CpuOpsBf16, LlamaOperatorsComputeInFp32AndRoundOnce) {
     ops->rotaryEmbedding(turned.data(), tables.cos.data(), tables.sin.data(), 1, 3, 2, 8, 16,
                          false);
     EXPECT_EQ(q.bits, roundedBits(turned));
+
+    // The key heads of fused rows (a view that starts inside a row) that end a buffer: nothing
+    // past the last row's heads is read or written back. Words there that a widen-and-round trip
+    // would change (signalling NaNs become quiet) stand for whatever lies beyond the buffer.
+    std::vector<std::uint16_t> fused = bf16Of(randomVector(3 * 16 + 8, 55)).bits;
+    const std::uint16_t signalling = 0x7F81; // from word 48, where the third row's heads end
+    std::fill(fused.begin() + 2 * 16 + 8 + 8, fused.end(), signalling);
+    ops->rotaryEmbedding({fused.data() + 8, DType::BF16}, tables.cos.data(), tables.sin.data(), 1,
+                         3, 1, 8, 16, false);
+    for (std::size_t i = 2 * 16 + 8 + 8; i < fused.size(); ++i)
+        EXPECT_EQ(fused[i], signalling) << "word " << i;
 }
 
 // Causal grouped-query attention in double from its definition: query head h of a row attends

@@ -159,6 +159,19 @@ TEST(EngineLayouts, EveryLayoutInBf16GivesTheSingleBf16RankLosses) {
                                              {"--pp 2 --dp 2 --zero 1 --schedule 1f1b", 4},
                                          },
                                          1e-3);
+    // The Llama family's blocks and context parallelism (bf16 keys and values around the ring,
+    // their gradients in fp32) in bf16.
+    json llama = llamaLayoutConfig();
+    llama["parallel"]["precision"] = "bf16";
+    expectLayoutsGiveTheSingleRankLosses(dir, "bf16llama", llama,
+                                         {
+                                             {"--tp 2 --sp", 2},
+                                             {"--pp 2 --schedule zero-bubble", 2},
+                                             {"--dp 2 --zero 3", 2},
+                                             {"--cp 2", 2},
+                                             {"--cp 2 --tp 2 --dp 2 --zero 1", 8},
+                                         },
+                                         1e-3);
 }
 
 // Sends and receives between stages are spans with peer, tensor and bytes; the time a rank

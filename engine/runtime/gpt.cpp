@@ -93,14 +93,8 @@ GptModel::GptModel(const ModelSpec& model, int microBatch, kernels::Ops& ops,
         RotaryTables angles =
             rotaryTables(shape_.ropeTheta, shape_.headDim(), shape_.seqLen, shape_.ropeScaling);
         if (cp_.on()) { // the rows of this rank's slice, in its order
-            const std::size_t half = std::size_t(shape_.headDim() / 2);
-            RotaryTables mine;
-            for (const int t : cp_.positions())
-                for (std::size_t i = 0; i < half; ++i) {
-                    mine.cos.push_back(angles.cos[std::size_t(t) * half + i]);
-                    mine.sin.push_back(angles.sin[std::size_t(t) * half + i]);
-                }
-            angles = std::move(mine);
+            angles.cos = cp_.selectRows(angles.cos, shape_.headDim() / 2);
+            angles.sin = cp_.selectRows(angles.sin, shape_.headDim() / 2);
         }
         ropeCos_ = memory_.floats(MemoryCategory::Workspace, angles.cos.size());
         ropeSin_ = memory_.floats(MemoryCategory::Workspace, angles.sin.size());

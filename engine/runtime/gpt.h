@@ -283,9 +283,10 @@ private:
     void normBackward(kernels::Ptr dinp, kernels::Ptr dweight, kernels::ConstPtr dout,
                       kernels::ConstPtr x, kernels::ConstPtr weight, const Buffer& mean,
                       const Buffer& rstd) const;
-    // Attention on a layer's qkv: the Llama family first rotates the queries and keys in place
-    // and meets grouped heads through their expansion. The backward leaves the gradient at the
-    // QKV projection's output in dqkv (this rank's query, key and value heads).
+    // Attention on a layer's qkv: the Llama family first rotates the queries and keys in place;
+    // grouped heads meet their keys through their expansion, or in the ring's kernels under
+    // context parallelism. The backward leaves the gradient at the QKV projection's output in
+    // dqkv (this rank's query, key and value heads).
     void attentionForward(LayerActivations& a) const;
     void attentionBackward(kernels::Ptr dqkv, kernels::ConstPtr dattention,
                            const LayerActivations& a) const;

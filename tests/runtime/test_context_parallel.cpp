@@ -149,6 +149,11 @@ TEST(ContextParallel, SlicesOfRowsGoOutAndComeBackInPlace) {
         g.selectTokens(tokens.data(), B, sliced.data());
         EXPECT_EQ(sliced[0], r == 0 ? 0 : 2);
         EXPECT_EQ(sliced.back(), r == 0 ? T + 7 : T + 5);
+        // A per-position table of one sequence (the rotary angles): its rows at the positions.
+        std::vector<float> table(std::size_t(T * 2));
+        for (std::size_t i = 0; i < table.size(); ++i)
+            table[i] = float(i);
+        EXPECT_EQ(g.selectRows(table, 2), rowsAt(table, 1, T, 2, g.positions()));
     }
 }
 

@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -40,40 +42,51 @@ ContextParallelGroup::ContextParallelGroup(ContextParallel cp, int seqLen, kerne
     }
 }
 
-void ContextParallelGroup::selectTokens(const std::int32_t* whole, int B,
-                                        std::int32_t* mine) const {
+// A rank's positions are two runs of consecutive ones: each sequence's rows move as two blocks,
+// f(row in whole, row in mine, rows) for each.
+template <typename F> void ContextParallelGroup::forEachRun(int B, F f) const {
+    const std::size_t chunk = std::size_t(localSeqLen() / 2);
     const std::vector<int>& p = positions();
     for (int b = 0; b < B; ++b)
-        for (std::size_t t = 0; t < p.size(); ++t)
-            *mine++ = whole[std::size_t(b) * std::size_t(seqLen_) + std::size_t(p[t])];
+        for (std::size_t half = 0; half < 2; ++half)
+            f(std::size_t(b) * std::size_t(seqLen_) + std::size_t(p[half * chunk]),
+              std::size_t(b) * std::size_t(localSeqLen()) + half * chunk, chunk);
 }
 
-// A rank's positions are two runs of consecutive ones: each sequence's rows move as two blocks.
+void ContextParallelGroup::selectTokens(const std::int32_t* whole, int B,
+                                        std::int32_t* mine) const {
+    forEachRun(B, [&](std::size_t from, std::size_t to, std::size_t n) {
+        std::copy(whole + from, whole + from + n, mine + to);
+    });
+}
+
+std::vector<float> ContextParallelGroup::selectRows(const std::vector<float>& perPosition,
+                                                    int width) const {
+    const std::size_t w = std::size_t(width);
+    std::vector<float> mine(std::size_t(localSeqLen()) * w);
+    forEachRun(1, [&](std::size_t from, std::size_t to, std::size_t n) {
+        std::copy(perPosition.begin() + std::ptrdiff_t(from * w),
+                  perPosition.begin() + std::ptrdiff_t((from + n) * w),
+                  mine.begin() + std::ptrdiff_t(to * w));
+    });
+    return mine;
+}
+
 void ContextParallelGroup::gatherRows(kernels::Ptr mine, kernels::ConstPtr whole, int B,
                                       int C) const {
-    const std::size_t chunk = std::size_t(localSeqLen() / 2), width = std::size_t(C);
-    const std::vector<int>& p = positions();
-    for (int b = 0; b < B; ++b)
-        for (std::size_t half = 0; half < 2; ++half) {
-            const std::size_t from = std::size_t(b) * std::size_t(seqLen_) +
-                                     std::size_t(p[half * chunk]),
-                              to = std::size_t(b) * std::size_t(localSeqLen()) + half * chunk;
-            ops_.copy(mine + to * width, whole + from * width, chunk * width);
-        }
+    const std::size_t w = std::size_t(C);
+    forEachRun(B, [&](std::size_t from, std::size_t to, std::size_t n) {
+        ops_.copy(mine + to * w, whole + from * w, n * w);
+    });
 }
 
 void ContextParallelGroup::scatterRows(kernels::Ptr whole, kernels::ConstPtr mine, int B,
                                        int C) const {
-    const std::size_t chunk = std::size_t(localSeqLen() / 2), width = std::size_t(C);
-    const std::vector<int>& p = positions();
-    ops_.zero(whole, std::size_t(B) * std::size_t(seqLen_) * width);
-    for (int b = 0; b < B; ++b)
-        for (std::size_t half = 0; half < 2; ++half) {
-            const std::size_t to = std::size_t(b) * std::size_t(seqLen_) +
-                                   std::size_t(p[half * chunk]),
-                              from = std::size_t(b) * std::size_t(localSeqLen()) + half * chunk;
-            ops_.copy(whole + to * width, mine + from * width, chunk * width);
-        }
+    const std::size_t w = std::size_t(C);
+    ops_.zero(whole, std::size_t(B) * std::size_t(seqLen_) * w);
+    forEachRun(B, [&](std::size_t from, std::size_t to, std::size_t n) {
+        ops_.copy(whole + from * w, mine + to * w, n * w);
+    });
 }
 
 void ContextParallelGroup::post(RingTransfer& t, kernels::ConstPtr send, kernels::Ptr receive,

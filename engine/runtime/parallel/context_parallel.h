@@ -47,6 +47,9 @@ public:
 
     // This rank's tokens of each of B whole sequences (host arrays): mine[B, localSeqLen].
     void selectTokens(const std::int32_t* whole, int B, std::int32_t* mine) const;
+    // This rank's rows of a host table with `width` values per position of one sequence
+    // ([seqLen, width], the rotary angles): [localSeqLen, width].
+    std::vector<float> selectRows(const std::vector<float>& perPosition, int width) const;
     // This rank's rows of each sequence of whole[B seqLen, C] into mine[B localSeqLen, C], and
     // back: whole gets mine's rows where they belong and zeros elsewhere.
     void gatherRows(kernels::Ptr mine, kernels::ConstPtr whole, int B, int C) const;
@@ -72,6 +75,9 @@ private:
     };
     void post(RingTransfer& t, kernels::ConstPtr send, kernels::Ptr receive, std::size_t n) const;
     void finish(RingTransfer& t) const;
+    // f(first row in the whole sequences, first row in this rank's, rows) for each of the two
+    // runs of consecutive positions this rank holds in each of B sequences.
+    template <typename F> void forEachRun(int B, F f) const;
     // This rank's key and value heads of qkv, packed: [B localSeqLen, 2 KV hd].
     Buffer packKeysAndValues(kernels::ConstPtr qkv, int stride, int B, int NH, int KV,
                              int hd) const;

@@ -36,22 +36,9 @@ namespace {
 
 // The layout's tensor parallelism, when it can cut this model; else InputError with the rule.
 TensorParallel checkedTensorParallel(const GptShape& shape, TensorParallel tp) {
-    const int t = tp.size;
-    if (t >= 1 && (shape.heads % t || shape.ffn % t || shape.vocab % t))
-        throw InputError("tp " + std::to_string(t) + " must divide heads (" +
-                         std::to_string(shape.heads) + "), ffn_hidden (" +
-                         std::to_string(shape.ffn) + ") and vocab (" + std::to_string(shape.vocab) +
-                         "): each rank holds an equal share of each; pad the vocabulary or "
-                         "choose another tp");
-    // Megatron-LM's rule for query groups: each rank holds whole key and value heads, with the
-    // query heads they serve (it does not replicate them).
-    if (t >= 1 && shape.kvHeads % t)
-        throw InputError("tp " + std::to_string(t) + " must divide kv_heads (" +
-                         std::to_string(shape.kvHeads) +
-                         "): each rank holds whole key and value heads with the query heads "
-                         "they serve, as Megatron-LM splits query groups; choose a tp that "
-                         "divides " +
-                         std::to_string(shape.kvHeads));
+    if (tp.size >= 1)
+        if (const std::string problem = tensorParallelProblem(shape, tp.size); !problem.empty())
+            throw InputError(problem);
     return tp;
 }
 

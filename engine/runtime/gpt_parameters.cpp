@@ -197,6 +197,21 @@ GptShape GptShape::of(const ModelSpec& m) {
     return s;
 }
 
+std::string tensorParallelProblem(const GptShape& shape, int tp) {
+    const std::string t = std::to_string(tp);
+    if (shape.heads % tp || shape.ffn % tp || shape.vocab % tp)
+        return "tp " + t + " must divide heads (" + std::to_string(shape.heads) +
+               "), ffn_hidden (" + std::to_string(shape.ffn) + ") and vocab (" +
+               std::to_string(shape.vocab) +
+               "): each rank holds an equal share of each; pad the vocabulary or choose another tp";
+    if (shape.kvHeads % tp)
+        return "tp " + t + " must divide kv_heads (" + std::to_string(shape.kvHeads) +
+               "): each rank holds whole key and value heads with the query heads they serve, as "
+               "Megatron-LM splits query groups; choose a tp that divides " +
+               std::to_string(shape.kvHeads);
+    return "";
+}
+
 InitialValues::InitialValues(const GptShape& shape, const TensorTable& table, std::uint64_t seed,
                              int tp, int tpRank)
     : table_(table), seed_(seed), tp_(tp), tpRank_(tpRank) {

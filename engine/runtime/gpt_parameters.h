@@ -38,6 +38,11 @@ struct GptShape {
     static GptShape of(const ModelSpec& model);
 };
 
+// Why tp tensor-parallel ranks cannot cut this shape, with the rule, or "" when they can: each
+// rank holds an equal share of the heads, MLP columns and vocabulary, and (Megatron-LM's rule
+// for query groups) whole key and value heads with the query heads they serve.
+std::string tensorParallelProblem(const GptShape& shape, int tp);
+
 struct ParameterTensor {
     std::string name;       // "h.3.attn.qkv.weight"
     std::size_t offset = 0; // in floats, into the flat parameter buffer

@@ -6,6 +6,7 @@
 #include "data.h"
 #include "gpt_parameters.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline_chunks.h"
 #include "rank_device.h"
 #include "sched/pipeline_program.h"
@@ -293,12 +294,17 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     std::vector<std::string> out;
     for (const Violation& v : validate(c.model, c.parallel))
         out.push_back(v.message + (v.hint.empty() ? "" : " (" + v.hint + ")"));
-    try { // the architecture: GPT-2's blocks or the Llama family's
-        GptShape::of(c.model);
+    const ParallelConfig& p = c.parallel;
+    try { // the architecture (GPT-2's blocks or the Llama family's), and how tp and cp cut it
+        const GptShape shape = GptShape::of(c.model);
+        if (p.tp > 1)
+            if (std::string problem = tensorParallelProblem(shape, p.tp); !problem.empty())
+                out.push_back(std::move(problem));
+        if (p.cp > 1)
+            contextPositions(shape.seqLen, p.cp, 0);
     } catch (const InputError& e) {
         out.push_back(e.what());
     }
-    const ParallelConfig& p = c.parallel;
     if (!engineRunsOn(c.engine.device))
         out.push_back("engine.device " + c.engine.device +
                       ": this engine was built without CUDA (no nvcc or NCCL when it was "
@@ -308,12 +314,6 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
         out.push_back("engine.threads is " + std::to_string(c.engine.threads) + ": at most " +
                       std::to_string(kMaxEngineThreads) + " (this machine has " +
                       std::to_string(kernels::cpuCores()) + " cores; 0 takes one thread per core)");
-    if (p.cp > 1 && c.model.seqLen % (2 * p.cp) != 0)
-        out.push_back(
-            "context parallelism cuts each sequence into 2 x cp = " + std::to_string(2 * p.cp) +
-            " equal chunks (two per rank, for causal load balancing), so 2 x cp must "
-            "divide seq_len " +
-            std::to_string(c.model.seqLen) + " (got " + layoutSummary(p) + ")");
     if (p.cp > 1 && !p.flashAttention)
         out.push_back("ring attention (cp > 1) never stores the attention probabilities: set "
                       "\"flash_attention\": true, as the planner then assumes");
@@ -338,18 +338,6 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
         out.push_back("sequence parallelism splits each microbatch's micro_batch x seq_len" +
                       std::string(p.cp > 1 ? " / cp" : "") + " = " + std::to_string(sliceRows) +
                       " token rows over tp " + std::to_string(p.tp) + ": they must divide evenly");
-    if (p.tp > 1 && (c.model.heads % p.tp || c.model.ffnHidden % p.tp || c.model.vocab % p.tp))
-        out.push_back("tp " + std::to_string(p.tp) + " must divide heads (" +
-                      std::to_string(c.model.heads) + "), ffn_hidden (" +
-                      std::to_string(c.model.ffnHidden) + ") and vocab (" +
-                      std::to_string(c.model.vocab) +
-                      "): each rank holds an equal share; pad the vocabulary or choose another tp");
-    if (p.tp > 1 && c.model.kvHeads > 0 && c.model.kvHeads != c.model.heads &&
-        c.model.kvHeads % p.tp)
-        out.push_back("tp " + std::to_string(p.tp) + " must divide kv_heads (" +
-                      std::to_string(c.model.kvHeads) +
-                      "): each rank holds whole key and value heads with the query heads they "
-                      "serve, as Megatron-LM splits query groups");
     if (p.zero >= 2 && p.dp > 1 && p.pp > 1 && c.model.tiedEmbeddings)
         out.push_back("ZeRO-" + std::to_string(p.zero) +
                       " with a tied embedding split between the first and last pipeline stage is "

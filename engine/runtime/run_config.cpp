@@ -6,7 +6,6 @@
 #include "data.h"
 #include "gpt_parameters.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "parallel/context_parallel.h"
 #include "parallel/pipeline_chunks.h"
 #include "rank_device.h"
 #include "sched/pipeline_program.h"
@@ -295,13 +294,13 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     for (const Violation& v : validate(c.model, c.parallel))
         out.push_back(v.message + (v.hint.empty() ? "" : " (" + v.hint + ")"));
     const ParallelConfig& p = c.parallel;
-    try { // the architecture (GPT-2's blocks or the Llama family's), and how tp and cp cut it
+    // The architecture (GPT-2's blocks or the Llama family's), and how the engine's tp cuts it
+    // (validate() above has the planner's rules, cp's among them).
+    try {
         const GptShape shape = GptShape::of(c.model);
         if (p.tp > 1)
             if (std::string problem = tensorParallelProblem(shape, p.tp); !problem.empty())
                 out.push_back(std::move(problem));
-        if (p.cp > 1)
-            contextPositions(shape.seqLen, p.cp, 0);
     } catch (const InputError& e) {
         out.push_back(e.what());
     }

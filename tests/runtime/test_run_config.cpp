@@ -64,7 +64,7 @@ TEST(RunConfig, EngineProblemsSayWhatToChange) {
     std::string all;
     for (const auto& p : problems)
         all += p + "\n";
-    EXPECT_NE(all.find("context parallelism cuts each sequence into 2 x cp = 4 equal chunks"),
+    EXPECT_NE(all.find("context parallelism splits the sequence into 2*cp = 4 chunks"),
               std::string::npos)
         << all;
     EXPECT_NE(all.find("\"flash_attention\": true"), std::string::npos) << all;

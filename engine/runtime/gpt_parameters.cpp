@@ -72,19 +72,22 @@ TensorTable tensorTable(const GptShape& shape, const std::vector<ModelChunk>& ch
         TpSplit split;
         std::vector<int> blocks;
     };
-    const Shape shapes[kLayerSlots] = {{{C}, None, {}},
-                                       {{C}, None, {}},
-                                       {{qkvRows, C}, BlockRows, shape.qkvBlocks()},
-                                       {{qkvRows}, BlockRows, shape.qkvBlocks()},
-                                       {{C, Ca}, Columns, {}},
-                                       {{C}, None, {}},
-                                       {{C}, None, {}},
-                                       {{C}, None, {}},
-                                       {{llama ? 2 * F : F, C}, llama ? BlockRows : Rows, {}},
-                                       {{F}, Rows, {}},
-                                       {{C, F}, Columns, {}},
-                                       {{C}, None, {}}};
-    const std::vector<int> gateUpBlocks{shape.ffn, shape.ffn};
+    const Shape shapes[kLayerSlots] = {
+        {{C}, None, {}},
+        {{C}, None, {}},
+        {{qkvRows, C}, BlockRows, shape.qkvBlocks()},
+        {{qkvRows}, BlockRows, shape.qkvBlocks()},
+        {{C, Ca}, Columns, {}},
+        {{C}, None, {}},
+        {{C}, None, {}},
+        {{C}, None, {}},
+        // SwiGLU's gate and up projections, fused
+        {{llama ? 2 * F : F, C},
+         llama ? BlockRows : Rows,
+         llama ? std::vector<int>{shape.ffn, shape.ffn} : std::vector<int>{}},
+        {{F}, Rows, {}},
+        {{C, F}, Columns, {}},
+        {{C}, None, {}}};
     t.layerTensor.assign(std::size_t(shape.layers), npos);
     for (const ModelChunk& chunk : chunks) {
         if (chunk.embedding) {
@@ -98,7 +101,7 @@ TensorTable tensorTable(const GptShape& shape, const std::vector<ModelChunk>& ch
             for (const LayerTensor slot : layerTensors(shape.family)) {
                 const Shape& sh = shapes[slot];
                 add(p + layerTensorName(shape.family, slot), sh.dims, sh.dims.size() == 2, sh.split,
-                    llama && slot == FcW ? gateUpBlocks : sh.blocks);
+                    sh.blocks);
             }
         }
         if (chunk.head) {

@@ -128,9 +128,10 @@ void ContextParallelGroup::attentionForward(kernels::Ptr out, float* lse, kernel
     Buffer rowSum = memory_.floats(MemoryCategory::Workspace, stats);
     ops_.zero(acc.f(), rows * std::size_t(NH * hd));
     ops_.zero(rowSum.f(), stats);
-    // -infinity in every running maximum: an fp32 row of it copied from the host.
-    const std::vector<float> lowest(stats, -std::numeric_limits<float>::infinity());
-    ops_.copyToDevice(rowMax.f(), lowest.data(), stats * sizeof(float));
+    // -infinity in every running maximum, copied from a host row kept for the next layer.
+    if (lowest_.size() < stats)
+        lowest_.assign(stats, -std::numeric_limits<float>::infinity());
+    ops_.copyToDevice(rowMax.f(), lowest_.data(), stats * sizeof(float));
 
     Buffer visiting = packKeysAndValues(qkv, stride, B, NH, KV, hd);
     for (int step = 0; step < cp_.size; ++step) {

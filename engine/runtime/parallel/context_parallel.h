@@ -94,6 +94,7 @@ private:
     CommunicationSink* comms_ = nullptr;
     std::vector<std::vector<int>> positions_; // per cp rank
     std::vector<Buffer> positionsOnDevice_;   // per cp rank, int32
+    mutable std::vector<float> lowest_;       // -infinity: where each running maximum starts
 };
 
 } // namespace shardscope

@@ -622,7 +622,7 @@ TEST(Estimate, GemmRatesFollowTheGpusMeasuredMatmulCeilings) {
                 0.005 * 794.5 / 271.2);
     EXPECT_NEAR(gemmSeconds("h100-sxm", true) / gemmSeconds("h200", true), 1453.4 / 1402.6,
                 0.005 * 1453.4 / 1402.6);
-    // The calibration GPUs keep the calibrated efficiencies: 0.75 of an A100's bf16 peak, 0.52 of
+    // The calibration GPUs keep the calibrated efficiencies: 0.75 of an A100's bf16 peak, 0.485 of
     // an H100's FP8 peak.
     const Assumptions a;
     EXPECT_NEAR(gemmEfficiency(findGpuPreset("a100-80gb"), Precision::Bf16, a), a.gemmEfficiency,

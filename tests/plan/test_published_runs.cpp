@@ -95,8 +95,8 @@ TEST(PublishedRuns, MedianErrorsOfTheCalibrationAndValidationParts) {
     const ErrorSummary validation = summarizeErrors(runs, results, RunSplit::Validation);
     EXPECT_LT(calibration.medianAbsolute, 0.10);
     EXPECT_LT(validation.medianAbsolute, 0.14);
-    EXPECT_LT(calibration.p90Absolute, 0.35);
-    EXPECT_LT(validation.p90Absolute, 0.60);
+    EXPECT_LT(calibration.p90Absolute, 0.25);
+    EXPECT_LT(validation.p90Absolute, 0.40);
     for (const RunComparison& c : results)
         EXPECT_GT(c.predicted, 0);
 }

@@ -383,6 +383,12 @@ ErrorSummary summarize(const std::vector<PublishedRun>& runs,
         if (errors.empty())
             order.push_back(runs[i].sourceId);
         errors.push_back(e);
+        const Estimate& planned = comparisons[i].estimate;
+        if (!planned.fits)
+            ++s.overMemory;
+        if (planned.gpuMemory > 0)
+            s.worstMemoryRatio =
+                std::max(s.worstMemoryRatio, planned.memory.total() / planned.gpuMemory);
     }
     s.runs = int(absolute.size());
     s.medianAbsolute = median(absolute);

@@ -63,6 +63,10 @@ struct ErrorSummary {
         double medianSigned = 0;
     };
     std::vector<Source> sources; // in order of first appearance
+    // Every run ran, so each should fit its GPU: the runs whose most loaded stage the planner
+    // puts over the GPU's memory, and the largest planned / GPU memory among all the runs.
+    int overMemory = 0;
+    double worstMemoryRatio = 0;
 };
 ErrorSummary summarizeErrors(const std::vector<PublishedRun>& runs,
                              const std::vector<RunComparison>& comparisons);

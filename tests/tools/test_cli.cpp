@@ -819,7 +819,8 @@ TEST(CliValidate, MarkdownTableWithMedianError) {
     const CliResult r = run({"validate", dataPath("published_runs.csv"), "--markdown"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_CONTAINS(r.out, "| run | source | split | GPU | GPUs | layout | metric | reported | "
-                           "predicted | error |");
+                           "predicted | error | memory (planned / GPU) |");
+    EXPECT_CONTAINS(r.out, " planned over their GPU's, the largest at ");
     EXPECT_CONTAINS(r.out, "- calibration: ");
     EXPECT_CONTAINS(r.out, "median signed error per source: narayanan2021 ");
     EXPECT_CONTAINS(r.out, "|---|");
@@ -851,6 +852,9 @@ TEST(CliValidate, OneRunsWholePlan) {
     EXPECT_NEAR(j.at("plan").at("summary").at("tokens_per_second").get<double>() / 8,
                 j.at("predicted").get<double>(), 1e-9 * j.at("predicted").get<double>());
     EXPECT_EQ(j.at("plan").at("parallel").at("zero"), 3);
+    // The table's memory is the plan's: its most loaded stage.
+    EXPECT_DOUBLE_EQ(row.at("planned_memory").get<double>(),
+                     j.at("plan").at("memory").at("total").get<double>());
 
     const CliResult text =
         run({"validate", dataPath("published_runs.csv"), "--run", name, "--explain"});
@@ -904,13 +908,25 @@ TEST(CliValidate, TextAndJson) {
     for (const char* split : {"calibration", "validation"}) {
         std::vector<double> absolute;
         std::map<std::string, std::vector<double>> bySource;
+        int over = 0;
+        double worst = 0;
         for (const json& run : j.at("runs"))
             if (run.at("split") == split) {
                 absolute.push_back(std::abs(run.at("error").get<double>()));
                 bySource[run.at("source_id")].push_back(run.at("error").get<double>());
+                // Each run's most loaded stage against its GPU: over it exactly when it does not
+                // fit.
+                const double planned = run.at("planned_memory"), gpu = run.at("gpu_memory");
+                EXPECT_GT(planned, 0);
+                EXPECT_GE(gpu, 40e9) << run.at("name"); // the CSV's smallest GPU: an A100 40 GB
+                EXPECT_EQ(run.at("fits").get<bool>(), planned <= gpu) << run.at("name");
+                over += planned > gpu ? 1 : 0;
+                worst = std::max(worst, planned / gpu);
             }
         const json& summary = j.at(split);
         ASSERT_EQ(summary.at("runs").get<std::size_t>(), absolute.size()) << split;
+        EXPECT_EQ(summary.at("over_memory").get<int>(), over) << split;
+        EXPECT_NEAR(summary.at("worst_memory_ratio").get<double>(), worst, 1e-12) << split;
         counted += absolute.size();
         if (absolute.empty())
             continue;

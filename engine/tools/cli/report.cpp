@@ -234,6 +234,8 @@ nlohmann::json summaryJson(const ErrorSummary& s) {
     nlohmann::json j{{"runs", s.runs},
                      {"median_absolute_error", figure(s.medianAbsolute)},
                      {"p90_absolute_error", figure(s.p90Absolute)},
+                     {"over_memory", s.overMemory},
+                     {"worst_memory_ratio", figure(s.worstMemoryRatio)},
                      {"sources", nlohmann::json::array()}};
     for (const ErrorSummary::Source& source : s.sources)
         j["sources"].push_back({{"id", source.id},
@@ -252,7 +254,16 @@ std::string summaryLine(const std::string& label, const ErrorSummary& s) {
                 (s.sources[i].medianSigned > 0 ? "+" : "") +
                 formatPercent(s.sources[i].medianSigned) + " (" +
                 std::to_string(s.sources[i].runs) + ")";
+    // Each run ran: one planned over its GPU's memory says where the memory model is off.
+    text += "; memory: " + std::to_string(s.overMemory) + " of " + std::to_string(s.runs) +
+            " planned over their GPU's, the largest at " + formatNumber(s.worstMemoryRatio) +
+            " x it";
     return text;
+}
+
+// "89.3 GB / 80.0 GB": the most loaded stage's planned memory beside the GPU's.
+std::string memoryText(const RunComparison& c) {
+    return formatBytes(c.estimate.memory.total()) + " / " + formatBytes(c.estimate.gpuMemory);
 }
 
 std::string metricText(const RunComparison& c, double v) {
@@ -275,6 +286,9 @@ nlohmann::json runJson(const PublishedRun& run, const RunComparison& c) {
             {"predicted", c.predicted},
             {"error", c.error},
             {"convention", toString(run.convention)},
+            {"planned_memory", c.estimate.memory.total()},
+            {"gpu_memory", c.estimate.gpuMemory},
+            {"fits", c.estimate.fits},
             {"source", run.source}};
 }
 
@@ -307,15 +321,16 @@ void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
             summaries.push_back(summaryLine(toString(split), s));
     if (markdown) {
         out << "| run | source | split | GPU | GPUs | layout | metric | reported | predicted | "
-               "error |\n"
-            << "|---|---|---|---|---|---|---|---|---|---|\n";
+               "error | memory (planned / GPU) |\n"
+            << "|---|---|---|---|---|---|---|---|---|---|---|\n";
         for (std::size_t i = 0; i < runs.size(); ++i) {
             const RunComparison& c = results[i];
             out << "| " << runs[i].name << " | " << runs[i].sourceId << " | "
                 << toString(runs[i].split) << " | " << runs[i].gpuId << " | "
                 << runs[i].parallel.worldSize() << " | " << layoutSummary(runs[i].parallel) << " | "
                 << metricLabel(runs[i], c) << " | " << metricText(c, c.reported) << " | "
-                << metricText(c, c.predicted) << " | " << formatPercent(c.error) << " |\n";
+                << metricText(c, c.predicted) << " | " << formatPercent(c.error) << " | "
+                << memoryText(c) << (c.estimate.fits ? "" : ", over") << " |\n";
         }
         out << "\nMedian absolute error: " << formatPercent(medianAbsoluteError(results))
             << " over " << runs.size() << " runs.\n";
@@ -323,11 +338,12 @@ void printValidation(std::ostream& out, const std::vector<PublishedRun>& runs,
             out << "\n- " << line << "\n";
         return;
     }
-    Table t({"run", "split", "metric", "reported", "predicted", "error"});
+    Table t({"run", "split", "metric", "reported", "predicted", "error", "memory"});
     for (std::size_t i = 0; i < runs.size(); ++i) {
         const RunComparison& c = results[i];
         t.add({runs[i].name, toString(runs[i].split), c.metric, metricText(c, c.reported),
-               metricText(c, c.predicted), formatPercent(c.error)});
+               metricText(c, c.predicted), formatPercent(c.error),
+               memoryText(c) + (c.estimate.fits ? "" : " over")});
     }
     t.print(out);
     out << "Median absolute error: " << formatPercent(medianAbsoluteError(results)) << '\n';

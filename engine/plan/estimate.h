@@ -137,7 +137,10 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
 // Memory of the most loaded pipeline stage (its index in *stage when given).
 MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, int* stage = nullptr);
 MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, const ParamCount& c, int* stage);
+// What one layer keeps for its backward, one microbatch. `fp8Inputs`: the layer's projections run
+// in FP8 through Transformer Engine, which keeps each projection's input as its FP8 cast, not the
+// bf16 original (ParallelConfig::precision.fp8On(gpu)).
 double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p,
-                               LayerKind kind = LayerKind::Moe);
+                               LayerKind kind = LayerKind::Moe, bool fp8Inputs = false);
 
 } // namespace shardscope

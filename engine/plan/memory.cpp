@@ -12,7 +12,8 @@
 
 namespace shardscope {
 
-double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, LayerKind kind) {
+double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, LayerKind kind,
+                               bool fp8Inputs) {
     if (m.isBare())
         return 0.0;
     const double ab = p.precision.activationBytes();
@@ -39,8 +40,12 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
         return kept;
     }
 
+    // Bytes of a kept projection input: Transformer Engine's FP8 layers keep the FP8 cast they
+    // computed with (_LayerNormLinear's ln_out, _LayerNormMLP's ln_out and activation output,
+    // _Linear's input), not the bf16 tensor; the norms' inputs and fc1's output stay bf16.
+    const double inputBytes = fp8Inputs ? 1.0 : ab;
     // Inputs of the two norms, of the QKV projection and of the first MLP projection.
-    double replicated = 4.0 * ab * T * h;
+    double replicated = 2.0 * ab * T * h + 2.0 * inputBytes * T * h;
     if (m.dropout)
         replicated += 2.0 * T * h; // one-byte masks after attention and after the MLP
 
@@ -49,13 +54,17 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
     const double keys = m.mla.enabled() ? double(m.keyDim()) : kv;
     const double values = m.mla.enabled() ? double(m.storedValueDim()) : kv;
     double split = ab * T * (double(m.scoreDim()) + keys + values) + ab * T * double(m.valueDim());
+    // Under FP8 the attention kernel keeps its bf16 output and the output projection its FP8 cast.
+    if (fp8Inputs)
+        split += T * double(m.valueDim());
     if (m.mla.enabled())
         replicated +=
             ab * T * (2.0 * m.mla.qLoraRank + 2.0 * m.mla.kvLoraRank + m.mla.qkRopeHeadDim);
 
     const bool routes = m.routes(kind);
     const double f = double(m.layerFfn(kind)) * mlpsPerToken(m, kind, p);
-    split += (m.gated() ? 3.0 : 2.0) * ab * T * f; // gate/up outputs (or GELU input) + down input
+    // Gate/up outputs (or the GELU input), then the down projection's input.
+    split += (m.gated() ? 2.0 : 1.0) * ab * T * f + inputBytes * T * f;
 
     if (p.recompute == Recompute::None && !p.flashAttention) {
         // Materialised attention scores: softmax output, and with dropout its mask and output.
@@ -66,7 +75,8 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
     // factor), whole on every rank of the experts' etp group: the tokens its etp ranks hold
     // between them (each rank's own under SP or tp 1; without SP all tp ranks hold the same).
     const double expertTokens = p.tp > 1 && !p.sequenceParallel ? T : T / sp * p.expertTp();
-    const double expertInputs = routes ? ab * expertTokens * h * m.moe.topK * p.expertLoad() : 0.0;
+    const double expertInputs =
+        routes ? inputBytes * expertTokens * h * m.moe.topK * p.expertLoad() : 0.0;
     return replicated / sp + split / t + expertInputs;
 }
 
@@ -117,13 +127,14 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     const double sp = p.sequenceParallel ? t : 1.0;
     // Where full recompute covers only some of the stage's layers, a layer keeps its input alone
     // or everything: per layer, the two weighed by the share recomputed.
+    const bool fp8 = prec.fp8On(in.cluster.gpu);
     const auto perLayer = [&](LayerKind kind) {
         if (!recomputesSomeLayers(m, p))
-            return activationBytesPerLayer(m, p, kind);
+            return activationBytesPerLayer(m, p, kind, fp8);
         const RecomputeMix mix = recomputeMixOf(p);
         const double share = fullRecomputeShare(m, p, stage);
-        return share * activationBytesPerLayer(m, mix.every, kind) +
-               (1.0 - share) * activationBytesPerLayer(m, mix.none, kind);
+        return share * activationBytesPerLayer(m, mix.every, kind, fp8) +
+               (1.0 - share) * activationBytesPerLayer(m, mix.none, kind, fp8);
     };
     mem.activationsPerLayer = perLayer(LayerKind::Moe);
     if (mem.firstDenseLayersOnRank > 0)
@@ -160,7 +171,7 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
         mem.gradBuckets = 2.0 * a.gradBucketBytes;
     if (last && !m.isBare())
         mem.logits = 4.0 * T * double(m.vocab) / t; // fp32 logits for the cross-entropy
-    if (prec.fp8On(in.cluster.gpu))
+    if (fp8)
         mem.fp8WeightCache = held(1.0, p.zero >= 3);
     // What one layer's recomputed forward holds during its backward: all of a fully
     // recomputed layer's activations, what op-level recompute did not keep.
@@ -168,9 +179,10 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
         ParallelConfig none = p;
         none.recompute = Recompute::None;
         const auto rerun = [&](LayerKind kind) {
-            const double kept =
-                p.recompute == Recompute::SelectiveOp ? activationBytesPerLayer(m, p, kind) : 0.0;
-            return std::max(0.0, activationBytesPerLayer(m, none, kind) - kept);
+            const double kept = p.recompute == Recompute::SelectiveOp
+                                    ? activationBytesPerLayer(m, p, kind, fp8)
+                                    : 0.0;
+            return std::max(0.0, activationBytesPerLayer(m, none, kind, fp8) - kept);
         };
         mem.recomputeLayer = rerun(LayerKind::Moe);
         if (mem.firstDenseLayersOnRank > 0)

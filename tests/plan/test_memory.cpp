@@ -62,6 +62,27 @@ TEST(ActivationMemory, GqaAndSwiGluTerms) {
     EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, p), 2 * T * (4 * h + (h + 2 * kv) + h + 3 * f));
 }
 
+// Transformer Engine's FP8 layers keep for the backward (TE 1.x _LayerNormLinear, _LayerNormMLP
+// and _Linear): the norms' inputs, Q, K, V, attention's output and fc1's output in bf16, and the
+// FP8 casts the projections computed with, one byte an element: both norms' outputs (the QKV and
+// fc1 inputs), the output projection's input beside attention's own bf16 output, and the down
+// projection's input (the activation's output).
+TEST(ActivationMemory, Fp8LayersKeepTheirProjectionInputsInOneByte) {
+    const ModelSpec m = findModelPreset("llama3-8b");
+    ParallelConfig p = korthikanti(1, false, Recompute::Selective);
+    p.precision = PrecisionPolicy::fp8Mixed();
+    const double T = 8192, h = 4096, kv = 1024, f = 14336;
+    const double bf16 = 2 * T * (2 * h + (h + 2 * kv) + h + 2 * f);
+    const double fp8 = 1 * T * (2 * h + h + f);
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, p, LayerKind::Moe, true), bf16 + fp8);
+    // Off FP8 (an A100 runs the policy's GEMMs in bf16) the inputs are the bf16 ones.
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, p, LayerKind::Moe, false),
+                     2 * T * (4 * h + (h + 2 * kv) + h + 3 * f));
+    // Full recompute keeps the layer's bf16 input either way.
+    p.recompute = Recompute::Full;
+    EXPECT_DOUBLE_EQ(activationBytesPerLayer(m, p, LayerKind::Moe, true), 2 * T * h);
+}
+
 TEST(ActivationMemory, ContextParallelDividesTokens) {
     const ModelSpec m = findModelPreset("llama3-8b");
     ParallelConfig p = korthikanti(1, false, Recompute::Selective);

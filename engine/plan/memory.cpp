@@ -125,16 +125,19 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     const double ab = prec.activationBytes();
     const double T = localTokens(m, p);
     const double sp = p.sequenceParallel ? t : 1.0;
+    const bool fp8 = prec.fp8On(in.cluster.gpu);
+    // Transformer Engine keeps FP8 projection inputs; op-level recompute is torchtitan's policy,
+    // whose torchao float8 keeps the bf16 ones (matmul_with_hp_or_float8_args saves input_hp).
+    const bool fp8Inputs = fp8 && p.recompute != Recompute::SelectiveOp;
     // Where full recompute covers only some of the stage's layers, a layer keeps its input alone
     // or everything: per layer, the two weighed by the share recomputed.
-    const bool fp8 = prec.fp8On(in.cluster.gpu);
     const auto perLayer = [&](LayerKind kind) {
         if (!recomputesSomeLayers(m, p))
-            return activationBytesPerLayer(m, p, kind, fp8);
+            return activationBytesPerLayer(m, p, kind, fp8Inputs);
         const RecomputeMix mix = recomputeMixOf(p);
         const double share = fullRecomputeShare(m, p, stage);
-        return share * activationBytesPerLayer(m, mix.every, kind, fp8) +
-               (1.0 - share) * activationBytesPerLayer(m, mix.none, kind, fp8);
+        return share * activationBytesPerLayer(m, mix.every, kind, fp8Inputs) +
+               (1.0 - share) * activationBytesPerLayer(m, mix.none, kind, fp8Inputs);
     };
     mem.activationsPerLayer = perLayer(LayerKind::Moe);
     if (mem.firstDenseLayersOnRank > 0)
@@ -180,9 +183,9 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
         none.recompute = Recompute::None;
         const auto rerun = [&](LayerKind kind) {
             const double kept = p.recompute == Recompute::SelectiveOp
-                                    ? activationBytesPerLayer(m, p, kind, fp8)
+                                    ? activationBytesPerLayer(m, p, kind, fp8Inputs)
                                     : 0.0;
-            return std::max(0.0, activationBytesPerLayer(m, none, kind, fp8) - kept);
+            return std::max(0.0, activationBytesPerLayer(m, none, kind, fp8Inputs) - kept);
         };
         mem.recomputeLayer = rerun(LayerKind::Moe);
         if (mem.firstDenseLayersOnRank > 0)

@@ -134,10 +134,10 @@ SearchResult searchLayouts(const ModelSpec& model, const ClusterSpec& cluster,
         const int most = p.mostSlotsOnChunk(model.layers);
         ParallelConfig none = p;
         none.recompute = Recompute::None;
-        const bool fp8 = p.precision.fp8On(cluster.gpu);
-        double kept = activationBytesPerLayer(model, none, LayerKind::Moe, fp8);
+        // bf16 inputs: an upper bound whatever the FP8 library keeps.
+        double kept = activationBytesPerLayer(model, none);
         if (model.moe.enabled() && model.denseLayerCount() > 0)
-            kept = std::max(kept, activationBytesPerLayer(model, none, LayerKind::Dense, fp8));
+            kept = std::max(kept, activationBytesPerLayer(model, none, LayerKind::Dense));
         const double inflight =
             pipelineInflightMicrobatches(p.schedule, p.pp, p.microbatches(), p.vpp, 0);
         if (full.memory.total() + (1.0 + assume.fragmentation) * most * p.vpp * inflight * kept <=

@@ -142,5 +142,9 @@ MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, const ParamCount& c,
 // bf16 original (ParallelConfig::precision.fp8On(gpu)).
 double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p,
                                LayerKind kind = LayerKind::Moe, bool fp8Inputs = false);
+// Whether the layers keep FP8 projection inputs: FP8 on a GPU with FP8, through Transformer
+// Engine; op-level recompute is torchtitan's policy, whose torchao float8 keeps the bf16 inputs
+// (matmul_with_hp_or_float8_args saves input_hp).
+bool keepsFp8ProjectionInputs(const PlanInputs& in);
 
 } // namespace shardscope

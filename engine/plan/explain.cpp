@@ -233,6 +233,12 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
                             ? "; with MLA q, k and v a head's query-key and value widths "
                               "and the latents (2 r_q + 2 r_kv + d_r) a_bytes / sp"
                             : "") +
+            std::string(keepsFp8ProjectionInputs(in) && p.recompute != Recompute::Full
+                            ? "; under FP8 the QKV and first MLP inputs are kept as their 1-byte "
+                              "FP8 casts (2h x 1 B of the 4h), the down projection's input too "
+                              "(f x 1 B of the ffn terms), and the output projection's cast "
+                              "(q x 1 B / tp) beside attention's a_bytes output"
+                            : "") +
             std::string(p.recompute == Recompute::SelectiveOp
                             ? "; under op-level recompute act_per_layer = s*b/cp x a_bytes x "
                               "(h / sp + the outputs of projections 1, 3, 5, 7 in forward order "
@@ -263,6 +269,11 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
                    (p.recompute == Recompute::SelectiveOp
                         ? "; op-level recompute: torchtitan parallelize_llama.py, _custom_policy "
                           "(keeps mm outputs but every second, and SDPA's)"
+                        : "") +
+                   (keepsFp8ProjectionInputs(in) && p.recompute != Recompute::Full
+                        ? "; FP8 inputs: Transformer Engine 1.x _LayerNormLinear, _LayerNormMLP "
+                          "and _Linear save ln_out, the activation's output and the input as "
+                          "FP8"
                         : "") +
                    "; in-flight microbatches: GPipe m, 1F1B p, interleaved p(1 + (p-1)/(p v)), "
                    "ZB-H1 p, ZB-1p and ZB-2p their programs' peak (Qi et al.)";

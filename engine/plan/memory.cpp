@@ -80,6 +80,11 @@ double activationBytesPerLayer(const ModelSpec& m, const ParallelConfig& p, Laye
     return replicated / sp + split / t + expertInputs;
 }
 
+bool keepsFp8ProjectionInputs(const PlanInputs& in) {
+    return in.parallel.precision.fp8On(in.cluster.gpu) &&
+           in.parallel.recompute != Recompute::SelectiveOp;
+}
+
 MemoryBreakdown memoryForStage(const PlanInputs& in, int stage) {
     return memoryForStage(in, stage, countParameters(in.model));
 }
@@ -126,9 +131,7 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     const double T = localTokens(m, p);
     const double sp = p.sequenceParallel ? t : 1.0;
     const bool fp8 = prec.fp8On(in.cluster.gpu);
-    // Transformer Engine keeps FP8 projection inputs; op-level recompute is torchtitan's policy,
-    // whose torchao float8 keeps the bf16 ones (matmul_with_hp_or_float8_args saves input_hp).
-    const bool fp8Inputs = fp8 && p.recompute != Recompute::SelectiveOp;
+    const bool fp8Inputs = keepsFp8ProjectionInputs(in);
     // Where full recompute covers only some of the stage's layers, a layer keeps its input alone
     // or everything: per layer, the two weighed by the share recomputed.
     const auto perLayer = [&](LayerKind kind) {

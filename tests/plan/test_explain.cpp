@@ -68,6 +68,25 @@ TEST(Explain, Fp8ComputeTimeNamesWhatRunsInFp8) {
     EXPECT_NE(x.substituted.find("fp8 1.98 PFLOP/s x 0.600"), std::string::npos) << x.substituted;
 }
 
+// The activation memory's formula says when the projections keep their FP8 casts: FP8 on a GPU
+// with FP8 (not on an A100, which runs the policy in bf16), and not under bf16, with its source.
+TEST(Explain, ActivationMemorySaysWhenInputsAreKeptInFp8) {
+    const auto activations = [](const std::string& gpu, bool fp8) {
+        PlanInputs in = test::inputs("llama3-8b", gpu, 8, 1, test::layout(8, 1, 1, 64));
+        in.parallel.recompute = Recompute::None;
+        if (fp8)
+            in.parallel.precision = PrecisionPolicy::fp8Mixed();
+        return explain(in, estimate(in), FigureId::MemActivations);
+    };
+    const Explanation h100 = activations("h100-sxm", true);
+    EXPECT_NE(h100.formula.find("1-byte FP8 casts"), std::string::npos) << h100.formula;
+    EXPECT_NE(h100.source.find("Transformer Engine"), std::string::npos) << h100.source;
+    EXPECT_EQ(activations("a100-80gb", true).formula.find("FP8"), std::string::npos);
+    EXPECT_EQ(activations("h100-sxm", false).formula.find("FP8"), std::string::npos);
+    // And the FP8 layer keeps less than the bf16 one.
+    EXPECT_LT(activations("h100-sxm", true).value, activations("h100-sxm", false).value);
+}
+
 // The compute time says which matmul ceiling scaled the GEMM efficiency: the GPU's own at the
 // precision it runs (an FP8 policy on an A100 runs bf16), its bf16 one where that precision was
 // not measured (FP8 on an MI300X), or none.

@@ -223,7 +223,9 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
             (p.offloadOptimizer ? " (offloaded: " + b(m.cpuOffloaded) + " in host memory)" : "");
         x.source = std::string(kZero) + "; AdamW keeps m and v in fp32 (8 B), SGD momentum 4 B";
         break;
-    case FigureId::MemActivations:
+    case FigureId::MemActivations: {
+        // Full recompute keeps only each layer's bf16 input, FP8 or not.
+        const bool fp8Inputs = keepsFp8ProjectionInputs(in) && p.recompute != Recompute::Full;
         x.value = m.activations;
         x.formula =
             "layers_on_rank x act_per_layer x in_flight_microbatches + stage_extras; "
@@ -233,7 +235,7 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
                             ? "; with MLA q, k and v a head's query-key and value widths "
                               "and the latents (2 r_q + 2 r_kv + d_r) a_bytes / sp"
                             : "") +
-            std::string(keepsFp8ProjectionInputs(in) && p.recompute != Recompute::Full
+            std::string(fp8Inputs
                             ? "; under FP8 the QKV and first MLP inputs are kept as their 1-byte "
                               "FP8 casts (2h x 1 B of the 4h), the down projection's input too "
                               "(f x 1 B of the ffn terms), and the output projection's cast "
@@ -265,22 +267,23 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
                  ? " of " + std::to_string(p.recomputeLayers) + " layers a virtual stage"
                  : "") +
             ", schedule " + toString(p.schedule) + ")";
-        x.source = std::string(kKorthikanti) +
-                   (p.recompute == Recompute::SelectiveOp
-                        ? "; op-level recompute: torchtitan parallelize_llama.py, _custom_policy "
-                          "(keeps mm outputs but every second, and SDPA's)"
-                        : "") +
-                   (keepsFp8ProjectionInputs(in) && p.recompute != Recompute::Full
-                        ? "; FP8 inputs: Transformer Engine 1.x _LayerNormLinear, _LayerNormMLP "
-                          "and _Linear save ln_out, the activation's output and the input as "
-                          "FP8"
-                        : "") +
-                   "; in-flight microbatches: GPipe m, 1F1B p, interleaved p(1 + (p-1)/(p v)), "
-                   "ZB-H1 p, ZB-1p and ZB-2p their programs' peak (Qi et al.)";
+        x.source =
+            std::string(kKorthikanti) +
+            (p.recompute == Recompute::SelectiveOp
+                 ? "; op-level recompute: torchtitan parallelize_llama.py, _custom_policy "
+                   "(keeps mm outputs but every second, and SDPA's)"
+                 : "") +
+            (fp8Inputs ? "; FP8 inputs: Transformer Engine 1.x _LayerNormLinear, _LayerNormMLP "
+                         "and _Linear save ln_out, the activation's output and the input as "
+                         "FP8"
+                       : "") +
+            "; in-flight microbatches: GPipe m, 1F1B p, interleaved p(1 + (p-1)/(p v)), "
+            "ZB-H1 p, ZB-1p and ZB-2p their programs' peak (Qi et al.)";
         if (in.model.isBare())
             x.substituted = "not computed: a bare parameter count has no architecture (give a "
                             "preset or a config.json)";
         break;
+    }
     case FigureId::MemTemporary:
         x.value = m.temporary;
         x.formula = "ZeRO-3 gathered largest module (weights + grads) + gradient buckets + fp32 "

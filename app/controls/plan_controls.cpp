@@ -258,9 +258,7 @@ void addPrecisionControls(SessionForm& form) {
         }(),
         [](const Session& s) {
             for (const NamedPrecisionPolicy& p : namedPrecisionPolicies()) {
-                if (p.policy.compute == s.parallel.precision.compute &&
-                    p.policy.grads == s.parallel.precision.grads &&
-                    p.policy.fp32Master == s.parallel.precision.fp32Master)
+                if (p.policy == s.parallel.precision)
                     return QString(p.key);
             }
             return QString();

@@ -665,21 +665,18 @@ void from_json(const json& j, ClusterSpec& out) {
 
 namespace {
 
-bool samePolicy(const PrecisionPolicy& a, const PrecisionPolicy& b) {
-    return a.compute == b.compute && a.grads == b.grads && a.fp32Master == b.fp32Master;
-}
-
 // A named policy writes back as its name, so that a file says what precisionPolicyFromString
 // reads.
 json policyJson(const PrecisionPolicy& p) {
     for (const NamedPrecisionPolicy& named : namedPrecisionPolicies()) {
-        if (samePolicy(p, named.policy))
+        if (p == named.policy)
             return named.key;
     }
     // Any other combination is written out field by field.
     return json{{"compute", toString(p.compute)},
                 {"grads", toString(p.grads)},
-                {"fp32_master", p.fp32Master}};
+                {"fp32_master", p.fp32Master},
+                {"fp8_params", p.fp8Params}};
 }
 
 void readPolicy(const Reader& r, PrecisionPolicy& p) {
@@ -691,6 +688,11 @@ void readPolicy(const Reader& r, PrecisionPolicy& p) {
         fields.choice("compute", p.compute, precisionFromString);
         fields.choice("grads", p.grads, precisionFromString);
         fields.boolean("fp32_master", p.fp32Master);
+        fields.boolean("fp8_params", p.fp8Params);
+        if (p.fp8Params && p.compute != Precision::Fp8)
+            r.problems().invalid(
+                fields.field("fp8_params") + ": FP8 weights need \"compute\": \"fp8\", got \"" +
+                toString(p.compute) + "\"; set compute to fp8 or fp8_params to false");
     } else {
         r.choice("precision", p, precisionPolicyFromString);
     }

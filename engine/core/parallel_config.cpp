@@ -50,9 +50,17 @@ Enum fromString(const std::string& s, const Enum (&values)[N], const char* what)
 } // namespace
 
 // Weights are held in the compute dtype, except FP8: its weights stay BF16 and the FP8 copies
-// are a transient cast buffer the planner accounts for separately.
+// are a transient cast buffer the planner accounts for separately, unless the policy keeps the
+// weights themselves in FP8.
 double PrecisionPolicy::weightBytes() const {
-    return compute == Precision::Fp8 ? 2 : bytesOf(compute);
+    if (compute == Precision::Fp8)
+        return fp8Params ? 1 : 2;
+    return bytesOf(compute);
+}
+double PrecisionPolicy::weightBytesOn(const GpuSpec& gpu) const {
+    if (compute == Precision::Fp8)
+        return fp8WeightsOn(gpu) ? 1 : 2;
+    return weightBytes();
 }
 double PrecisionPolicy::gradBytes() const {
     return bytesOf(grads);
@@ -68,7 +76,9 @@ double PrecisionPolicy::activationBytes() const {
 std::string PrecisionPolicy::name() const {
     if (compute == Precision::Fp32 && grads == Precision::Fp32 && !fp32Master)
         return "fp32";
-    std::string s = toString(compute) + " mixed (" + toString(grads) + " grads";
+    std::string s = toString(compute) + " mixed (" +
+                    (fp8Params && compute == Precision::Fp8 ? "fp8 weights, " : "") +
+                    toString(grads) + " grads";
     if (!fp32Master)
         s += ", no fp32 master";
     return s + ")";
@@ -84,6 +94,14 @@ const std::vector<NamedPrecisionPolicy>& namedPrecisionPolicies() {
          {Precision::Bf16, Precision::Fp32, false}},
         {"bf16-nomaster", "bf16, bf16 grads, no master", {Precision::Bf16, Precision::Bf16, false}},
         {"fp8", "fp8 compute, fp32 grads, fp32 master", PrecisionPolicy::fp8Mixed()},
+        {"fp8-bf16grads",
+         "fp8 compute, bf16 grads, fp32 master",
+         {Precision::Fp8, Precision::Bf16, true}},
+        {"fp8-params", "fp8 compute and weights, fp32 grads, fp32 master",
+         PrecisionPolicy::fp8Weights()},
+        {"fp8-params-bf16grads",
+         "fp8 compute and weights, bf16 grads, fp32 master",
+         {Precision::Fp8, Precision::Bf16, true, true}},
     };
     return all;
 }

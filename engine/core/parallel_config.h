@@ -41,14 +41,26 @@ struct PrecisionPolicy {
     Precision compute = Precision::Bf16;
     Precision grads = Precision::Fp32;
     bool fp32Master = true;
+    // FP8 training that keeps the working weights themselves in FP8 (Megatron-Core's
+    // --fp8-param-gather, Megatron-Bridge's fp8_param_gather, NeMo's fp8_params): no bf16 copy
+    // beside the FP8 one, the data-parallel weight gather moves 1 byte a parameter, and the
+    // fp32 master copy in the optimizer is what the step updates. Only with compute FP8, and only
+    // on a GPU that runs FP8; elsewhere the weights stay bf16.
+    bool fp8Params = false;
 
     static PrecisionPolicy fp32() { return {Precision::Fp32, Precision::Fp32, false}; }
     static PrecisionPolicy bf16Mixed(bool fp32Grads = true) {
         return {Precision::Bf16, fp32Grads ? Precision::Fp32 : Precision::Bf16, true};
     }
     static PrecisionPolicy fp8Mixed() { return {Precision::Fp8, Precision::Fp32, true}; }
+    static PrecisionPolicy fp8Weights() { return {Precision::Fp8, Precision::Fp32, true, true}; }
 
-    double weightBytes() const;     // bytes per parameter of the working weights
+    bool operator==(const PrecisionPolicy&) const = default;
+
+    double weightBytes() const; // bytes per parameter of the working weights
+    // The same on a GPU: FP8 weights only where the GPU runs FP8 (an FP8 policy on an A100
+    // trains in bf16).
+    double weightBytesOn(const GpuSpec& gpu) const;
     double gradBytes() const;       // bytes per parameter of the gradient buffer
     double masterBytes() const;     // 4 when an fp32 master copy is kept, else 0
     double activationBytes() const; // bytes per stored activation element
@@ -58,6 +70,8 @@ struct PrecisionPolicy {
     bool fp8On(const GpuSpec& gpu) const {
         return compute == Precision::Fp8 && gpu.runs(Precision::Fp8);
     }
+    // Whether the working weights are FP8 on this GPU (fp8Params where FP8 runs).
+    bool fp8WeightsOn(const GpuSpec& gpu) const { return fp8Params && fp8On(gpu); }
 };
 // Every precision policy by the name the CLI, run configs and sessions give it, with what it
 // keeps, including the lessons' conventions: bf16-nomaster is 2 + 2 + 8 = 12 bytes a parameter

@@ -119,6 +119,20 @@ private slots:
         QCOMPARE(f.row("Optimizer state"), optimizer / 2); // ZeRO-1 over twice the replicas
     }
 
+    void fp8WeightsHalveTheWeightsOnAnH100() {
+        Fixture f;
+        choose(f.form(), "precision", "fp8");
+        const double bf16Weights = f.row("Weights");
+        choose(f.form(), "precision", "fp8-params");
+        QVERIFY(f.doc.session().parallel.precision.fp8Params);
+        QCOMPARE(f.row("Weights"), bf16Weights / 2);
+        // The control shows what the session holds, after a refresh too.
+        auto* combo = qobject_cast<QComboBox*>(f.form()->control("precision"));
+        QVERIFY(combo);
+        f.doc.reset(Session(f.doc.session()));
+        QCOMPARE(combo->currentData().toString(), QString("fp8-params"));
+    }
+
     void lesson2_SevenBillionNeedsTwoH100() {
         // "Parameters 14 GB, gradients 28 GB, Adam 56 GB: ~98 GB. You need at least 2."
         Fixture f;

@@ -470,14 +470,17 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
     }
     p.recomputeLayers = 3; // full recompute of the first 3 layers of each virtual stage
     expectSame(roundTrip(p), p);
-    for (const char* name :
-         {"fp32", "bf16", "bf16-bf16grads", "bf16-fp32grads-nomaster", "bf16-nomaster", "fp8"}) {
+    for (const char* name : {"fp32", "bf16", "bf16-bf16grads", "bf16-fp32grads-nomaster",
+                             "bf16-nomaster", "fp8", "fp8-params"}) {
         p.precision = precisionPolicyFromString(name);
         expectSame(roundTrip(p), p);
         EXPECT_EQ(json(p)["precision"], name);
     }
     p.precision = {Precision::Fp16, Precision::Fp32, true}; // no short name: written as an object
     expectSame(roundTrip(p), p);
+    p.precision = {Precision::Fp8, Precision::Bf16, false, true}; // FP8 weights, no master copy
+    EXPECT_EQ(json(p)["precision"]["fp8_params"], true);
+    EXPECT_TRUE(roundTrip(p).precision == p.precision);
     p.optimizer = Optimizer::SgdMomentum;
     expectSame(roundTrip(p), p);
     for (auto k : {AttentionKernel::Flash2, AttentionKernel::Flash3, AttentionKernel::Cudnn}) {
@@ -507,7 +510,8 @@ TEST(ParallelConfigJson, ReadsStringsAndRejectsBadValues) {
           R"({"offload_optimizer": "yes"})", R"({"shard_group": -8})", R"({"shard_group": 2.5})",
           R"({"tp_comm_overlap": 1})", R"({"loss_in_pipeline_split": "yes"})",
           R"({"overlap_grad_reduce": "no"})", R"({"recompute_layers": -1})",
-          R"({"recompute_layers": 1.5})"})
+          R"({"recompute_layers": 1.5})",
+          R"({"precision": {"compute": "bf16", "fp8_params": true}})"})
         EXPECT_THROW(json::parse(bad).get<ParallelConfig>(), InputError) << bad;
 }
 

@@ -110,6 +110,9 @@ TEST(PrecisionPolicy, NamesAndSpellings) {
     EXPECT_EQ(precisionPolicyFromString("BF16").grads, Precision::Fp32);
     EXPECT_EQ(precisionPolicyFromString("bf16-bf16grads").grads, Precision::Bf16);
     EXPECT_EQ(precisionPolicyFromString("fp8").compute, Precision::Fp8);
+    EXPECT_FALSE(precisionPolicyFromString("fp8").fp8Params);
+    EXPECT_TRUE(precisionPolicyFromString("FP8_params").fp8Params);
+    EXPECT_EQ(PrecisionPolicy::fp8Weights().name(), "fp8 mixed (fp8 weights, fp32 grads)");
     // The lessons' 12 bytes a parameter: bf16 weights and gradients, no fp32 master copy.
     const PrecisionPolicy pure = precisionPolicyFromString("bf16_nomaster");
     EXPECT_EQ(pure.grads, Precision::Bf16);
@@ -120,7 +123,7 @@ TEST(PrecisionPolicy, NamesAndSpellings) {
         precisionPolicyFromString("int4");
         ADD_FAILURE() << "int4 accepted";
     } catch (const InputError& e) {
-        for (const char* name : {"fp32", "bf16-bf16grads", "bf16-nomaster", "fp8"})
+        for (const char* name : {"fp32", "bf16-bf16grads", "bf16-nomaster", "fp8", "fp8-params"})
             EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
 }

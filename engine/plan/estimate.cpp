@@ -255,7 +255,8 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
         setPlacement(c, placeAxis(in.cluster, p, in.assume, Axis::DP));
         return c;
     }
-    const double gb = p.precision.gradBytes(), wb = p.precision.weightBytes();
+    // FP8 weights are gathered in FP8 (Megatron-Core's --fp8-param-gather).
+    const double gb = p.precision.gradBytes(), wb = p.precision.weightBytesOn(in.cluster.gpu);
     const double dense = params - apart;
     DpTraffic t = dpTraffic(in,
                             {dense * gb, dense * wb, p.zero >= 1 ? p.zeroShards() : p.dp * p.cp,
@@ -329,10 +330,11 @@ double optimizerSeconds(const PlanInputs& in, double params, double expertParams
     const double shard =
         p.zero >= 1 || p.offloadOptimizer ? shardedParamsOnRank(p, params, expertParams) : params;
     if (p.offloadOptimizer)
-        return shard * (prec.gradBytes() + prec.weightBytes()) / in.assume.hostLinkBandwidth;
+        return shard * (prec.gradBytes() + prec.weightBytesOn(in.cluster.gpu)) /
+               in.assume.hostLinkBandwidth;
     const double bytes = 2.0 * shard *
-                         (prec.weightBytes() + prec.gradBytes() + prec.masterBytes() +
-                          optimizerStateBytes(p.optimizer));
+                         (prec.weightBytesOn(in.cluster.gpu) + prec.gradBytes() +
+                          prec.masterBytes() + optimizerStateBytes(p.optimizer));
     const double bw = in.cluster.gpu.hbmBandwidth * in.assume.memoryEfficiency;
     return bw > 0 ? bytes / bw : 0.0;
 }
@@ -485,7 +487,7 @@ Estimate evaluate(const PlanInputs& in) {
     }
     e.jobMtbf = jobMtbfSeconds(cl.gpuMtbfHours, world);
     const PrecisionPolicy& prec = p.precision;
-    e.checkpointBytes = e.params.total * (prec.weightBytes() + prec.masterBytes() +
+    e.checkpointBytes = e.params.total * (prec.weightBytesOn(cl.gpu) + prec.masterBytes() +
                                           optimizerStateBytes(p.optimizer));
     e.checkpointWrite = cl.checkpointBandwidth > 0 ? e.checkpointBytes / cl.checkpointBandwidth : 0;
     e.checkpointInterval = optimalCheckpointIntervalSeconds(e.checkpointWrite, e.jobMtbf);

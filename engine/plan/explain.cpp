@@ -198,9 +198,14 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         x.value = m.parameters;
         x.formula =
             "params_on_rank x weight_bytes [/ shard group (dp*cp unless hybrid) under ZeRO-3]";
-        x.substituted = stateTerm(p, m, 3, n(prec.weightBytes()) + " B") + " = " + b(m.parameters) +
-                        " (" + stage + ")";
+        x.substituted =
+            stateTerm(p, m, 3, n(prec.weightBytesOn(in.cluster.gpu)) + " B") + " = " +
+            b(m.parameters) + " (" + stage +
+            (prec.fp8WeightsOn(in.cluster.gpu) ? "; the weights themselves in FP8" : "") + ")";
         x.source = kZero;
+        if (prec.fp8WeightsOn(in.cluster.gpu))
+            x.source += "; FP8 weights: Megatron-Core --fp8-param-gather (Megatron-Bridge "
+                        "fp8_param_gather), 1 B a parameter with no bf16 copy";
         break;
     case FigureId::MemGradients:
         x.value = m.gradients;
@@ -289,7 +294,10 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         x.formula = "ZeRO-3 gathered largest module (weights + grads) + gradient buckets + fp32 "
                     "logits (last stage) + fp8 weight copies + one recomputed layer";
         x.substituted = b(m.zero3Gather) + " + " + b(m.gradBuckets) + " + " + b(m.logits) + " + " +
-                        b(m.fp8WeightCache) + " + " + b(m.recomputeLayer) + " = " + b(m.temporary);
+                        b(m.fp8WeightCache) + " + " + b(m.recomputeLayer) + " = " + b(m.temporary) +
+                        (prec.fp8WeightsOn(in.cluster.gpu)
+                             ? " (no FP8 weight copies: the weights are FP8 themselves)"
+                             : "");
         x.source =
             "DeepSpeed estimate_zero3_model_states_mem_needs (4 x largest layer); PyTorch DDP "
             "bucket_cap_mb = 25; Megatron-LM theoretical_memory_usage (logits)";

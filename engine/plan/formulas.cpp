@@ -149,13 +149,25 @@ double optimizerStateBytes(Optimizer o) {
     return o == Optimizer::AdamW ? 8.0 : 4.0;
 }
 
-double modelStateBytesPerParam(const PrecisionPolicy& p, Optimizer o, int zeroStage, int shards) {
+namespace {
+double modelStateBytes(const PrecisionPolicy& p, double weightBytes, Optimizer o, int zeroStage,
+                       int shards) {
     const double n = std::max(1, shards);
-    const double weights = p.weightBytes() / (zeroStage >= 3 ? n : 1.0);
+    const double weights = weightBytes / (zeroStage >= 3 ? n : 1.0);
     const double grads = p.gradBytes() / (zeroStage >= 2 ? n : 1.0);
     const double optimizer =
         (p.masterBytes() + optimizerStateBytes(o)) / (zeroStage >= 1 ? n : 1.0);
     return weights + grads + optimizer;
+}
+} // namespace
+
+double modelStateBytesPerParam(const PrecisionPolicy& p, Optimizer o, int zeroStage, int shards) {
+    return modelStateBytes(p, p.weightBytes(), o, zeroStage, shards);
+}
+
+double modelStateBytesPerParam(const PrecisionPolicy& p, Optimizer o, int zeroStage, int shards,
+                               const GpuSpec& gpu) {
+    return modelStateBytes(p, p.weightBytesOn(gpu), o, zeroStage, shards);
 }
 
 double jobMtbfSeconds(double gpuMtbfHours, int gpus) {

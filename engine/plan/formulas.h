@@ -49,8 +49,11 @@ double pipelineInflightMicrobatches(PipelineSchedule s, int p, int m, int v = 1,
 // Optimizer state bytes per parameter, excluding the fp32 master copy (AdamW 8, SGD momentum 4).
 double optimizerStateBytes(Optimizer o);
 // Bytes per parameter of weights + gradients + master + optimizer state after ZeRO sharding over
-// `shards` data-parallel ranks.
+// `shards` data-parallel ranks, on a GPU that runs the policy's compute precision.
 double modelStateBytesPerParam(const PrecisionPolicy& p, Optimizer o, int zeroStage, int shards);
+// The same on a given GPU: an FP8 policy on a GPU without FP8 holds bf16 weights.
+double modelStateBytesPerParam(const PrecisionPolicy& p, Optimizer o, int zeroStage, int shards,
+                               const GpuSpec& gpu);
 
 // --- Reliability ----------------------------------------------------------------------------
 // Mean time between failures of a job on `gpus` GPUs that fail independently.

@@ -113,7 +113,8 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     const auto held = [&](double bytesPerParam, bool isSharded) {
         return (isSharded ? sharded : params) * bytesPerParam;
     };
-    mem.parameters = held(prec.weightBytes(), p.zero >= 3);
+    const double weightBytes = prec.weightBytesOn(in.cluster.gpu);
+    mem.parameters = held(weightBytes, p.zero >= 3);
     const double grads = held(prec.gradBytes(), p.zero >= 2);
     const double optimizer =
         held(prec.masterBytes() + optimizerStateBytes(p.optimizer), p.zero >= 1);
@@ -168,7 +169,7 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
         if (m.moe.enabled() && m.denseLayerCount() > 0)
             largest =
                 std::max(largest, layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp, LayerKind::Dense));
-        mem.zero3Gather = largest * 2.0 * prec.weightBytes();
+        mem.zero3Gather = largest * 2.0 * weightBytes;
     }
     // Buckets of gradients in flight to an all-reduce or reduce-scatter (under ZeRO-3 the
     // gathered module's gradient stands for them, unless copies are all-reduced across groups).
@@ -177,7 +178,9 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
         mem.gradBuckets = 2.0 * a.gradBucketBytes;
     if (last && !m.isBare())
         mem.logits = 4.0 * T * double(m.vocab) / t; // fp32 logits for the cross-entropy
-    if (fp8)
+    // Transformer Engine casts bf16 weights to FP8 copies that live across the microbatches;
+    // FP8 weights are their own copies.
+    if (fp8 && !prec.fp8WeightsOn(in.cluster.gpu))
         mem.fp8WeightCache = held(1.0, p.zero >= 3);
     // What one layer's recomputed forward holds during its backward: all of a fully
     // recomputed layer's activations, what op-level recompute did not keep.

@@ -29,8 +29,9 @@ MemoryVerdict memoryVerdict(const PlanInputs& in, const Estimate& e) {
     v.gpus = std::max(1, in.parallel.worldSize());
     v.perGpuFixed = m.activations + m.temporary + m.overhead;
     // Unsharded (ZeRO stage 0 over one rank): the whole model's state.
-    v.modelStateBytes = double(e.params.total) *
-                        modelStateBytesPerParam(in.parallel.precision, in.parallel.optimizer, 0, 1);
+    v.modelStateBytes =
+        double(e.params.total) *
+        modelStateBytesPerParam(in.parallel.precision, in.parallel.optimizer, 0, 1, in.cluster.gpu);
     const double room = v.capacity - v.perGpuFixed;
     v.minimumGpus = room > 0 ? int(std::ceil(v.modelStateBytes / room)) : 0;
     v.formula = "N = ceil(model state / (capacity - activations - temporary - overhead)) = "

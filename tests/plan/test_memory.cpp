@@ -124,6 +124,34 @@ TEST(ModelStateMemory, ZeroStagesShardWhatTheyShould) {
     EXPECT_DOUBLE_EQ(modelStateBytesPerParam(mixed, Optimizer::SgdMomentum, 0, 1), 2 + 4 + 8);
 }
 
+// FP8 weights replace the bf16 weights and Transformer Engine's FP8 copies of them: a rank holds
+// 1 B a parameter where it held 2 + 1. On a GPU without FP8 the policy trains in bf16 and holds
+// what the plain FP8 policy does there.
+TEST(ModelStateMemory, Fp8WeightsHoldOneByteAParameterAndNoCopies) {
+    ParallelConfig p = test::layout(2, 4, 8, 64, 1);
+    p.sequenceParallel = true;
+    p.precision = PrecisionPolicy::fp8Mixed();
+    PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 8, p);
+    const MemoryBreakdown copies = memoryForStage(in, 0);
+    EXPECT_DOUBLE_EQ(copies.parameters, 2 * copies.paramsOnRank);
+    EXPECT_DOUBLE_EQ(copies.fp8WeightCache, copies.paramsOnRank);
+
+    in.parallel.precision = precisionPolicyFromString("fp8-params");
+    const MemoryBreakdown fp8 = memoryForStage(in, 0);
+    EXPECT_DOUBLE_EQ(fp8.parameters, fp8.paramsOnRank);
+    EXPECT_EQ(fp8.fp8WeightCache, 0);
+    EXPECT_DOUBLE_EQ(fp8.gradients, copies.gradients);
+    EXPECT_DOUBLE_EQ(fp8.optimizer, copies.optimizer);
+    EXPECT_DOUBLE_EQ(fp8.activations, copies.activations);
+    EXPECT_LT(fp8.total(), copies.total());
+
+    in.cluster = makeCluster(findGpuPreset("a100-80gb"), 8, 8);
+    const MemoryBreakdown onA100 = memoryForStage(in, 0);
+    in.parallel.precision = PrecisionPolicy::fp8Mixed();
+    EXPECT_DOUBLE_EQ(onA100.total(), memoryForStage(in, 0).total());
+    EXPECT_DOUBLE_EQ(onA100.parameters, 2 * onA100.paramsOnRank);
+}
+
 TEST(ModelStateMemory, EstimateUsesTheSameRule) {
     ParallelConfig p = test::layout(8, 1, 1, 8, 3);
     PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, p);

@@ -32,6 +32,16 @@ TEST(MemoryVerdict, SevenBillionNeedsAtLeastTwoH100) {
     EXPECT_NE(v.formula.find("= 2"), std::string::npos) << v.formula;
 }
 
+// FP8 weights hold 1 + 4 + 4 + 8 = 17 bytes a parameter of model state on an H100; an A100
+// trains the same policy in bf16 and holds 18.
+TEST(MemoryVerdict, Fp8WeightsCountOnlyOnAGpuThatRunsFp8) {
+    PlanInputs in = bare(7e9, 1, 0);
+    in.parallel.precision = precisionPolicyFromString("fp8-params");
+    EXPECT_NEAR(memoryVerdict(in, estimate(in)).modelStateBytes, 17 * 7e9, 1e3);
+    in.cluster = clusterForWorld(makeCluster(findGpuPreset("a100-80gb"), 8, 1), 1);
+    EXPECT_NEAR(memoryVerdict(in, estimate(in)).modelStateBytes, 18 * 7e9, 1e3);
+}
+
 TEST(MemoryVerdict, FitsOnOneGpuSaysHowMuchIsFree) {
     const PlanInputs in = bare(1e9, 1, 0); // 14 GB of state
     const Estimate e = estimate(in);

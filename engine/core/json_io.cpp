@@ -673,10 +673,12 @@ json policyJson(const PrecisionPolicy& p) {
             return named.key;
     }
     // Any other combination is written out field by field.
-    return json{{"compute", toString(p.compute)},
-                {"grads", toString(p.grads)},
-                {"fp32_master", p.fp32Master},
-                {"fp8_params", p.fp8Params}};
+    json j{{"compute", toString(p.compute)},
+           {"grads", toString(p.grads)},
+           {"fp32_master", p.fp32Master}};
+    if (p.compute == Precision::Fp8 && p.fp8Params)
+        j["fp8_params"] = true;
+    return j;
 }
 
 void readPolicy(const Reader& r, PrecisionPolicy& p) {

@@ -55,7 +55,11 @@ struct PrecisionPolicy {
     static PrecisionPolicy fp8Mixed() { return {Precision::Fp8, Precision::Fp32, true}; }
     static PrecisionPolicy fp8Weights() { return {Precision::Fp8, Precision::Fp32, true, true}; }
 
-    bool operator==(const PrecisionPolicy&) const = default;
+    // fp8Params means nothing without FP8 compute, and two such policies are the same.
+    bool operator==(const PrecisionPolicy& o) const {
+        return compute == o.compute && grads == o.grads && fp32Master == o.fp32Master &&
+               (compute != Precision::Fp8 || fp8Params == o.fp8Params);
+    }
 
     double weightBytes() const; // bytes per parameter of the working weights
     // The same on a GPU: FP8 weights only where the GPU runs FP8 (an FP8 policy on an A100

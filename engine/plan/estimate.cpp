@@ -243,8 +243,8 @@ DpTraffic dpTraffic(const PlanInputs& in, const DpPart& part, AxisComm& placemen
     return t;
 }
 
-AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double microbatchTime,
-                double computeTime) {
+AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double nonLayerParams,
+                double microbatchTime, double computeTime) {
     const ParallelConfig& p = in.parallel;
     AxisComm c;
     // Where the experts share the dense weights' mesh they reduce with the rest, in the same
@@ -255,13 +255,16 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
         setPlacement(c, placeAxis(in.cluster, p, in.assume, Axis::DP));
         return c;
     }
-    // FP8 weights are gathered in FP8 (Megatron-Core's --fp8-param-gather).
+    // FP8 weights are gathered in FP8 (Megatron-Core's --fp8-param-gather), the embeddings and
+    // the head in bf16; the experts are all layer weights.
     const double gb = p.precision.gradBytes(), wb = p.precision.weightBytesOn(in.cluster.gpu);
     const double dense = params - apart;
-    DpTraffic t = dpTraffic(in,
-                            {dense * gb, dense * wb, p.zero >= 1 ? p.zeroShards() : p.dp * p.cp,
-                             p.zero >= 1 ? p.zeroReplicas() : 1, p.tp},
-                            c);
+    const double denseWb = meanWeightBytes(p.precision, in.cluster.gpu, dense, nonLayerParams);
+    DpTraffic t =
+        dpTraffic(in,
+                  {dense * gb, dense * denseWb, p.zero >= 1 ? p.zeroShards() : p.dp * p.cp,
+                   p.zero >= 1 ? p.zeroReplicas() : 1, p.tp},
+                  c);
     if (apart > 0) {
         AxisComm expertPlacement;
         t.add(dpTraffic(in,
@@ -323,18 +326,19 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
 
 // The optimizer step is memory bound: it reads and writes every state byte it owns once. With
 // offload the GPU's part is moving gradients to the host and weights back.
-double optimizerSeconds(const PlanInputs& in, double params, double expertParams) {
+double optimizerSeconds(const PlanInputs& in, double params, double expertParams,
+                        double nonLayerParams) {
     const ParallelConfig& p = in.parallel;
     const PrecisionPolicy& prec = p.precision;
+    const double wb = meanWeightBytes(prec, in.cluster.gpu, params, nonLayerParams);
     // Offload needs ZeRO >= 1 (a rule), so it shards too.
     const double shard =
         p.zero >= 1 || p.offloadOptimizer ? shardedParamsOnRank(p, params, expertParams) : params;
     if (p.offloadOptimizer)
-        return shard * (prec.gradBytes() + prec.weightBytesOn(in.cluster.gpu)) /
-               in.assume.hostLinkBandwidth;
-    const double bytes = 2.0 * shard *
-                         (prec.weightBytesOn(in.cluster.gpu) + prec.gradBytes() +
-                          prec.masterBytes() + optimizerStateBytes(p.optimizer));
+        return shard * (prec.gradBytes() + wb) / in.assume.hostLinkBandwidth;
+    const double bytes =
+        2.0 * shard *
+        (wb + prec.gradBytes() + prec.masterBytes() + optimizerStateBytes(p.optimizer));
     const double bw = in.cluster.gpu.hbmBandwidth * in.assume.memoryEfficiency;
     return bw > 0 ? bytes / bw : 0.0;
 }
@@ -442,8 +446,10 @@ Estimate evaluate(const PlanInputs& in) {
     e.comm[int(Axis::CP)] = cpComm(in, layers.total(), mbs * slow.attentionSeconds);
     e.comm[int(Axis::EP)] = epComm(in, layers.moe, recomputed, e.computeTime);
     e.comm[int(Axis::PP)] = ppComm(in, e.computeTime);
-    e.comm[int(Axis::DP)] = dpComm(in, params, expertParams, e.microbatchCompute, e.computeTime);
-    e.optimizerTime = optimizerSeconds(in, params, expertParams);
+    const double nonLayer = nonLayerParamsOnStage(m, e.params, p, slowStage);
+    e.comm[int(Axis::DP)] =
+        dpComm(in, params, expertParams, nonLayer, e.microbatchCompute, e.computeTime);
+    e.optimizerTime = optimizerSeconds(in, params, expertParams, nonLayer);
 
     // Step time: microbatches paced by compute plus the per-microbatch TP/CP/EP waits, the
     // pipeline bubble at that pace, then the exposed PP and DP transfers and the optimizer.
@@ -487,8 +493,11 @@ Estimate evaluate(const PlanInputs& in) {
     }
     e.jobMtbf = jobMtbfSeconds(cl.gpuMtbfHours, world);
     const PrecisionPolicy& prec = p.precision;
-    e.checkpointBytes = e.params.total * (prec.weightBytesOn(cl.gpu) + prec.masterBytes() +
-                                          optimizerStateBytes(p.optimizer));
+    const double nonLayerTotal =
+        m.isBare() ? 0.0 : e.params.embeddings + e.params.lmHead + e.params.finalNorm;
+    e.checkpointBytes =
+        e.params.total * (meanWeightBytes(prec, cl.gpu, e.params.total, nonLayerTotal) +
+                          prec.masterBytes() + optimizerStateBytes(p.optimizer));
     e.checkpointWrite = cl.checkpointBandwidth > 0 ? e.checkpointBytes / cl.checkpointBandwidth : 0;
     e.checkpointInterval = optimalCheckpointIntervalSeconds(e.checkpointWrite, e.jobMtbf);
     e.trainingFraction =

@@ -198,10 +198,17 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
         x.value = m.parameters;
         x.formula =
             "params_on_rank x weight_bytes [/ shard group (dp*cp unless hybrid) under ZeRO-3]";
-        x.substituted =
-            stateTerm(p, m, 3, n(prec.weightBytesOn(in.cluster.gpu)) + " B") + " = " +
-            b(m.parameters) + " (" + stage +
-            (prec.fp8WeightsOn(in.cluster.gpu) ? "; the weights themselves in FP8" : "") + ")";
+        x.substituted = stateTerm(p, m, 3, n(prec.weightBytesOn(in.cluster.gpu)) + " B");
+        if (prec.fp8WeightsOn(in.cluster.gpu)) {
+            const double nonLayer = nonLayerParamsOnStage(in.model, e.params, p, e.worstStage);
+            x.formula += "; FP8 weights: 1 B in the layers, + 1 B for each embedding, head and "
+                         "final-norm parameter, which stay bf16";
+            x.substituted += " + " + n(nonLayer) + " x 1 B" +
+                             zeroDivisor(p.zero, 3, p.zeroShards()) +
+                             " (the layers' weights in FP8; the embeddings, head and final norm "
+                             "bf16)";
+        }
+        x.substituted += " = " + b(m.parameters) + " (" + stage + ")";
         x.source = kZero;
         if (prec.fp8WeightsOn(in.cluster.gpu))
             x.source += "; FP8 weights: Megatron-Core --fp8-param-gather (Megatron-Bridge "

@@ -107,6 +107,26 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
     return params;
 }
 
+double nonLayerParamsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
+                             int stage) {
+    if (m.isBare())
+        return 0.0;
+    const StageLayers layers = stageLayers(m, p, stage);
+    double inLayers = 0;
+    for (const LayerKind kind : {LayerKind::Dense, LayerKind::Moe})
+        if (layers.of(kind) > 0)
+            inLayers += layers.of(kind) * layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp, kind);
+    return std::max(0.0, paramsOnStage(m, c, p, stage) - inLayers);
+}
+
+double meanWeightBytes(const PrecisionPolicy& prec, const GpuSpec& gpu, double params,
+                       double nonLayerParams) {
+    if (!prec.fp8WeightsOn(gpu) || params <= 0)
+        return prec.weightBytesOn(gpu);
+    const double bf16 = PrecisionPolicy::fp8Mixed().weightBytesOn(gpu);
+    return (params - nonLayerParams + bf16 * nonLayerParams) / params;
+}
+
 double mtpParamsBesideLayers(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p) {
     if (m.isBare() || m.mtpModules <= 0)
         return 0.0;

@@ -60,6 +60,17 @@ double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int
 // Parameters held by one rank of pipeline stage `stage` (before ZeRO-3 sharding), and the part
 // of them that are routed experts' (sharded by ZeRO over the expert data-parallel ranks).
 double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage);
+// Of those, the ones outside the stage's transformer layers: the embeddings, the output head,
+// the final norm and the MTP modules' projections (0 for a bare parameter count).
+double nonLayerParamsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
+                             int stage);
+// Bytes a parameter of a rank's weights take on a GPU, on average over `params` of which
+// `nonLayerParams` lie outside the layers. FP8 weights (PrecisionPolicy::fp8Params) are the
+// layers' linear weights, which Transformer Engine quantizes; the embeddings, the output head and
+// the final norm stay bf16 (Megatron-Core's fp8_param_gather covers TE modules only). Any other
+// policy holds every weight alike.
+double meanWeightBytes(const PrecisionPolicy& prec, const GpuSpec& gpu, double params,
+                       double nonLayerParams);
 // What the MTP modules add to the last stage beside their layers: each module's projection
 // (split over tp) and norms, and with pp > 1 and an untied head a copy of the embedding the
 // modules look the next tokens up in (Megatron-Core builds it where MTP runs).

@@ -113,8 +113,11 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     const auto held = [&](double bytesPerParam, bool isSharded) {
         return (isSharded ? sharded : params) * bytesPerParam;
     };
-    const double weightBytes = prec.weightBytesOn(in.cluster.gpu);
-    mem.parameters = held(weightBytes, p.zero >= 3);
+    const GpuSpec& gpu = in.cluster.gpu;
+    const double nonLayer = nonLayerParamsOnStage(m, c, p, stage);
+    mem.parameters = held(prec.weightBytesOn(gpu), p.zero >= 3);
+    if (prec.fp8WeightsOn(gpu)) // the embeddings and the head stay bf16: a second byte each
+        mem.parameters += p.zero >= 3 ? shardedParamsOnRank(p, nonLayer, 0.0) : nonLayer;
     const double grads = held(prec.gradBytes(), p.zero >= 2);
     const double optimizer =
         held(prec.masterBytes() + optimizerStateBytes(p.optimizer), p.zero >= 1);
@@ -165,11 +168,18 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     if (p.zero >= 3 && shards > 1 && !m.isBare()) {
         // The largest module gathered whole, with its gradient before the reduce-scatter (the
         // 4 x largest-layer term of DeepSpeed's estimate_zero3_model_states_mem_needs).
-        double largest = std::max(layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp), c.embeddings / t);
+        // The gradients are at the weights' bytes, bf16 beside FP8 weights; the embedding stays
+        // bf16 beside them.
+        double layer = layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp);
         if (m.moe.enabled() && m.denseLayerCount() > 0)
-            largest =
-                std::max(largest, layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp, LayerKind::Dense));
-        mem.zero3Gather = largest * 2.0 * weightBytes;
+            layer =
+                std::max(layer, layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp, LayerKind::Dense));
+        const double bf16 = PrecisionPolicy::fp8Mixed().weightBytesOn(gpu);
+        const bool fp8Weights = prec.fp8WeightsOn(gpu);
+        const double layerWeights = prec.weightBytesOn(gpu);
+        const double wideBytes = fp8Weights ? bf16 : layerWeights;
+        mem.zero3Gather =
+            std::max(layer * (layerWeights + wideBytes), c.embeddings / t * 2.0 * wideBytes);
     }
     // Buckets of gradients in flight to an all-reduce or reduce-scatter (under ZeRO-3 the
     // gathered module's gradient stands for them, unless copies are all-reduced across groups).
@@ -180,7 +190,7 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
         mem.logits = 4.0 * T * double(m.vocab) / t; // fp32 logits for the cross-entropy
     // Transformer Engine casts bf16 weights to FP8 copies that live across the microbatches;
     // FP8 weights are their own copies.
-    if (fp8 && !prec.fp8WeightsOn(in.cluster.gpu))
+    if (fp8 && !prec.fp8WeightsOn(gpu))
         mem.fp8WeightCache = held(1.0, p.zero >= 3);
     // What one layer's recomputed forward holds during its backward: all of a fully
     // recomputed layer's activations, what op-level recompute did not keep.

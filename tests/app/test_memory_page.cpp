@@ -119,13 +119,15 @@ private slots:
         QCOMPARE(f.row("Optimizer state"), optimizer / 2); // ZeRO-1 over twice the replicas
     }
 
-    void fp8WeightsHalveTheWeightsOnAnH100() {
+    void fp8WeightsAboutHalveTheWeightsOnAnH100() {
         Fixture f;
         choose(f.form(), "precision", "fp8");
         const double bf16Weights = f.row("Weights");
         choose(f.form(), "precision", "fp8-params");
         QVERIFY(f.doc.session().parallel.precision.fp8Params);
-        QCOMPARE(f.row("Weights"), bf16Weights / 2);
+        // The layers' weights take one byte instead of two; the embedding and head keep two.
+        QVERIFY(f.row("Weights") > bf16Weights / 2);
+        QVERIFY(f.row("Weights") < bf16Weights * 0.6);
         // The control shows what the session holds, after a refresh too.
         auto* combo = qobject_cast<QComboBox*>(f.form()->control("precision"));
         QVERIFY(combo);

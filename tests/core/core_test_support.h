@@ -157,7 +157,7 @@ inline void expectSame(const ParallelConfig& a, const ParallelConfig& b) {
     EXPECT_EQ(a.precision.compute, b.precision.compute);
     EXPECT_EQ(a.precision.grads, b.precision.grads);
     EXPECT_EQ(a.precision.fp32Master, b.precision.fp32Master);
-    EXPECT_EQ(a.precision.fp8Params, b.precision.fp8Params);
+    EXPECT_TRUE(a.precision == b.precision) << a.precision.name() << " vs " << b.precision.name();
     EXPECT_EQ(a.optimizer, b.optimizer);
     EXPECT_EQ(a.offloadOptimizer, b.offloadOptimizer);
 }

@@ -470,17 +470,23 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
     }
     p.recomputeLayers = 3; // full recompute of the first 3 layers of each virtual stage
     expectSame(roundTrip(p), p);
-    for (const char* name : {"fp32", "bf16", "bf16-bf16grads", "bf16-fp32grads-nomaster",
-                             "bf16-nomaster", "fp8", "fp8-params"}) {
-        p.precision = precisionPolicyFromString(name);
+    for (const NamedPrecisionPolicy& named : namedPrecisionPolicies()) {
+        p.precision = named.policy;
         expectSame(roundTrip(p), p);
-        EXPECT_EQ(json(p)["precision"], name);
+        EXPECT_EQ(json(p)["precision"], named.key);
     }
+    EXPECT_GE(namedPrecisionPolicies().size(), 9u);         // fp32, four bf16, four fp8
     p.precision = {Precision::Fp16, Precision::Fp32, true}; // no short name: written as an object
     expectSame(roundTrip(p), p);
     p.precision = {Precision::Fp8, Precision::Bf16, false, true}; // FP8 weights, no master copy
     EXPECT_EQ(json(p)["precision"]["fp8_params"], true);
     EXPECT_TRUE(roundTrip(p).precision == p.precision);
+    // FP8 weights without FP8 compute mean nothing: written without them, read back as the plain
+    // policy.
+    p.precision = {Precision::Bf16, Precision::Bf16, true, true};
+    EXPECT_EQ(json(p)["precision"], "bf16-bf16grads");
+    EXPECT_TRUE(roundTrip(p).precision == PrecisionPolicy::bf16Mixed(false));
+    p.precision = PrecisionPolicy::fp8Weights();
     p.optimizer = Optimizer::SgdMomentum;
     expectSame(roundTrip(p), p);
     for (auto k : {AttentionKernel::Flash2, AttentionKernel::Flash3, AttentionKernel::Cudnn}) {

@@ -5,6 +5,7 @@
 #include "plan/formulas.h"
 #include "plan_test_support.h"
 
+#include <cstdio>
 #include <gtest/gtest.h>
 
 namespace shardscope {
@@ -87,6 +88,23 @@ TEST(Explain, ActivationMemorySaysWhenInputsAreKeptInFp8) {
     EXPECT_LT(activations("h100-sxm", true).value, activations("h100-sxm", false).value);
 }
 
+// The weights' figure says when they are FP8 and what stays bf16, and its numbers add up to it.
+TEST(Explain, WeightMemoryNamesFp8WeightsWhereTheGpuRunsThem) {
+    const auto weights = [](const std::string& gpu) {
+        PlanInputs in = test::inputs("llama3-8b", gpu, 8, 1, test::layout(8, 1, 1, 64));
+        in.parallel.precision = precisionPolicyFromString("fp8-params");
+        return explain(in, estimate(in), FigureId::MemParameters);
+    };
+    const Explanation h100 = weights("h100-sxm");
+    EXPECT_NE(h100.substituted.find("x 1.00 B +"), std::string::npos) << h100.substituted;
+    EXPECT_NE(h100.substituted.find("embeddings, head and final norm bf16"), std::string::npos)
+        << h100.substituted;
+    EXPECT_NE(h100.source.find("fp8-param-gather"), std::string::npos) << h100.source;
+    const Explanation a100 = weights("a100-80gb");
+    EXPECT_NE(a100.substituted.find("x 2.00 B ="), std::string::npos) << a100.substituted;
+    EXPECT_EQ(a100.source.find("fp8"), std::string::npos) << a100.source;
+}
+
 // The compute time says which matmul ceiling scaled the GEMM efficiency: the GPU's own at the
 // precision it runs (an FP8 policy on an A100 runs bf16), its bf16 one where that precision was
 // not measured (FP8 on an MI300X), or none.
@@ -102,7 +120,10 @@ TEST(Explain, ComputeTimeNamesTheMatmulCeilingItUsed) {
         << a100;
     EXPECT_EQ(a100.find("no measured"), std::string::npos) << a100;
     const std::string mi300x = substituted("mi300x", true);
-    EXPECT_NE(mi300x.find("0.468 x ceiling bf16 0.514 / 0.803 (H100's bf16; its fp8 ceiling not "
+    char fp8Efficiency[16];
+    std::snprintf(fp8Efficiency, sizeof fp8Efficiency, "%.3f", Assumptions{}.fp8GemmEfficiency);
+    EXPECT_NE(mi300x.find(std::string(fp8Efficiency) +
+                          " x ceiling bf16 0.514 / 0.803 (H100's bf16; its fp8 ceiling not "
                           "measured)"),
               std::string::npos)
         << mi300x;

@@ -125,8 +125,8 @@ TEST(ModelStateMemory, ZeroStagesShardWhatTheyShould) {
 }
 
 // FP8 weights replace the bf16 weights and Transformer Engine's FP8 copies of them: a rank holds
-// 1 B a parameter where it held 2 + 1. On a GPU without FP8 the policy trains in bf16 and holds
-// what the plain FP8 policy does there.
+// 1 B a parameter of its layers where it held 2 + 1; the embedding (and head) stay bf16. On a GPU
+// without FP8 the policy trains in bf16 and holds what the plain FP8 policy does there.
 TEST(ModelStateMemory, Fp8WeightsHoldOneByteAParameterAndNoCopies) {
     ParallelConfig p = test::layout(2, 4, 8, 64, 1);
     p.sequenceParallel = true;
@@ -138,7 +138,9 @@ TEST(ModelStateMemory, Fp8WeightsHoldOneByteAParameterAndNoCopies) {
 
     in.parallel.precision = precisionPolicyFromString("fp8-params");
     const MemoryBreakdown fp8 = memoryForStage(in, 0);
-    EXPECT_DOUBLE_EQ(fp8.parameters, fp8.paramsOnRank);
+    // Stage 0 of 8 holds 10 layers and the embedding's quarter (tp 4), in bf16.
+    const double embedding = countParameters(in.model).embeddings / 4;
+    EXPECT_DOUBLE_EQ(fp8.parameters, (fp8.paramsOnRank - embedding) * 1 + embedding * 2);
     EXPECT_EQ(fp8.fp8WeightCache, 0);
     EXPECT_DOUBLE_EQ(fp8.gradients, copies.gradients);
     EXPECT_DOUBLE_EQ(fp8.optimizer, copies.optimizer);
@@ -150,6 +152,18 @@ TEST(ModelStateMemory, Fp8WeightsHoldOneByteAParameterAndNoCopies) {
     in.parallel.precision = PrecisionPolicy::fp8Mixed();
     EXPECT_DOUBLE_EQ(onA100.total(), memoryForStage(in, 0).total());
     EXPECT_DOUBLE_EQ(onA100.parameters, 2 * onA100.paramsOnRank);
+}
+
+// Under ZeRO-3 a rank gathers its largest module whole with its gradient (DeepSpeed's 4 x
+// largest layer in 16-bit): a Llama 3 405B layer's FP8 weights take 1 B a parameter beside a
+// 2 B gradient, 3/4 of the bf16 weights' 2 + 2.
+TEST(ModelStateMemory, Zero3GathersFp8WeightsBesideBf16Gradients) {
+    ParallelConfig p = test::layout(64, 8, 1, 64, 3);
+    p.precision = PrecisionPolicy::fp8Mixed();
+    PlanInputs in = test::inputs("llama3-405b", "h100-sxm", 8, 64, p);
+    const double bf16Weights = memoryForStage(in, 0).zero3Gather;
+    in.parallel.precision = precisionPolicyFromString("fp8-params");
+    EXPECT_DOUBLE_EQ(memoryForStage(in, 0).zero3Gather, bf16Weights * 3 / 4);
 }
 
 TEST(ModelStateMemory, EstimateUsesTheSameRule) {

@@ -428,6 +428,15 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
     x.substituted = std::to_string(c.collectives) + " transfers, " + b(c.bytes) +
                     " sent per rank per step, group of " + std::to_string(c.groupSize) + " " +
                     where + " -> " + s(c.seconds) + tail;
+    if (axis == Axis::DP) {
+        const PrecisionPolicy& prec = p.precision;
+        const GpuSpec& gpu = in.cluster.gpu;
+        x.substituted += "; gradients at " + n(prec.gradBytes()) + " B a parameter, weights at " +
+                         (prec.fp8WeightsOn(gpu)
+                              ? std::string("1 B in the layers (FP8, --fp8-param-gather) and 2 B "
+                                            "in the embeddings, head and final norm")
+                              : n(prec.weightBytesOn(gpu)) + " B");
+    }
 }
 
 // One layer of the model's main kind (an MoE model's MoE layer), on one rank: each term with its

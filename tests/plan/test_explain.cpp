@@ -105,6 +105,23 @@ TEST(Explain, WeightMemoryNamesFp8WeightsWhereTheGpuRunsThem) {
     EXPECT_EQ(a100.source.find("fp8"), std::string::npos) << a100.source;
 }
 
+// The data-parallel figure says how many bytes a parameter its gradients and weights move.
+TEST(Explain, DataParallelTrafficStatesItsBytesAParameter) {
+    const auto dp = [](const std::string& precision) {
+        PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, test::layout(8, 1, 1, 64, 1));
+        in.parallel.precision = precisionPolicyFromString(precision);
+        return explain(in, estimate(in), FigureId::CommDP).substituted;
+    };
+    EXPECT_NE(dp("bf16").find("gradients at 4.00 B a parameter, weights at 2.00 B"),
+              std::string::npos)
+        << dp("bf16");
+    EXPECT_NE(dp("fp8-params-bf16grads")
+                  .find("gradients at 2.00 B a parameter, weights at 1 B in "
+                        "the layers"),
+              std::string::npos)
+        << dp("fp8-params-bf16grads");
+}
+
 // The compute time says which matmul ceiling scaled the GEMM efficiency: the GPU's own at the
 // precision it runs (an FP8 policy on an A100 runs bf16), its bf16 one where that precision was
 // not measured (FP8 on an MI300X), or none.

@@ -65,6 +65,12 @@ struct PrecisionPolicy {
     // The same on a GPU: FP8 weights only where the GPU runs FP8 (an FP8 policy on an A100
     // trains in bf16).
     double weightBytesOn(const GpuSpec& gpu) const;
+    // Bytes a parameter of the weights FP8 weights leave out, outside Transformer Engine's
+    // layers (the embeddings, the output head, the final norm): bf16 beside FP8 weights, the
+    // policy's own weight bytes otherwise.
+    double nonLayerWeightBytesOn(const GpuSpec& gpu) const {
+        return fp8WeightsOn(gpu) ? 2.0 : weightBytesOn(gpu);
+    }
     double gradBytes() const;       // bytes per parameter of the gradient buffer
     double masterBytes() const;     // 4 when an fp32 master copy is kept, else 0
     double activationBytes() const; // bytes per stored activation element

@@ -84,47 +84,51 @@ double layerParamsPerTpRank(const ModelSpec& m, const ParamCount& c, int tp, int
            c.normsPerLayer;
 }
 
-double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage) {
-    const double t = std::max(1, p.tp);
-    if (m.isBare())
-        return c.total / (t * std::max(1, p.pp));
+namespace {
+// The parameters of the stage's transformer layers on one rank.
+double layerParamsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
+                          int stage) {
     const StageLayers layers = stageLayers(m, p, stage);
     double params = 0;
     for (const LayerKind kind : {LayerKind::Dense, LayerKind::Moe})
         if (layers.of(kind) > 0)
             params += layers.of(kind) * layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp, kind);
-    const bool first = stage == 0, last = stage == p.pp - 1;
-    if (first) { // the vocabulary is split; learned positions are kept whole on every rank
-        const double positions = c.embeddings - double(m.vocab) * m.hidden;
-        params += (c.embeddings - positions) / t + positions;
-    }
-    if (last) {
-        // A tied LM head on a separate last stage keeps its own copy of the embedding matrix.
-        const double head = c.lmHead > 0 ? c.lmHead : (p.pp > 1 ? double(m.vocab) * m.hidden : 0.0);
-        params += head / t + c.finalNorm;
-        params += mtpParamsBesideLayers(m, c, p); // their layers are counted above
-    }
     return params;
+}
+} // namespace
+
+double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p, int stage) {
+    if (m.isBare())
+        return c.total / (std::max(1, p.tp) * std::max(1, p.pp));
+    return layerParamsOnStage(m, c, p, stage) + nonLayerParamsOnStage(m, c, p, stage);
 }
 
 double nonLayerParamsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
                              int stage) {
     if (m.isBare())
         return 0.0;
-    const StageLayers layers = stageLayers(m, p, stage);
-    double inLayers = 0;
-    for (const LayerKind kind : {LayerKind::Dense, LayerKind::Moe})
-        if (layers.of(kind) > 0)
-            inLayers += layers.of(kind) * layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp, kind);
-    return std::max(0.0, paramsOnStage(m, c, p, stage) - inLayers);
+    const double t = std::max(1, p.tp);
+    double params = 0;
+    if (stage == 0) { // the vocabulary is split; learned positions are kept whole on every rank
+        const double positions = c.embeddings - double(m.vocab) * m.hidden;
+        params += (c.embeddings - positions) / t + positions;
+    }
+    if (stage == p.pp - 1) {
+        // A tied LM head on a separate last stage keeps its own copy of the embedding matrix.
+        const double head = c.lmHead > 0 ? c.lmHead : (p.pp > 1 ? double(m.vocab) * m.hidden : 0.0);
+        params += head / t + c.finalNorm;
+        params += mtpParamsBesideLayers(m, c, p); // their layers are counted with the layers
+    }
+    return params;
 }
 
 double meanWeightBytes(const PrecisionPolicy& prec, const GpuSpec& gpu, double params,
                        double nonLayerParams) {
-    if (!prec.fp8WeightsOn(gpu) || params <= 0)
+    if (params <= 0)
         return prec.weightBytesOn(gpu);
-    const double bf16 = PrecisionPolicy::fp8Mixed().weightBytesOn(gpu);
-    return (params - nonLayerParams + bf16 * nonLayerParams) / params;
+    return ((params - nonLayerParams) * prec.weightBytesOn(gpu) +
+            nonLayerParams * prec.nonLayerWeightBytesOn(gpu)) /
+           params;
 }
 
 double mtpParamsBesideLayers(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p) {

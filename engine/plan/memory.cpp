@@ -115,9 +115,10 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     };
     const GpuSpec& gpu = in.cluster.gpu;
     const double nonLayer = nonLayerParamsOnStage(m, c, p, stage);
-    mem.parameters = held(prec.weightBytesOn(gpu), p.zero >= 3);
-    if (prec.fp8WeightsOn(gpu)) // the embeddings and the head stay bf16: a second byte each
-        mem.parameters += p.zero >= 3 ? shardedParamsOnRank(p, nonLayer, 0.0) : nonLayer;
+    // Outside the layers (embeddings, head) FP8 weights leave bf16: the difference on top.
+    mem.parameters = held(prec.weightBytesOn(gpu), p.zero >= 3) +
+                     (p.zero >= 3 ? shardedParamsOnRank(p, nonLayer, 0.0) : nonLayer) *
+                         (prec.nonLayerWeightBytesOn(gpu) - prec.weightBytesOn(gpu));
     const double grads = held(prec.gradBytes(), p.zero >= 2);
     const double optimizer =
         held(prec.masterBytes() + optimizerStateBytes(p.optimizer), p.zero >= 1);
@@ -168,18 +169,15 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     if (p.zero >= 3 && shards > 1 && !m.isBare()) {
         // The largest module gathered whole, with its gradient before the reduce-scatter (the
         // 4 x largest-layer term of DeepSpeed's estimate_zero3_model_states_mem_needs).
-        // The gradients are at the weights' bytes, bf16 beside FP8 weights; the embedding stays
-        // bf16 beside them.
+        // The gradients are 16-bit beside FP8 weights as beside bf16 ones: the bytes of the
+        // weights FP8 leaves out, which the embedding keeps.
         double layer = layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp);
         if (m.moe.enabled() && m.denseLayerCount() > 0)
             layer =
                 std::max(layer, layerParamsPerTpRank(m, c, p.tp, p.ep, p.etp, LayerKind::Dense));
-        const double bf16 = PrecisionPolicy::fp8Mixed().weightBytesOn(gpu);
-        const bool fp8Weights = prec.fp8WeightsOn(gpu);
-        const double layerWeights = prec.weightBytesOn(gpu);
-        const double wideBytes = fp8Weights ? bf16 : layerWeights;
+        const double wide = prec.nonLayerWeightBytesOn(gpu);
         mem.zero3Gather =
-            std::max(layer * (layerWeights + wideBytes), c.embeddings / t * 2.0 * wideBytes);
+            std::max(layer * (prec.weightBytesOn(gpu) + wide), c.embeddings / t * 2.0 * wide);
     }
     // Buckets of gradients in flight to an all-reduce or reduce-scatter (under ZeRO-3 the
     // gathered module's gradient stands for them, unless copies are all-reduced across groups).

@@ -465,6 +465,22 @@ void addOverlapControls(SessionForm& form) {
         [](const Session& s) { return s.parallel.overlapParamGather; },
         [](Session& s, bool on) { s.parallel.overlapParamGather = on; });
     form.setEnabledWhen(gather, [](const Session& s) { return s.parallel.zero >= 1; });
+    QComboBox* prefetch = form.addChoice(
+        "backward-prefetch", "Backward prefetch",
+        "When ZeRO-3 (FSDP) gathers the next layer's weights in the backward. Before the current "
+        "layer's gradients: hidden behind them (FSDP's BACKWARD_PRE, FSDP2, DeepSpeed). After "
+        "them: each gather waits in the open, the reduce-scatters still hide (BACKWARD_POST, "
+        "Composer's default). None: gathers and reduce-scatters both wait",
+        {{"Before the gradients (pre)", "pre"},
+         {"After the gradients (post)", "post"},
+         {"None", "none"}},
+        [](const Session& s) { return q(toString(s.parallel.backwardPrefetch)); },
+        [](Session& s, const QString& v) {
+            s.parallel.backwardPrefetch = backwardPrefetchFromString(v.toStdString());
+        });
+    form.setEnabledWhen(prefetch, [](const Session& s) {
+        return s.parallel.zero >= 3 && s.parallel.overlapParamGather;
+    });
     QWidget* tp = form.addBool(
         "tp-comm-overlap", "Overlap TP communication",
         "Split each TP GEMM against chunks of its all-gather or reduce-scatter (Megatron's "

@@ -678,6 +678,8 @@ json policyJson(const PrecisionPolicy& p) {
            {"fp32_master", p.fp32Master}};
     if (p.compute == Precision::Fp8 && p.fp8Params)
         j["fp8_params"] = true;
+    if (p.autocastsWeights())
+        j["fp32_weights"] = true;
     return j;
 }
 
@@ -695,6 +697,16 @@ void readPolicy(const Reader& r, PrecisionPolicy& p) {
             r.problems().invalid(
                 fields.field("fp8_params") + ": FP8 weights need \"compute\": \"fp8\", got \"" +
                 toString(p.compute) + "\"; set compute to fp8 or fp8_params to false");
+        fields.boolean("fp32_weights", p.fp32Weights);
+        if (p.fp32Weights && p.compute != Precision::Bf16)
+            r.problems().invalid(
+                fields.field("fp32_weights") +
+                ": autocast over fp32 weights needs \"compute\": \"bf16\", got \"" +
+                toString(p.compute) + "\"; set compute to bf16 or fp32_weights to false");
+        else if (p.fp32Weights && p.fp32Master)
+            r.problems().invalid(fields.field("fp32_weights") +
+                                 ": fp32 weights are the optimizer's master copy themselves; set "
+                                 "fp32_master to false");
     } else {
         r.choice("precision", p, precisionPolicyFromString);
     }
@@ -727,6 +739,7 @@ void to_json(json& j, const ParallelConfig& p) {
              {"fused_elementwise", p.fusedElementwise},
              {"overlap_grad_reduce", p.overlapGradReduce},
              {"overlap_param_gather", p.overlapParamGather},
+             {"backward_prefetch", toString(p.backwardPrefetch)},
              {"tp_comm_overlap", p.tpCommOverlap},
              {"ep_comm_overlap", p.epCommOverlap},
              {"embedding_in_pipeline_split", p.embeddingInPipelineSplit},
@@ -770,6 +783,7 @@ void from_json(const json& j, ParallelConfig& out) {
     r.boolean("fused_elementwise", p.fusedElementwise);
     r.boolean("overlap_grad_reduce", p.overlapGradReduce);
     r.boolean("overlap_param_gather", p.overlapParamGather);
+    r.choice("backward_prefetch", p.backwardPrefetch, backwardPrefetchFromString);
     r.boolean("tp_comm_overlap", p.tpCommOverlap);
     r.boolean("ep_comm_overlap", p.epCommOverlap);
     r.boolean("embedding_in_pipeline_split", p.embeddingInPipelineSplit);

@@ -55,7 +55,7 @@ Enum fromString(const std::string& s, const Enum (&values)[N], const char* what)
 double PrecisionPolicy::weightBytes() const {
     if (compute == Precision::Fp8)
         return fp8Params ? 1 : 2;
-    return bytesOf(compute);
+    return autocastsWeights() ? 4 : bytesOf(compute);
 }
 double PrecisionPolicy::weightBytesOn(const GpuSpec& gpu) const {
     if (compute == Precision::Fp8)
@@ -76,6 +76,9 @@ double PrecisionPolicy::activationBytes() const {
 std::string PrecisionPolicy::name() const {
     if (compute == Precision::Fp32 && grads == Precision::Fp32 && !fp32Master)
         return "fp32";
+    if (autocastsWeights()) // the fp32 weights are the master: no "no fp32 master" to say
+        return "bf16 autocast (fp32 weights, " + toString(grads) + " grads" +
+               (fp32Master ? ", fp32 master" : "") + ")";
     std::string s = toString(compute) + " mixed (" +
                     (fp8Params && compute == Precision::Fp8 ? "fp8 weights, " : "") +
                     toString(grads) + " grads";
@@ -93,6 +96,9 @@ const std::vector<NamedPrecisionPolicy>& namedPrecisionPolicies() {
          "bf16, fp32 grads, no master",
          {Precision::Bf16, Precision::Fp32, false}},
         {"bf16-nomaster", "bf16, bf16 grads, no master", {Precision::Bf16, Precision::Bf16, false}},
+        {"amp", "bf16 autocast, fp32 weights and grads", PrecisionPolicy::autocast(true)},
+        {"amp-bf16grads", "bf16 autocast, fp32 weights, bf16 grads",
+         PrecisionPolicy::autocast(false)},
         {"fp8", "fp8 compute, fp32 grads, fp32 master", PrecisionPolicy::fp8Mixed()},
         {"fp8-bf16grads",
          "fp8 compute, bf16 grads, fp32 master",
@@ -196,6 +202,24 @@ AttentionKernel attentionKernelFromString(const std::string& s) {
     static constexpr AttentionKernel all[] = {AttentionKernel::Auto, AttentionKernel::Flash2,
                                               AttentionKernel::Flash3, AttentionKernel::Cudnn};
     return fromString(s, all, "attention kernel");
+}
+
+std::string toString(BackwardPrefetch b) {
+    switch (b) {
+    case BackwardPrefetch::Pre:
+        return "pre";
+    case BackwardPrefetch::Post:
+        return "post";
+    case BackwardPrefetch::None:
+        return "none";
+    }
+    return "?";
+}
+
+BackwardPrefetch backwardPrefetchFromString(const std::string& s) {
+    static constexpr BackwardPrefetch all[] = {BackwardPrefetch::Pre, BackwardPrefetch::Post,
+                                               BackwardPrefetch::None};
+    return fromString(s, all, "backward prefetch");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -759,6 +783,8 @@ std::string layoutSummary(const ParallelConfig& p) {
         s << " no-grad-overlap";
     if (!p.overlapParamGather && p.paramGatherMatters())
         s << " no-gather-overlap";
+    else if (p.backwardPrefetch != BackwardPrefetch::Pre && p.backwardPrefetchMatters())
+        s << " backward-prefetch-" << toString(p.backwardPrefetch);
     if (p.tpCommOverlap && p.tpOverlapMatters())
         s << " tp-overlap";
     if (p.epCommOverlap)

@@ -34,6 +34,15 @@ enum class Optimizer { AdamW, SgdMomentum };
 // frameworks pick: cuDNN's fused attention on Hopper (Transformer Engine's first choice),
 // FlashAttention-2 on earlier GPUs.
 enum class AttentionKernel { Auto, Flash2, Flash3, Cudnn };
+// When ZeRO-3 (FSDP) gathers the next layer's weights in the backward, as PyTorch FSDP's
+// BackwardPrefetch names it. Pre: before the current layer's gradients are computed, so the
+// gather hides behind them (FSDP's BACKWARD_PRE, FSDP2, DeepSpeed ZeRO-3's prefetch). Post:
+// after them; the gather cannot start until the current layer's unsharded weights are freed, so
+// it waits in the open, while each reduce-scatter still hides behind the next layer's gradients
+// (BACKWARD_POST, Composer's default). None: no prefetch; each gather also queues behind the
+// previous reduce-scatter on NCCL's one stream, and neither overlaps (PyTorch's FSDP docs).
+// The forward's gathers are prefetched in all three (FSDP's implicit forward prefetch).
+enum class BackwardPrefetch { Pre, Post, None };
 
 // Which dtypes hold weights, gradients and optimizer state. Compute precision selects the peak
 // FLOP/s the planner uses; fp32Master keeps an fp32 copy of weights beside low-precision ones.
@@ -47,19 +56,33 @@ struct PrecisionPolicy {
     // fp32 master copy in the optimizer is what the step updates. Only with compute FP8, and only
     // on a GPU that runs FP8; elsewhere the weights stay bf16.
     bool fp8Params = false;
+    // PyTorch automatic mixed precision over fp32 weights (torch.autocast with fp32 parameters,
+    // as DDP, and as FSDP with param_dtype fp32, e.g. Composer's "DEFAULT" in 2023): the working
+    // weights are fp32 and are the optimizer's own (no separate master), data parallelism gathers
+    // them at 4 bytes, and every GEMM casts its weight to bf16 again each time it runs, and its
+    // weight gradient back to fp32. Only with compute bf16.
+    bool fp32Weights = false;
 
     static PrecisionPolicy fp32() { return {Precision::Fp32, Precision::Fp32, false}; }
     static PrecisionPolicy bf16Mixed(bool fp32Grads = true) {
         return {Precision::Bf16, fp32Grads ? Precision::Fp32 : Precision::Bf16, true};
     }
+    // PyTorch autocast over fp32 weights, gradients reduced in fp32 or bf16.
+    static PrecisionPolicy autocast(bool fp32Grads = true) {
+        return {Precision::Bf16, fp32Grads ? Precision::Fp32 : Precision::Bf16, false, false, true};
+    }
     static PrecisionPolicy fp8Mixed() { return {Precision::Fp8, Precision::Fp32, true}; }
     static PrecisionPolicy fp8Weights() { return {Precision::Fp8, Precision::Fp32, true, true}; }
 
-    // fp8Params means nothing without FP8 compute, and two such policies are the same.
+    // fp8Params means nothing without FP8 compute, fp32Weights nothing without bf16 compute, and
+    // two policies that differ only there are the same.
     bool operator==(const PrecisionPolicy& o) const {
         return compute == o.compute && grads == o.grads && fp32Master == o.fp32Master &&
-               (compute != Precision::Fp8 || fp8Params == o.fp8Params);
+               (compute != Precision::Fp8 || fp8Params == o.fp8Params) &&
+               (compute != Precision::Bf16 || fp32Weights == o.fp32Weights);
     }
+    // Whether GEMMs cast fp32 weights to bf16 as they run (fp32Weights under bf16 compute).
+    bool autocastsWeights() const { return fp32Weights && compute == Precision::Bf16; }
 
     double weightBytes() const; // bytes per parameter of the working weights
     // The same on a GPU: FP8 weights only where the GPU runs FP8 (an FP8 policy on an A100
@@ -161,6 +184,9 @@ struct ParallelConfig {
     bool overlapGradReduce = true;
     bool overlapParamGather = true;
     bool tpCommOverlap = false;
+    // Under ZeRO-3 with overlapParamGather: whether the backward's gathers are prefetched
+    // (BackwardPrefetch above). Pre by default, as FSDP and DeepSpeed do.
+    BackwardPrefetch backwardPrefetch = BackwardPrefetch::Pre;
     // MoE all-to-alls beside another microbatch's compute (Megatron-Core's
     // --overlap-moe-expert-parallel-comm: the combined 1F1B schedule runs one microbatch's
     // dispatch and combine while the other's attention and experts compute). Off by default, as
@@ -197,6 +223,7 @@ struct ParallelConfig {
     // gathers in it, a TP group.
     bool gradReduceMatters() const { return dp * cp > 1; }
     bool paramGatherMatters() const { return dp * cp > 1 && zero >= 1; }
+    bool backwardPrefetchMatters() const { return paramGatherMatters() && zero >= 3; }
     bool tpOverlapMatters() const { return tp > 1; }
     // Microbatches each pipeline processes per step (gradient accumulation steps).
     int microbatches() const { return (microBatch * dp) > 0 ? globalBatch / (microBatch * dp) : 0; }
@@ -256,5 +283,7 @@ PipelineSchedule scheduleFromString(const std::string& s);
 Recompute recomputeFromString(const std::string& s);
 Optimizer optimizerFromString(const std::string& s);
 AttentionKernel attentionKernelFromString(const std::string& s);
+std::string toString(BackwardPrefetch b);
+BackwardPrefetch backwardPrefetchFromString(const std::string& s);
 
 } // namespace shardscope

@@ -312,8 +312,32 @@ StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f) 
         if (kinds.of(kind) > 0)
             stageBytesPerToken += kinds.of(kind) * layerElementwiseBytes(in, kind);
     const double bandwidth = in.cluster.gpu.hbmBandwidth * a.memoryEfficiency;
-    s.elementwiseSeconds = bandwidth > 0 ? stageBytesPerToken * tokens / cp / bandwidth : 0.0;
+    s.elementwiseSeconds =
+        bandwidth > 0 ? (stageBytesPerToken * tokens / cp + weightCastBytes(in, stage)) / bandwidth
+                      : 0.0;
     return s;
+}
+
+double weightCastBytes(const PlanInputs& in, int stage) {
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    if (!p.precision.autocastsWeights() || m.isBare())
+        return 0.0;
+    const ParamCount c = countParameters(m);
+    const double layers = paramsOnStage(m, c, p, stage) - nonLayerParamsOnStage(m, c, p, stage);
+    const double head = stage == p.pp - 1 ? double(m.vocab) * m.hidden / std::max(1, p.tp) : 0.0;
+    double runs = forwardRuns(p);
+    if (p.recompute == Recompute::SelectiveOp) { // the projections it reruns cast again
+        const std::vector<Projection> projections = denseLayerProjections(m, p.tp);
+        double all = 0, rerun = 0;
+        for (std::size_t i = 0; i < projections.size(); ++i) {
+            const double weights = projections[i].in * projections[i].out;
+            all += weights;
+            rerun += opRecomputesProjection(i) ? weights : 0.0;
+        }
+        runs += all > 0 ? rerun / all : 0.0;
+    }
+    return 6.0 * (runs + 1.0) * (layers + head);
 }
 
 } // namespace shardscope

@@ -127,6 +127,12 @@ double layerElementwiseBytes(const PlanInputs& in, LayerKind kind);
 // flash-attn's that MPT uses) reads the logits forward, reads them again and writes their gradient
 // backward: 3 x activation bytes. Zero for a bare model.
 double lossBytesPerToken(const PlanInputs& in);
+// Bytes one microbatch moves on a stage's rank casting its fp32 weights under autocast
+// (PrecisionPolicy::fp32Weights): each forward run of a GEMM reads its fp32 weight and writes a
+// bf16 copy, and the backward reads the bf16 weight gradient and writes it in fp32, 6 B a
+// parameter each. The layers' weights and the output head's; the embedding lookup casts nothing.
+// Zero for other policies and for a bare model.
+double weightCastBytes(const PlanInputs& in, int stage);
 // The same with the model's FLOPs a token already counted (the search plans several stages).
 StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f);
 // The fused attention kernel a plan runs and its speed; `measured` false where attention's core

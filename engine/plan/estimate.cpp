@@ -308,9 +308,21 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
         // shared windows. The all-reduce across groups waits for the last backward, and only
         // that can hide it (as ZeRO-0's all-reduce: with a group of one rank this is ZeRO-0).
         const double gathers = m * 2.0 * t.gather, scatters = m * t.scatter;
-        const double backward = computeTime * 2.0 / 3.0;
-        c.window = overlapParams ? computeTime : overlapGrads ? backward : 0.0;
-        if (overlapParams && overlapGrads)
+        const double backward = computeTime * 2.0 / 3.0, forward = computeTime - backward;
+        // Gathered after each layer's gradients (FSDP's BACKWARD_POST) or not ahead at all, the
+        // backward's gathers wait in the open; the forward's are still prefetched. Under
+        // BACKWARD_POST each reduce-scatter hides behind the next layer's gradients; with no
+        // prefetch it queues before the next gather on NCCL's one stream and waits too.
+        const bool late = overlapParams && p.backwardPrefetch != BackwardPrefetch::Pre;
+        const bool scattersHide = overlapGrads && p.backwardPrefetch != BackwardPrefetch::None;
+        c.window = late            ? forward + (scattersHide ? backward : 0.0)
+                   : overlapParams ? computeTime
+                   : overlapGrads  ? backward
+                                   : 0.0;
+        if (late)
+            c.exposed = exposedBeside(gathers / 2, forward, k) + gathers / 2 +
+                        (scattersHide ? exposedBeside(scatters, backward, k) : scatters);
+        else if (overlapParams && overlapGrads)
             c.exposed = std::max(exposedBeside(gathers + scatters, computeTime, k),
                                  exposedBeside(gathers / 2 + scatters, backward, k));
         else if (overlapParams) // the scatters wait; the gathers hide in the compute around them

@@ -128,8 +128,13 @@ std::string overlapAssumed(const ParallelConfig& p, Axis axis) {
                        : p.zero >= 3        ? "reduce in each backward"
                                             : "reduce in last backward";
     if (p.zero >= 1)
-        text += p.overlapParamGather ? (p.zero <= 2 ? ", gather in next forward" : ", prefetch")
-                                     : ", gather exposed";
+        text += !p.overlapParamGather                         ? ", gather exposed"
+                : p.zero <= 2                                 ? ", gather in next forward"
+                : p.backwardPrefetch == BackwardPrefetch::Pre ? ", prefetch"
+                : p.backwardPrefetch == BackwardPrefetch::Post
+                    ? ", forward prefetch, backward gathers exposed (FSDP BACKWARD_POST)"
+                    : ", forward prefetch, backward gathers and reduce-scatters exposed (no "
+                      "backward prefetch)";
     return text;
 }
 
@@ -380,6 +385,10 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
                           "(grad_bytes + weight_bytes), once per step"
                         : "per microbatch: 2 all-gathers(weights) + reduce-scatter(grads)";
         x.source += "; " + std::string(kZero);
+        if (p.backwardPrefetchMatters() && p.overlapParamGather &&
+            p.backwardPrefetch != BackwardPrefetch::Pre)
+            x.source += "; PyTorch FSDP docs, BackwardPrefetch: BACKWARD_POST gathers the next "
+                        "layer after the current gradients, NONE overlaps neither";
         break;
     case Axis::TP:
         x.formula =
@@ -768,6 +777,16 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                              "top_k) x h elements a token, in the elementwise bytes";
             x.source += "; Megatron-Core MoE (token permute and unpermute, "
                         "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity)";
+        }
+        if (p.precision.autocastsWeights()) {
+            x.formula += " + weight_cast_bytes / (HBM x memory_efficiency)";
+            x.substituted += "; autocast over fp32 weights: each GEMM's fp32 weight read and "
+                             "written as bf16 per forward run, its gradient back to fp32 in the "
+                             "backward, 6 B a parameter each: " +
+                             b(weightCastBytes(in, e.worstStage < 0 ? 0 : e.worstStage)) +
+                             " a microbatch";
+            x.source += "; PyTorch autocast casts fp32 weights on every use (torch.amp docs, "
+                        "CUDA ops that can autocast to lower precision)";
         }
         {
             // Attention's core runs at its kernel's measured speed where one is held.

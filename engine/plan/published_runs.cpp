@@ -249,6 +249,10 @@ PublishedRun parseRow(const Row& r, int line) {
     // Empty: what current frameworks do (ParallelConfig's defaults).
     p.overlapGradReduce = r.flag("overlap_grad_reduce", true);
     p.overlapParamGather = r.flag("overlap_param_gather", true);
+    // Empty: prefetched before each layer's gradients (FSDP's and DeepSpeed's default).
+    const std::string prefetch = r.text("backward_prefetch");
+    p.backwardPrefetch = prefetch.empty() ? BackwardPrefetch::Pre
+                                          : word("backward_prefetch", backwardPrefetchFromString);
     // The cluster's network where it was not its GPU's reference system's.
     run.interBandwidth = r.number("inter_bw_gbps", 0) * 1e9;
     if (p.tp * p.pp * p.cp * p.dp != r.integer("gpus"))

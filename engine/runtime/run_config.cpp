@@ -281,6 +281,12 @@ std::string adoptEngineOverlap(ParallelConfig& p) {
               p.zero >= 3 ? "the engine gathers ZeRO-3's next unit ahead of use"
                           : "the engine gathers ZeRO-1/2's updated parameters after the "
                             "optimizer step, before the next forward");
+    if (p.backwardPrefetchMatters() && p.overlapParamGather &&
+        p.backwardPrefetch != BackwardPrefetch::Pre) {
+        changed += std::string(changed.empty() ? "" : "; ") + "backward_prefetch pre: " +
+                   "the engine gathers ZeRO-3's next unit before the current one's backward";
+        p.backwardPrefetch = BackwardPrefetch::Pre;
+    }
     if (p.tpOverlapMatters())
         adopt(p.tpCommOverlap, false, "tp_comm_overlap",
               "the engine's TP collectives wait between the GEMMs");

@@ -337,6 +337,26 @@ private slots:
                  qPrintable(f.page.panel()->verdictText()));
     }
 
+    // FSDP's backward prefetch from the Explorer: only under ZeRO-3 with the gathers overlapped;
+    // gathering after each layer's gradients lengthens the step and the tooltip says why.
+    void backwardPrefetchWaitsForTheGradientsUnderZero3() {
+        Fixture f;
+        QVERIFY(f.doc.session().parallel.dp > 1);
+        QVERIFY(!f.form()->control("backward-prefetch")->isEnabled());
+        choose(f.form(), "zero", "3");
+        QVERIFY(f.form()->control("backward-prefetch")->isEnabled());
+        const double step = f.value("Step time");
+        choose(f.form(), "backward-prefetch", "post");
+        QVERIFY(f.doc.session().parallel.backwardPrefetch == BackwardPrefetch::Post);
+        QVERIFY2(f.value("Step time") > step, qPrintable(QString::number(f.value("Step time"))));
+        QVERIFY(tooltip(f.page.figures(), "Data-parallel communication").contains("BACKWARD_POST"));
+        setBool(f.form(), "overlap-param-gather", false);
+        QVERIFY(!f.form()->control("backward-prefetch")->isEnabled());
+        setBool(f.form(), "overlap-param-gather", true);
+        choose(f.form(), "backward-prefetch", "pre");
+        QCOMPARE(f.value("Step time"), step);
+    }
+
     // Choosing a GPU brings its generation's network (A100: 200 Gb/s HDR a GPU, H100: 400 Gb/s
     // NDR), unless the network was set by hand.
     void theNetworkFollowsTheGpuUnlessSetByHand() {

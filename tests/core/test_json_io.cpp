@@ -475,7 +475,7 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
         expectSame(roundTrip(p), p);
         EXPECT_EQ(json(p)["precision"], named.key);
     }
-    EXPECT_GE(namedPrecisionPolicies().size(), 9u);         // fp32, four bf16, four fp8
+    EXPECT_GE(namedPrecisionPolicies().size(), 11u); // fp32, four bf16, two autocast, four fp8
     p.precision = {Precision::Fp16, Precision::Fp32, true}; // no short name: written as an object
     expectSame(roundTrip(p), p);
     p.precision = {Precision::Fp8, Precision::Bf16, false, true}; // FP8 weights, no master copy
@@ -486,6 +486,20 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
     p.precision = {Precision::Bf16, Precision::Bf16, true, true};
     EXPECT_EQ(json(p)["precision"], "bf16-bf16grads");
     EXPECT_TRUE(roundTrip(p).precision == PrecisionPolicy::bf16Mixed(false));
+    // Autocast over fp32 weights spelled out field by field is the named policy, and is written
+    // back by its name.
+    const ParallelConfig amp =
+        json::parse(R"({"precision": {"compute": "bf16", "grads": "bf16", "fp32_master": false,
+                                      "fp32_weights": true}})")
+            .get<ParallelConfig>();
+    EXPECT_TRUE(amp.precision == precisionPolicyFromString("amp-bf16grads"));
+    EXPECT_EQ(json(amp)["precision"], "amp-bf16grads");
+    for (auto b : {BackwardPrefetch::Post, BackwardPrefetch::None}) {
+        p.backwardPrefetch = b;
+        expectSame(roundTrip(p), p);
+    }
+    EXPECT_EQ(json(p)["backward_prefetch"], "none");
+    EXPECT_EQ(json::object().get<ParallelConfig>().backwardPrefetch, BackwardPrefetch::Pre);
     p.precision = PrecisionPolicy::fp8Weights();
     p.optimizer = Optimizer::SgdMomentum;
     expectSame(roundTrip(p), p);
@@ -517,8 +531,26 @@ TEST(ParallelConfigJson, ReadsStringsAndRejectsBadValues) {
           R"({"tp_comm_overlap": 1})", R"({"loss_in_pipeline_split": "yes"})",
           R"({"overlap_grad_reduce": "no"})", R"({"recompute_layers": -1})",
           R"({"recompute_layers": 1.5})",
-          R"({"precision": {"compute": "bf16", "fp8_params": true}})"})
+          R"({"precision": {"compute": "bf16", "fp8_params": true}})",
+          R"({"backward_prefetch": "later"})", R"({"backward_prefetch": true})"})
         EXPECT_THROW(json::parse(bad).get<ParallelConfig>(), InputError) << bad;
+    // fp32 weights under another compute precision, or beside a separate fp32 master copy, are
+    // refused with the field and the fix.
+    const std::string fp8Weights = inputErrorOf([] {
+        json::parse(R"({"precision": {"compute": "fp8", "fp32_master": false,
+                                      "fp32_weights": true}})")
+            .get<ParallelConfig>();
+    });
+    EXPECT_NE(fp8Weights.find("fp32_weights"), std::string::npos) << fp8Weights;
+    EXPECT_NE(fp8Weights.find("compute to bf16"), std::string::npos) << fp8Weights;
+    const std::string twoMasters = inputErrorOf([] {
+        json::parse(R"({"precision": {"compute": "bf16", "fp32_weights": true}})")
+            .get<ParallelConfig>();
+    });
+    EXPECT_NE(twoMasters.find("fp32_master to false"), std::string::npos) << twoMasters;
+    const std::string prefetch = inputErrorOf(
+        [] { json::parse(R"({"backward_prefetch": "later"})").get<ParallelConfig>(); });
+    EXPECT_NE(prefetch.find("post"), std::string::npos) << prefetch; // lists the spellings
 }
 
 TEST(TrainConfigJson, RoundTripsAndRejectsBadValues) {

@@ -93,6 +93,18 @@ TEST(PrecisionPolicy, BytesPerParameterAndActivation) {
     EXPECT_EQ(bf16.activationBytes(), 2);
     EXPECT_EQ(PrecisionPolicy::bf16Mixed(false).gradBytes(), 2);
 
+    // PyTorch autocast over fp32 weights: the weights are fp32 and are the master themselves,
+    // 4 + 4 + 8 = 16 bytes a parameter with Adam, as DDP with torch.autocast keeps.
+    const PrecisionPolicy amp = precisionPolicyFromString("amp");
+    EXPECT_EQ(amp.weightBytes(), 4);
+    EXPECT_EQ(amp.gradBytes(), 4);
+    EXPECT_EQ(amp.masterBytes(), 0);
+    EXPECT_EQ(amp.activationBytes(), 2);
+    EXPECT_TRUE(amp.autocastsWeights());
+    EXPECT_EQ(precisionPolicyFromString("amp-bf16grads").gradBytes(), 2);
+    EXPECT_EQ(precisionPolicyFromString("amp-bf16grads").weightBytes(), 4);
+    EXPECT_FALSE(PrecisionPolicy::bf16Mixed().autocastsWeights());
+
     const PrecisionPolicy fp8 = PrecisionPolicy::fp8Mixed();
     EXPECT_EQ(fp8.weightBytes(), 2); // BF16 weights; the FP8 copies are a transient buffer
     EXPECT_EQ(fp8.gradBytes(), 4);
@@ -113,6 +125,14 @@ TEST(PrecisionPolicy, NamesAndSpellings) {
     EXPECT_FALSE(precisionPolicyFromString("fp8").fp8Params);
     EXPECT_TRUE(precisionPolicyFromString("FP8_params").fp8Params);
     EXPECT_EQ(PrecisionPolicy::fp8Weights().name(), "fp8 mixed (fp8 weights, fp32 grads)");
+    EXPECT_EQ(precisionPolicyFromString("AMP_bf16grads").name(),
+              "bf16 autocast (fp32 weights, bf16 grads)");
+    // fp32 weights mean nothing to an fp32 or FP8 policy: equal to the plain one.
+    PrecisionPolicy fp32Flagged = PrecisionPolicy::fp32();
+    fp32Flagged.fp32Weights = true;
+    EXPECT_TRUE(fp32Flagged == PrecisionPolicy::fp32());
+    EXPECT_FALSE(PrecisionPolicy::autocast(true) ==
+                 (PrecisionPolicy{Precision::Bf16, Precision::Fp32, false}));
     // The lessons' 12 bytes a parameter: bf16 weights and gradients, no fp32 master copy.
     const PrecisionPolicy pure = precisionPolicyFromString("bf16_nomaster");
     EXPECT_EQ(pure.grads, Precision::Bf16);
@@ -123,7 +143,8 @@ TEST(PrecisionPolicy, NamesAndSpellings) {
         precisionPolicyFromString("int4");
         ADD_FAILURE() << "int4 accepted";
     } catch (const InputError& e) {
-        for (const char* name : {"fp32", "bf16-bf16grads", "bf16-nomaster", "fp8", "fp8-params"})
+        for (const char* name : {"fp32", "bf16-bf16grads", "bf16-nomaster", "amp", "amp-bf16grads",
+                                 "fp8", "fp8-params"})
             EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
 }
@@ -137,6 +158,10 @@ TEST(ParallelEnums, RoundTripThroughStrings) {
     EXPECT_EQ(toString(Recompute::SelectiveOp), "selective-op");
     for (auto o : {Optimizer::AdamW, Optimizer::SgdMomentum})
         EXPECT_EQ(optimizerFromString(toString(o)), o);
+    for (auto b : {BackwardPrefetch::Pre, BackwardPrefetch::Post, BackwardPrefetch::None})
+        EXPECT_EQ(backwardPrefetchFromString(toString(b)), b);
+    EXPECT_EQ(backwardPrefetchFromString("POST"), BackwardPrefetch::Post);
+    EXPECT_THROW(backwardPrefetchFromString("later"), InputError);
     EXPECT_EQ(toString(PipelineSchedule::ZeroBubble), "zero-bubble");
     EXPECT_EQ(scheduleFromString("Zero_Bubble"), PipelineSchedule::ZeroBubble);
     EXPECT_EQ(scheduleFromString("1F1B"), PipelineSchedule::OneFOneB);

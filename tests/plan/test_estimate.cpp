@@ -417,6 +417,72 @@ TEST(Estimate, Zero3BackwardHoldsItsGathersAndScatters) {
     EXPECT_TRUE(bound);
 }
 
+// FSDP's BackwardPrefetch, as PyTorch's FSDP docs describe it. With every window wide enough to
+// hide what overlaps, prefetching before each layer's gradients exposes only what the compute
+// beside the traffic loses, t k/(1+k). Gathering after them leaves the backward's gathers in the
+// open: bf16 weights gathered twice a microbatch against one reduce-scatter of fp32 gradients
+// make the backward's gathers a quarter of the traffic. Without prefetch the reduce-scatters
+// (half of it) wait too.
+TEST(Estimate, BackwardPrefetchDecidesWhichZero3TrafficWaits) {
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 4, test::layout(32, 1, 1, 256, 3));
+    in.cluster.intraLatency = in.cluster.interLatency = 0;
+    in.cluster.interBandwidth = 400e9; // small beside the compute: everything overlapped hides
+    const double k = in.assume.overlapSlowdown, lost = k / (1 + k);
+    auto with = [&](BackwardPrefetch b) {
+        in.parallel.backwardPrefetch = b;
+        return estimate(in);
+    };
+    const Estimate pre = with(BackwardPrefetch::Pre), post = with(BackwardPrefetch::Post),
+                   none = with(BackwardPrefetch::None);
+    const double t = pre.axis(Axis::DP).seconds;
+    ASSERT_GT(t, 0);
+    ASSERT_LT(t, pre.computeTime / 4); // inside the forward (a third) and backward windows
+    EXPECT_NEAR(pre.axis(Axis::DP).exposed, t * lost, 1e-9 * t);
+    EXPECT_NEAR(post.axis(Axis::DP).exposed, t / 4 + 3 * t / 4 * lost, 1e-9 * t);
+    EXPECT_NEAR(none.axis(Axis::DP).exposed, 3 * t / 4 + t / 4 * lost, 1e-9 * t);
+    for (const Estimate* e : {&post, &none}) {
+        EXPECT_DOUBLE_EQ(e->axis(Axis::DP).seconds, t);
+        EXPECT_DOUBLE_EQ(e->memory.total(), pre.memory.total());
+        EXPECT_NEAR(e->stepTime - pre.stepTime,
+                    e->axis(Axis::DP).exposed - pre.axis(Axis::DP).exposed, 1e-9 * pre.stepTime);
+    }
+    // ZeRO-1 gathers nothing in the backward: the setting changes nothing there.
+    in.parallel.zero = 1;
+    const double zero1 = with(BackwardPrefetch::Pre).stepTime;
+    EXPECT_DOUBLE_EQ(with(BackwardPrefetch::None).stepTime, zero1);
+}
+
+// PyTorch autocast over fp32 weights (DDP with torch.autocast; FSDP with param_dtype fp32): the
+// weights take 4 bytes and are the optimizer's master themselves, ZeRO-3 gathers them at 4
+// bytes, and every microbatch casts each GEMM's weight to bf16 per forward run (4 B read, 2 B
+// written) and its gradient back once (2 + 4 B), at the memory-bound rate. Against bf16 weights
+// with the same fp32 gradients and no master copy, only those differ.
+TEST(Estimate, AutocastOverFp32WeightsGathersFourBytesAndCastsEveryRun) {
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, test::layout(8, 1, 1, 64, 3));
+    const ParamCount c = countParameters(in.model);
+    // The GEMMs' weights: every layer's, and the output head's (the embedding lookup casts none).
+    const double gemmWeights =
+        c.attention + c.mlp + (c.norms - c.finalNorm) + double(in.model.vocab) * in.model.hidden;
+    const double rate = in.cluster.gpu.hbmBandwidth * in.assume.memoryEfficiency;
+    for (const auto& [recompute, forwardRuns] :
+         {std::pair{Recompute::Selective, 1.0}, std::pair{Recompute::Full, 2.0}}) {
+        in.parallel.recompute = recompute;
+        in.parallel.precision = precisionPolicyFromString("bf16-fp32grads-nomaster");
+        const Estimate bf16 = estimate(in);
+        in.parallel.precision = precisionPolicyFromString("amp");
+        const Estimate amp = estimate(in);
+        EXPECT_NEAR(amp.memory.parameters, 2 * bf16.memory.parameters,
+                    1e-9 * amp.memory.parameters);
+        EXPECT_DOUBLE_EQ(amp.memory.gradients, bf16.memory.gradients);
+        EXPECT_DOUBLE_EQ(amp.memory.optimizer, bf16.memory.optimizer);
+        EXPECT_NEAR(amp.axis(Axis::DP).bytes / bf16.axis(Axis::DP).bytes, (2 * 4 + 4) / 8.0, 1e-12);
+        EXPECT_NEAR(amp.microbatchCompute - bf16.microbatchCompute,
+                    6.0 * (forwardRuns + 1.0) * gemmWeights / rate, 1e-9 * amp.microbatchCompute);
+        EXPECT_NEAR(weightCastBytes(in, 0), 6.0 * (forwardRuns + 1.0) * gemmWeights,
+                    1e-9 * gemmWeights);
+    }
+}
+
 // Megatron's tp-comm-overlap (Transformer Engine userbuffers) hides TP's sequence-parallel
 // collectives behind the layer's GEMMs; without it they all wait between dependent GEMMs.
 TEST(Estimate, TpCommOverlapHidesTensorParallelTrafficBehindTheGemms) {

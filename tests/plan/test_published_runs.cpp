@@ -5,6 +5,7 @@
 #include "plan/published_runs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <gtest/gtest.h>
 #include <map>
 #include <optional>
@@ -103,25 +104,25 @@ ComparedParts compareParts() {
 }
 
 // The model may be calibrated on the calibration part; the validation part is never used to
-// tune. docs/validation.md reports both; the target for the validation part is a
-// median of 8 % (p90 20 %), not met yet: this bound keeps it from growing.
+// tune. docs/validation.md reports both. The target for the validation part is a median
+// of 8 % (p90 20 %), not met yet; it asks the test to fail when the median passes 10 %.
 TEST(PublishedRuns, MedianErrorsOfTheCalibrationAndValidationParts) {
     const auto [runs, results, calibration, validation] = compareParts();
     EXPECT_LT(calibration.medianAbsolute, 0.10);
-    EXPECT_LT(validation.medianAbsolute, 0.13);
+    EXPECT_LT(validation.medianAbsolute, 0.10);
     EXPECT_LT(calibration.p90Absolute, 0.25);
-    EXPECT_LT(validation.p90Absolute, 0.40);
+    EXPECT_LT(validation.p90Absolute, 0.30);
     for (const RunComparison& c : results)
         EXPECT_GT(c.predicted, 0);
 }
 
-// Every published run ran, so each fits its GPU; the planner's memory model puts 8 of the 100
+// Every published run ran, so each fits its GPU; the planner's memory model puts 6 of the 100
 // over (docs/validation.md, "Memory"). These bounds keep that from growing: the rows a change
 // pushes over their GPU, or further over it, fail here.
 TEST(PublishedRuns, RunsThatRanArePlannedOverTheirGpusNoMoreThanToday) {
     const auto [runs, results, calibration, validation] = compareParts();
     EXPECT_LE(calibration.overMemory, 4);
-    EXPECT_LE(validation.overMemory, 4);
+    EXPECT_LE(validation.overMemory, 2);
     EXPECT_LT(calibration.worstMemoryRatio, 2.8); // Llama 3 405B's rows, as the paper states them
     EXPECT_LT(validation.worstMemoryRatio, 1.05);
     // What the bounds count: a run the planner fits is under its GPU's memory, one it does not
@@ -148,6 +149,45 @@ TEST(PublishedRuns, TheFp8GemmEfficiencySitsAtItsCalibrationSourcesZero) {
             EXPECT_EQ(r.split, RunSplit::Calibration) << r.name;
         }
     }
+}
+
+// llm-foundry's tables ran on Composer's FSDP: its mixed-precision mode "DEFAULT" kept fp32
+// weights under bf16 autocast and reduced in bf16, "PURE" ran bf16 throughout, and its
+// backward_prefetch default was BACKWARD_POST. Each row's settings follow the MP Mode and
+// Sharding Strategy columns its source quotes. Planned so, the source's median signed error
+// is within the 10 %; planned with FSDP's own defaults (bf16 weights, prefetch before
+// the gradients) it is further out.
+TEST(PublishedRuns, LlmFoundrysRowsRunAsComposersFsdpRanThem) {
+    std::vector<double> asRun, asFsdpDefaults;
+    for (const PublishedRun& r : loadPublishedRuns(kRuns)) {
+        if (r.sourceId != "llmfoundry")
+            continue;
+        const bool fullShard = r.source.find("| FULL_SHARD |") != std::string::npos;
+        EXPECT_EQ(fullShard, r.parallel.zero == 3) << r.name;
+        EXPECT_EQ(r.parallel.backwardPrefetch,
+                  fullShard ? BackwardPrefetch::Post : BackwardPrefetch::Pre)
+            << r.name;
+        if (r.source.find("| amp_bf16 | DEFAULT |") != std::string::npos) {
+            EXPECT_TRUE(r.parallel.precision == precisionPolicyFromString("amp-bf16grads"))
+                << r.name;
+        }
+        if (r.source.find("| PURE |") != std::string::npos) {
+            EXPECT_TRUE(r.parallel.precision == PrecisionPolicy::bf16Mixed(false)) << r.name;
+        }
+        asRun.push_back(compareRun(r).error);
+        PublishedRun fsdp = r;
+        fsdp.parallel.backwardPrefetch = BackwardPrefetch::Pre;
+        if (fsdp.parallel.precision.compute == Precision::Bf16)
+            fsdp.parallel.precision = PrecisionPolicy::bf16Mixed();
+        asFsdpDefaults.push_back(compareRun(fsdp).error);
+    }
+    ASSERT_EQ(asRun.size(), 30u);
+    const auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    };
+    EXPECT_LT(std::abs(median(asRun)), 0.10);
+    EXPECT_GT(median(asFsdpDefaults), median(asRun) + 0.03);
 }
 
 const PublishedRun& runNamed(const std::vector<PublishedRun>& runs, const std::string& name) {

@@ -86,6 +86,20 @@ TEST(RunConfig, OpLevelRecomputeIsThePlannersOnly) {
     EXPECT_TRUE(engineProblems(c).empty());
 }
 
+// Autocast over fp32 weights is a policy the planner models; the engine keeps bf16 weights
+// beside its fp32 master, and says which policies it trains in.
+TEST(RunConfig, AutocastOverFp32WeightsIsThePlannersOnly) {
+    RunConfig c = defaultRunConfig();
+    c.parallel.precision = precisionPolicyFromString("amp");
+    std::string all;
+    for (const auto& p : engineProblems(c))
+        all += p + "\n";
+    EXPECT_NE(all.find("bf16 autocast (fp32 weights, fp32 grads) is not in it"), std::string::npos)
+        << all;
+    c.parallel.precision = precisionPolicyFromString("bf16");
+    EXPECT_TRUE(engineProblems(c).empty());
+}
+
 // A session's overlap flags describe the framework the planner models; the engine runs as it
 // is built, so its config (and the prediction beside the run) takes the engine's behaviour and
 // says what it changed.
@@ -110,6 +124,14 @@ TEST(RunConfig, TheEngineTakesItsOwnOverlapAndSaysWhatChanged) {
     EXPECT_FALSE(p.overlapGradReduce);
     EXPECT_NE(zero3.find("overlap_grad_reduce false"), std::string::npos) << zero3;
     EXPECT_NE(zero3.find("overlap_param_gather true"), std::string::npos) << zero3;
+
+    // The engine prefetches ZeRO-3's next unit before the current one's backward, whatever the
+    // session's FSDP setting.
+    p.backwardPrefetch = BackwardPrefetch::Post;
+    const std::string prefetch = adoptEngineOverlap(p);
+    EXPECT_EQ(p.backwardPrefetch, BackwardPrefetch::Pre);
+    EXPECT_NE(prefetch.find("backward_prefetch pre"), std::string::npos) << prefetch;
+    EXPECT_EQ(adoptEngineOverlap(p), "");
 
     // Flags that change nothing stay as written, and nothing is said: no ZeRO (no gathers), one
     // data-parallel rank (nothing to reduce), no TP group.

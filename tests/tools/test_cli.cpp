@@ -477,6 +477,33 @@ TEST(CliPlan, TheEmbeddingAndLossCanTakeALayersPlace) {
     EXPECT_CONTAINS(shardscope::testing::runCliWith(text).out, "pp-embedding pp-loss");
 }
 
+// FSDP's backward prefetch and PyTorch autocast over fp32 weights from the command line: into
+// the JSON layout, the step time and the explanation; a prefetch that is not one of FSDP's is
+// refused (exit 2) with the spellings.
+TEST(CliPlan, BackwardPrefetchAndAutocastWeightsAreFlagsThatMoveTheStep) {
+    const json pre = planJsonWith({"--zero", "3"}),
+               post = planJsonWith({"--zero", "3", "--backward-prefetch", "post"}),
+               amp = planJsonWith({"--zero", "3", "--precision", "amp"});
+    EXPECT_EQ(pre.at("parallel").at("backward_prefetch"), "pre");
+    EXPECT_EQ(post.at("parallel").at("backward_prefetch"), "post");
+    EXPECT_EQ(amp.at("parallel").at("precision"), "amp");
+    const double step = pre.at("summary").at("step_time_s").get<double>();
+    EXPECT_GT(post.at("summary").at("step_time_s").get<double>(), step);
+    EXPECT_GT(amp.at("summary").at("step_time_s").get<double>(), step);
+
+    const CliResult explained =
+        run({"explain", "comm.dp", "--zero", "3", "--backward-prefetch", "post"});
+    ASSERT_EQ(explained.code, 0) << explained.err;
+    EXPECT_CONTAINS(explained.out, "BACKWARD_POST");
+    const CliResult casts = run({"explain", "time.compute", "--precision", "amp"});
+    ASSERT_EQ(casts.code, 0) << casts.err;
+    EXPECT_CONTAINS(casts.out, "weight_cast_bytes");
+    const CliResult refused = run({"plan", "--zero", "3", "--backward-prefetch", "later"});
+    EXPECT_EQ(refused.code, 2);
+    EXPECT_CONTAINS(refused.err, "backward prefetch");
+    EXPECT_CONTAINS(refused.err, "post");
+}
+
 // The framework's overlap settings from the command line: into the JSON layout, the step time
 // and the explanation; TP overlap without sequence parallelism is refused (exit 2) with its rule.
 TEST(CliPlan, OverlapFlagsMoveTheStepAndAreExplained) {

@@ -108,6 +108,12 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
                    "Gather ZeRO's parameters ahead of use (FSDP prefetch, Megatron's "
                    "--overlap-param-gather); false: exposed (true/false)")
         ->capture_default_str();
+    app.add_option("--backward-prefetch", f.backwardPrefetch,
+                   "Under ZeRO-3, when the backward gathers the next layer (FSDP's "
+                   "BackwardPrefetch): pre, before the current layer's gradients (hidden; FSDP's "
+                   "default, FSDP2, DeepSpeed); post, after them (exposed; Composer's default); "
+                   "none, no prefetch (gathers and reduce-scatters both exposed)")
+        ->capture_default_str();
     app.add_option("--tp-comm-overlap", f.tpCommOverlap,
                    "Hide TP's all-gathers and reduce-scatters behind the GEMMs (Megatron's "
                    "--tp-comm-overlap, Transformer Engine userbuffers; needs --sp) (true/false)")
@@ -232,6 +238,7 @@ ParallelConfig buildLayout(const LayoutFlags& f, const ClusterSpec& cluster) {
     p.fusedElementwise = f.fusedElementwise;
     p.overlapGradReduce = f.overlapGradReduce;
     p.overlapParamGather = f.overlapParamGather;
+    p.backwardPrefetch = backwardPrefetchFromString(f.backwardPrefetch);
     p.tpCommOverlap = f.tpCommOverlap;
     p.epCommOverlap = f.epCommOverlap;
     p.embeddingInPipelineSplit = f.embeddingInPipelineSplit;

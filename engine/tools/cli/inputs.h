@@ -47,6 +47,7 @@ struct LayoutFlags {
     bool fusedElementwise = true;
     bool embeddingInPipelineSplit = false, lossInPipelineSplit = false;
     bool overlapGradReduce = true, overlapParamGather = true, tpCommOverlap = false;
+    std::string backwardPrefetch = "pre";
     bool epCommOverlap = false;
     double trainTokens = 15e12;
 };

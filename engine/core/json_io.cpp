@@ -675,7 +675,7 @@ json policyJson(const PrecisionPolicy& p) {
     // Any other combination is written out field by field.
     json j{{"compute", toString(p.compute)},
            {"grads", toString(p.grads)},
-           {"fp32_master", p.fp32Master}};
+           {"fp32_master", p.fp32Master && !p.autocastsWeights()}};
     if (p.compute == Precision::Fp8 && p.fp8Params)
         j["fp8_params"] = true;
     if (p.autocastsWeights())
@@ -703,10 +703,6 @@ void readPolicy(const Reader& r, PrecisionPolicy& p) {
                 fields.field("fp32_weights") +
                 ": autocast over fp32 weights needs \"compute\": \"bf16\", got \"" +
                 toString(p.compute) + "\"; set compute to bf16 or fp32_weights to false");
-        else if (p.fp32Weights && p.fp32Master)
-            r.problems().invalid(fields.field("fp32_weights") +
-                                 ": fp32 weights are the optimizer's master copy themselves; set "
-                                 "fp32_master to false");
     } else {
         r.choice("precision", p, precisionPolicyFromString);
     }

@@ -63,10 +63,13 @@ double PrecisionPolicy::weightBytesOn(const GpuSpec& gpu) const {
     return weightBytes();
 }
 double PrecisionPolicy::gradBytes() const {
+    return autocastsWeights() ? 4 : bytesOf(grads);
+}
+double PrecisionPolicy::gradReduceBytes() const {
     return bytesOf(grads);
 }
 double PrecisionPolicy::masterBytes() const {
-    return fp32Master ? 4 : 0;
+    return fp32Master && !autocastsWeights() ? 4 : 0; // fp32 weights are their own master
 }
 // FP8 recipes keep activations for the backward pass in BF16.
 double PrecisionPolicy::activationBytes() const {
@@ -76,9 +79,9 @@ double PrecisionPolicy::activationBytes() const {
 std::string PrecisionPolicy::name() const {
     if (compute == Precision::Fp32 && grads == Precision::Fp32 && !fp32Master)
         return "fp32";
-    if (autocastsWeights()) // the fp32 weights are the master: no "no fp32 master" to say
-        return "bf16 autocast (fp32 weights, " + toString(grads) + " grads" +
-               (fp32Master ? ", fp32 master" : "") + ")";
+    if (autocastsWeights()) // the fp32 weights are the master: no master copy to speak of
+        return std::string("bf16 autocast (fp32 weights and grads") +
+               (grads != Precision::Fp32 ? ", " + toString(grads) + " reduce" : "") + ")";
     std::string s = toString(compute) + " mixed (" +
                     (fp8Params && compute == Precision::Fp8 ? "fp8 weights, " : "") +
                     toString(grads) + " grads";
@@ -97,7 +100,7 @@ const std::vector<NamedPrecisionPolicy>& namedPrecisionPolicies() {
          {Precision::Bf16, Precision::Fp32, false}},
         {"bf16-nomaster", "bf16, bf16 grads, no master", {Precision::Bf16, Precision::Bf16, false}},
         {"amp", "bf16 autocast, fp32 weights and grads", PrecisionPolicy::autocast(true)},
-        {"amp-bf16grads", "bf16 autocast, fp32 weights, bf16 grads",
+        {"amp-bf16grads", "bf16 autocast, fp32 weights and grads, bf16 reduce",
          PrecisionPolicy::autocast(false)},
         {"fp8", "fp8 compute, fp32 grads, fp32 master", PrecisionPolicy::fp8Mixed()},
         {"fp8-bf16grads",

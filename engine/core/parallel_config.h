@@ -60,7 +60,8 @@ struct PrecisionPolicy {
     // as DDP, and as FSDP with param_dtype fp32, e.g. Composer's "DEFAULT" in 2023): the working
     // weights are fp32 and are the optimizer's own (no separate master), data parallelism gathers
     // them at 4 bytes, and every GEMM casts its weight to bf16 again each time it runs, and its
-    // weight gradient back to fp32. Only with compute bf16.
+    // weight gradient back to fp32. The gradients are held in fp32 too; `grads` is the dtype
+    // they are reduced in. Only with compute bf16.
     bool fp32Weights = false;
 
     static PrecisionPolicy fp32() { return {Precision::Fp32, Precision::Fp32, false}; }
@@ -75,9 +76,11 @@ struct PrecisionPolicy {
     static PrecisionPolicy fp8Weights() { return {Precision::Fp8, Precision::Fp32, true, true}; }
 
     // fp8Params means nothing without FP8 compute, fp32Weights nothing without bf16 compute, and
-    // two policies that differ only there are the same.
+    // fp32Master nothing beside fp32 weights (they are the master): policies that differ only
+    // there are the same.
     bool operator==(const PrecisionPolicy& o) const {
-        return compute == o.compute && grads == o.grads && fp32Master == o.fp32Master &&
+        return compute == o.compute && grads == o.grads &&
+               (autocastsWeights() || fp32Master == o.fp32Master) &&
                (compute != Precision::Fp8 || fp8Params == o.fp8Params) &&
                (compute != Precision::Bf16 || fp32Weights == o.fp32Weights);
     }
@@ -94,7 +97,11 @@ struct PrecisionPolicy {
     double nonLayerWeightBytesOn(const GpuSpec& gpu) const {
         return fp8WeightsOn(gpu) ? 2.0 : weightBytesOn(gpu);
     }
-    double gradBytes() const;       // bytes per parameter of the gradient buffer
+    double gradBytes() const; // bytes per parameter of the gradient buffer
+    // Bytes per parameter a gradient moves in the data-parallel reduction: the gradient buffer's,
+    // except under autocast over fp32 weights, whose gradients are fp32 like the weights and are
+    // cast to `grads` to be reduced (FSDP's reduce_dtype).
+    double gradReduceBytes() const;
     double masterBytes() const;     // 4 when an fp32 master copy is kept, else 0
     double activationBytes() const; // bytes per stored activation element
     std::string name() const;       // "bf16 mixed (fp32 grads)", ...

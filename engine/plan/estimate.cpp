@@ -257,7 +257,7 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
     }
     // FP8 weights are gathered in FP8 (Megatron-Core's --fp8-param-gather), the embeddings and
     // the head in bf16; the experts are all layer weights.
-    const double gb = p.precision.gradBytes(), wb = p.precision.weightBytesOn(in.cluster.gpu);
+    const double gb = p.precision.gradReduceBytes(), wb = p.precision.weightBytesOn(in.cluster.gpu);
     const double dense = params - apart;
     const double denseWb = meanWeightBytes(p.precision, in.cluster.gpu, dense, nonLayerParams);
     DpTraffic t =
@@ -308,7 +308,11 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
         // shared windows. The all-reduce across groups waits for the last backward, and only
         // that can hide it (as ZeRO-0's all-reduce: with a group of one rank this is ZeRO-0).
         const double gathers = m * 2.0 * t.gather, scatters = m * t.scatter;
-        const double backward = computeTime * 2.0 / 3.0, forward = computeTime - backward;
+        // The forward is one of three passes' worth of compute, one of four where full recompute
+        // reruns it inside the backward.
+        const double recomputed =
+            p.recompute == Recompute::Full ? fullRecomputeShare(in.model, p) : 0.0;
+        const double forward = computeTime / (3.0 + recomputed), backward = computeTime - forward;
         // Gathered after each layer's gradients (FSDP's BACKWARD_POST) or not ahead at all, the
         // backward's gathers wait in the open; the forward's are still prefetched. Under
         // BACKWARD_POST each reduce-scatter hides behind the next layer's gradients; with no

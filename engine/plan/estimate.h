@@ -47,8 +47,9 @@ struct MemoryBreakdown {
     double gradBuckets = 0;
     double logits = 0;
     double fp8WeightCache = 0;
-    double recomputeLayer = 0; // one layer's full activations while it is recomputed
-    double cpuOffloaded = 0;   // optimizer state moved to host memory
+    double autocastWeightCopies = 0; // bf16 copies of fp32 weights autocast keeps for backward
+    double recomputeLayer = 0;       // one layer's full activations while it is recomputed
+    double cpuOffloaded = 0;         // optimizer state moved to host memory
 };
 
 // EP: expert parallelism's token all-to-alls (its gradient reductions are part of DP's).

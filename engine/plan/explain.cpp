@@ -304,15 +304,21 @@ void explainMemory(Explanation& x, const PlanInputs& in, const Estimate& e) {
     case FigureId::MemTemporary:
         x.value = m.temporary;
         x.formula = "ZeRO-3 gathered largest module (weights + grads) + gradient buckets + fp32 "
-                    "logits (last stage) + fp8 weight copies + one recomputed layer";
+                    "logits (last stage) + fp8 weight copies + autocast's bf16 weight copies + one "
+                    "recomputed layer";
         x.substituted = b(m.zero3Gather) + " + " + b(m.gradBuckets) + " + " + b(m.logits) + " + " +
-                        b(m.fp8WeightCache) + " + " + b(m.recomputeLayer) + " = " + b(m.temporary) +
+                        b(m.fp8WeightCache) + " + " + b(m.autocastWeightCopies) + " + " +
+                        b(m.recomputeLayer) + " = " + b(m.temporary) +
                         (prec.fp8WeightsOn(in.cluster.gpu)
                              ? " (no FP8 weight copies: the weights are FP8 themselves)"
                              : "");
         x.source =
             "DeepSpeed estimate_zero3_model_states_mem_needs (4 x largest layer); PyTorch DDP "
             "bucket_cap_mb = 25; Megatron-LM theoretical_memory_usage (logits)";
+        if (prec.autocastsWeights())
+            x.source += "; autocast over fp32 weights: each GEMM keeps its bf16 weight copy for "
+                        "the backward (2 B a weight of every layer not recomputed, per microbatch "
+                        "in flight, and of the head)";
         break;
     case FigureId::MemOverhead:
         x.value = m.overhead;
@@ -358,7 +364,8 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
         "; traffic t that overlaps a compute window w adds max(t - w, t k/(1+k)) (k = " +
         n(in.assume.overlapSlowdown * 100) +
         " %; traffic sharing a window is summed, ZeRO-3's backward holds its gathers and "
-        "scatters), traffic that does not overlap all of t";
+        "scatters, or only its scatters where its gathers are not prefetched), traffic that does "
+        "not overlap all of t";
     if (c.groupSize <= 1) {
         x.formula = "no " + toString(axis) + " group";
         x.substituted = toString(axis) + " degree is 1: no communication";
@@ -366,6 +373,10 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
     }
     switch (axis) {
     case Axis::DP:
+        if (p.backwardPrefetchMatters() && p.overlapParamGather &&
+            p.backwardPrefetch != BackwardPrefetch::Pre)
+            x.source += "; PyTorch FSDP docs, BackwardPrefetch: BACKWARD_POST gathers the next "
+                        "layer after the current gradients, NONE overlaps neither";
         if (p.hybridShard()) {
             const std::string groups = std::to_string(p.zeroReplicas()) + " groups of " +
                                        std::to_string(p.zeroShards()) + " ranks";
@@ -385,10 +396,6 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
                           "(grad_bytes + weight_bytes), once per step"
                         : "per microbatch: 2 all-gathers(weights) + reduce-scatter(grads)";
         x.source += "; " + std::string(kZero);
-        if (p.backwardPrefetchMatters() && p.overlapParamGather &&
-            p.backwardPrefetch != BackwardPrefetch::Pre)
-            x.source += "; PyTorch FSDP docs, BackwardPrefetch: BACKWARD_POST gathers the next "
-                        "layer after the current gradients, NONE overlaps neither";
         break;
     case Axis::TP:
         x.formula =
@@ -440,7 +447,8 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
     if (axis == Axis::DP) {
         const PrecisionPolicy& prec = p.precision;
         const GpuSpec& gpu = in.cluster.gpu;
-        x.substituted += "; gradients at " + n(prec.gradBytes()) + " B a parameter, weights at " +
+        x.substituted += "; gradients at " + n(prec.gradReduceBytes()) +
+                         " B a parameter, weights at " +
                          (prec.fp8WeightsOn(gpu)
                               ? std::string("1 B in the layers (FP8, --fp8-param-gather) and 2 B "
                                             "in the embeddings, head and final norm")

@@ -190,6 +190,19 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     // FP8 weights are their own copies.
     if (fp8 && !prec.fp8WeightsOn(gpu))
         mem.fp8WeightCache = held(1.0, p.zero >= 3);
+    // Autocast over fp32 weights casts each GEMM's weight to bf16 as it runs, and the GEMM keeps
+    // that copy for its backward: every layer not recomputed, for each microbatch in flight, and
+    // the head; a recomputed layer's copy lives only while it reruns. Under ZeRO-3 they are
+    // copies of the gathered (whole) weights.
+    if (prec.autocastsWeights() && !m.isBare()) {
+        const double gemm = params - nonLayer - c.normsPerLayer * mem.layersOnRank;
+        const double recomputed =
+            p.recompute == Recompute::Full ? fullRecomputeShare(m, p, stage) : 0.0;
+        const double head = last ? double(m.vocab) * m.hidden / t : 0.0;
+        const double oneLayer = mem.layersOnRank > 0 ? gemm / mem.layersOnRank : 0.0;
+        mem.autocastWeightCopies = 2.0 * ((1.0 - recomputed) * gemm * mem.inflightMicrobatches +
+                                          head + (recomputed > 0 ? oneLayer : 0.0));
+    }
     // What one layer's recomputed forward holds during its backward: all of a fully
     // recomputed layer's activations, what op-level recompute did not keep.
     if ((p.recompute == Recompute::Full || p.recompute == Recompute::SelectiveOp) && !m.isBare()) {
@@ -205,8 +218,8 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
         if (mem.firstDenseLayersOnRank > 0)
             mem.recomputeLayer = std::max(mem.recomputeLayer, rerun(LayerKind::Dense));
     }
-    mem.temporary =
-        mem.zero3Gather + mem.gradBuckets + mem.logits + mem.fp8WeightCache + mem.recomputeLayer;
+    mem.temporary = mem.zero3Gather + mem.gradBuckets + mem.logits + mem.fp8WeightCache +
+                    mem.autocastWeightCopies + mem.recomputeLayer;
 
     const double attributed =
         mem.parameters + mem.gradients + mem.optimizer + mem.activations + mem.temporary;

@@ -363,6 +363,7 @@ std::vector<std::string> engineProblems(const RunConfig& c) {
     const PrecisionPolicy& prec = p.precision;
     const bool fp32 = prec.compute == Precision::Fp32 && prec.grads == Precision::Fp32;
     const bool bf16 = prec.compute == Precision::Bf16 && prec.fp32Master &&
+                      !prec.autocastsWeights() &&
                       (prec.grads == Precision::Fp32 || prec.grads == Precision::Bf16);
     if (!fp32 && !bf16)
         out.push_back("the engine trains in \"precision\": \"fp32\", \"bf16\" (bf16 weights and "

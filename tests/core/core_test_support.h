@@ -141,6 +141,7 @@ inline void expectSame(const ParallelConfig& a, const ParallelConfig& b) {
     EXPECT_EQ(a.shardGroup, b.shardGroup);
     EXPECT_EQ(a.overlapGradReduce, b.overlapGradReduce);
     EXPECT_EQ(a.overlapParamGather, b.overlapParamGather);
+    EXPECT_EQ(a.backwardPrefetch, b.backwardPrefetch);
     EXPECT_EQ(a.tpCommOverlap, b.tpCommOverlap);
     EXPECT_EQ(a.epCommOverlap, b.epCommOverlap);
     EXPECT_EQ(a.embeddingInPipelineSplit, b.embeddingInPipelineSplit);

@@ -101,8 +101,13 @@ TEST(PrecisionPolicy, BytesPerParameterAndActivation) {
     EXPECT_EQ(amp.masterBytes(), 0);
     EXPECT_EQ(amp.activationBytes(), 2);
     EXPECT_TRUE(amp.autocastsWeights());
-    EXPECT_EQ(precisionPolicyFromString("amp-bf16grads").gradBytes(), 2);
-    EXPECT_EQ(precisionPolicyFromString("amp-bf16grads").weightBytes(), 4);
+    EXPECT_EQ(amp.gradReduceBytes(), 4);
+    // Composer's FSDP "DEFAULT" of 2023: the same fp32 weights and gradients, reduced in bf16.
+    const PrecisionPolicy reducedInBf16 = precisionPolicyFromString("amp-bf16grads");
+    EXPECT_EQ(reducedInBf16.weightBytes(), 4);
+    EXPECT_EQ(reducedInBf16.gradBytes(), 4);
+    EXPECT_EQ(reducedInBf16.gradReduceBytes(), 2);
+    EXPECT_EQ(PrecisionPolicy::bf16Mixed(false).gradReduceBytes(), 2);
     EXPECT_FALSE(PrecisionPolicy::bf16Mixed().autocastsWeights());
 
     const PrecisionPolicy fp8 = PrecisionPolicy::fp8Mixed();
@@ -126,7 +131,8 @@ TEST(PrecisionPolicy, NamesAndSpellings) {
     EXPECT_TRUE(precisionPolicyFromString("FP8_params").fp8Params);
     EXPECT_EQ(PrecisionPolicy::fp8Weights().name(), "fp8 mixed (fp8 weights, fp32 grads)");
     EXPECT_EQ(precisionPolicyFromString("AMP_bf16grads").name(),
-              "bf16 autocast (fp32 weights, bf16 grads)");
+              "bf16 autocast (fp32 weights and grads, bf16 reduce)");
+    EXPECT_EQ(precisionPolicyFromString("amp").name(), "bf16 autocast (fp32 weights and grads)");
     // fp32 weights mean nothing to an fp32 or FP8 policy: equal to the plain one.
     PrecisionPolicy fp32Flagged = PrecisionPolicy::fp32();
     fp32Flagged.fp32Weights = true;

@@ -456,13 +456,14 @@ TEST(Estimate, BackwardPrefetchDecidesWhichZero3TrafficWaits) {
 // weights take 4 bytes and are the optimizer's master themselves, ZeRO-3 gathers them at 4
 // bytes, and every microbatch casts each GEMM's weight to bf16 per forward run (4 B read, 2 B
 // written) and its gradient back once (2 + 4 B), at the memory-bound rate. Against bf16 weights
-// with the same fp32 gradients and no master copy, only those differ.
+// with the same fp32 gradients and no master copy, only those differ. Under amp-bf16grads the
+// same fp32 gradients are reduced in bf16 (Composer's FSDP "DEFAULT" of 2023).
 TEST(Estimate, AutocastOverFp32WeightsGathersFourBytesAndCastsEveryRun) {
     PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, test::layout(8, 1, 1, 64, 3));
     const ParamCount c = countParameters(in.model);
-    // The GEMMs' weights: every layer's, and the output head's (the embedding lookup casts none).
-    const double gemmWeights =
-        c.attention + c.mlp + (c.norms - c.finalNorm) + double(in.model.vocab) * in.model.hidden;
+    // The GEMMs' weights: every layer's projections, cast per forward run, and the output
+    // head's, which no recompute reruns (norms and the embedding lookup cast nothing).
+    const double layers = c.attention + c.mlp, head = double(in.model.vocab) * in.model.hidden;
     const double rate = in.cluster.gpu.hbmBandwidth * in.assume.memoryEfficiency;
     for (const auto& [recompute, forwardRuns] :
          {std::pair{Recompute::Selective, 1.0}, std::pair{Recompute::Full, 2.0}}) {
@@ -476,10 +477,16 @@ TEST(Estimate, AutocastOverFp32WeightsGathersFourBytesAndCastsEveryRun) {
         EXPECT_DOUBLE_EQ(amp.memory.gradients, bf16.memory.gradients);
         EXPECT_DOUBLE_EQ(amp.memory.optimizer, bf16.memory.optimizer);
         EXPECT_NEAR(amp.axis(Axis::DP).bytes / bf16.axis(Axis::DP).bytes, (2 * 4 + 4) / 8.0, 1e-12);
-        EXPECT_NEAR(amp.microbatchCompute - bf16.microbatchCompute,
-                    6.0 * (forwardRuns + 1.0) * gemmWeights / rate, 1e-9 * amp.microbatchCompute);
-        EXPECT_NEAR(weightCastBytes(in, 0), 6.0 * (forwardRuns + 1.0) * gemmWeights,
-                    1e-9 * gemmWeights);
+        const double casts = 6.0 * ((forwardRuns + 1.0) * layers + 2.0 * head);
+        EXPECT_NEAR(amp.microbatchCompute - bf16.microbatchCompute, casts / rate,
+                    1e-9 * amp.microbatchCompute);
+        EXPECT_NEAR(weightCastBytes(in, 0), casts, 1e-9 * casts);
+        in.parallel.precision = precisionPolicyFromString("amp-bf16grads");
+        const Estimate reducedInBf16 = estimate(in);
+        EXPECT_NEAR(reducedInBf16.axis(Axis::DP).bytes / bf16.axis(Axis::DP).bytes,
+                    (2 * 4 + 2) / 8.0, 1e-12);
+        EXPECT_DOUBLE_EQ(reducedInBf16.memory.gradients, amp.memory.gradients);
+        EXPECT_DOUBLE_EQ(reducedInBf16.microbatchCompute, amp.microbatchCompute);
     }
 }
 

@@ -124,6 +124,29 @@ TEST(ModelStateMemory, ZeroStagesShardWhatTheyShould) {
     EXPECT_DOUBLE_EQ(modelStateBytesPerParam(mixed, Optimizer::SgdMomentum, 0, 1), 2 + 4 + 8);
 }
 
+// PyTorch autocast over fp32 weights: 4 + 4 + 8 bytes a parameter of model state with Adam (the
+// fp32 weights are the master), and each GEMM's bf16 copy of its weight, which autograd keeps
+// for the backward: every layer's and the head's without recompute, one layer's and the head's
+// while a fully recomputed layer reruns. Counted from the model's shapes, whole under ZeRO-3.
+TEST(ModelStateMemory, AutocastKeepsBf16CopiesOfTheWeightsForTheBackward) {
+    ParallelConfig p = test::layout(8, 1, 1, 64, 3);
+    p.recompute = Recompute::None;
+    p.precision = precisionPolicyFromString("amp");
+    PlanInputs in = test::inputs("llama3-8b", "h100-sxm", 8, 1, p);
+    const ParamCount c = countParameters(in.model);
+    const double gemm = c.attention + c.mlp, head = double(in.model.vocab) * in.model.hidden;
+    const MemoryBreakdown kept = memoryForStage(in, 0);
+    EXPECT_NEAR(kept.parameters + kept.gradients + kept.optimizer, 16 * c.total / 8,
+                1e-9 * c.total);
+    EXPECT_NEAR(kept.autocastWeightCopies, 2 * (gemm + head), 1e-9 * gemm);
+
+    in.parallel.recompute = Recompute::Full;
+    EXPECT_NEAR(memoryForStage(in, 0).autocastWeightCopies, 2 * (gemm / in.model.layers + head),
+                1e-9 * gemm);
+    in.parallel.precision = PrecisionPolicy::bf16Mixed();
+    EXPECT_EQ(memoryForStage(in, 0).autocastWeightCopies, 0);
+}
+
 // FP8 weights replace the bf16 weights and Transformer Engine's FP8 copies of them: a rank holds
 // 1 B a parameter of its layers where it held 2 + 1; the embedding (and head) stay bf16. On a GPU
 // without FP8 the policy trains in bf16 and holds what the plain FP8 policy does there.

@@ -116,15 +116,15 @@ TEST(PublishedRuns, MedianErrorsOfTheCalibrationAndValidationParts) {
         EXPECT_GT(c.predicted, 0);
 }
 
-// Every published run ran, so each fits its GPU; the planner's memory model puts 6 of the 100
+// Every published run ran, so each fits its GPU; the planner's memory model puts 10 of the 100
 // over (docs/validation.md, "Memory"). These bounds keep that from growing: the rows a change
 // pushes over their GPU, or further over it, fail here.
 TEST(PublishedRuns, RunsThatRanArePlannedOverTheirGpusNoMoreThanToday) {
     const auto [runs, results, calibration, validation] = compareParts();
     EXPECT_LE(calibration.overMemory, 4);
-    EXPECT_LE(validation.overMemory, 2);
+    EXPECT_LE(validation.overMemory, 6);
     EXPECT_LT(calibration.worstMemoryRatio, 2.8); // Llama 3 405B's rows, as the paper states them
-    EXPECT_LT(validation.worstMemoryRatio, 1.05);
+    EXPECT_LT(validation.worstMemoryRatio, 1.12); // llm-foundry's MPT-7B on 8 GPUs, autocast
     // What the bounds count: a run the planner fits is under its GPU's memory, one it does not
     // is over it.
     for (const RunComparison& c : results)
@@ -159,6 +159,7 @@ TEST(PublishedRuns, TheFp8GemmEfficiencySitsAtItsCalibrationSourcesZero) {
 // the gradients) it is further out.
 TEST(PublishedRuns, LlmFoundrysRowsRunAsComposersFsdpRanThem) {
     std::vector<double> asRun, asFsdpDefaults;
+    int defaultMode = 0, pureMode = 0;
     for (const PublishedRun& r : loadPublishedRuns(kRuns)) {
         if (r.sourceId != "llmfoundry")
             continue;
@@ -168,20 +169,24 @@ TEST(PublishedRuns, LlmFoundrysRowsRunAsComposersFsdpRanThem) {
                   fullShard ? BackwardPrefetch::Post : BackwardPrefetch::Pre)
             << r.name;
         if (r.source.find("| amp_bf16 | DEFAULT |") != std::string::npos) {
+            ++defaultMode;
             EXPECT_TRUE(r.parallel.precision == precisionPolicyFromString("amp-bf16grads"))
                 << r.name;
         }
         if (r.source.find("| PURE |") != std::string::npos) {
+            ++pureMode;
             EXPECT_TRUE(r.parallel.precision == PrecisionPolicy::bf16Mixed(false)) << r.name;
         }
         asRun.push_back(compareRun(r).error);
         PublishedRun fsdp = r;
         fsdp.parallel.backwardPrefetch = BackwardPrefetch::Pre;
-        if (fsdp.parallel.precision.compute == Precision::Bf16)
+        if (fsdp.parallel.precision.autocastsWeights()) // FSDP's bf16 param_dtype instead
             fsdp.parallel.precision = PrecisionPolicy::bf16Mixed();
         asFsdpDefaults.push_back(compareRun(fsdp).error);
     }
     ASSERT_EQ(asRun.size(), 30u);
+    EXPECT_EQ(defaultMode, 20); // and 3 in FP8 (amp_fp8), which keep the fp8 policy
+    EXPECT_EQ(pureMode, 7);
     const auto median = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
         return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;

@@ -135,6 +135,31 @@ private slots:
         QCOMPARE(combo->currentData().toString(), QString("fp8-params"));
     }
 
+    // PyTorch autocast over fp32 weights from the precision control: a bare 7B model's weights
+    // take 4 bytes, its gradients 4 and Adam's moments 8, with no master copy (28 + 28 + 56 GB),
+    // whether its gradients are reduced in fp32 or bf16; the control names what is held.
+    void autocastKeepsFp32WeightsThatAreTheirOwnMaster() {
+        Fixture f;
+        choose(f.form(), "model", "bare");
+        setDouble(f.form(), "params", 7);
+        choose(f.form(), "zero", "0");
+        setInt(f.form(), "tp", 1);
+        setInt(f.form(), "pp", 1);
+        setInt(f.form(), "dp", 1);
+        for (const char* key : {"amp", "amp-bf16grads"}) {
+            choose(f.form(), "precision", key);
+            QVERIFY(f.doc.session().parallel.precision.autocastsWeights());
+            QCOMPARE(f.row("Weights"), 28 * GB);
+            QCOMPARE(f.row("Gradients"), 28 * GB);
+            QCOMPARE(f.row("Optimizer state"), 56 * GB);
+            auto* combo = qobject_cast<QComboBox*>(f.form()->control("precision"));
+            QVERIFY(combo);
+            QCOMPARE(combo->currentData().toString(), QString(key));
+            QVERIFY2(combo->currentText().contains("(16 B/param)"),
+                     qPrintable(combo->currentText()));
+        }
+    }
+
     void lesson2_SevenBillionNeedsTwoH100() {
         // "Parameters 14 GB, gradients 28 GB, Adam 56 GB: ~98 GB. You need at least 2."
         Fixture f;

@@ -331,7 +331,8 @@ double weightCastBytes(const PlanInputs& in, int stage) {
     const double layers =
         paramsOnStage(m, c, p, stage) - nonLayerParamsOnStage(m, c, p, stage) - layerNorms;
     const double head = stage == p.pp - 1 ? double(m.vocab) * m.hidden / std::max(1, p.tp) : 0.0;
-    double runs = forwardRuns(p);
+    // Full recompute of some of the stage's layers casts theirs twice.
+    double runs = p.recompute == Recompute::Full ? 1.0 + fullRecomputeShare(m, p, stage) : 1.0;
     if (p.recompute == Recompute::SelectiveOp) { // the projections it reruns cast again
         const std::vector<Projection> projections = denseLayerProjections(m, p.tp);
         double all = 0, rerun = 0;

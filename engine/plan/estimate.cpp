@@ -303,13 +303,13 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
         c.bytes = m * (2.0 * t.gatherBytes + t.scatterBytes) + t.acrossBytes;
         c.seconds = m * (2.0 * t.gather + t.scatter) + t.across;
         // Prefetching hides each gather behind the previous layer, over all the compute; each
-        // reduce-scatter can hide only behind the backward (2/3 of it), which also holds the
+        // reduce-scatter can hide only behind the backward (below), which also holds the
         // backward's own gathers (half of them): with both, the step is the longer of the two
         // shared windows. The all-reduce across groups waits for the last backward, and only
         // that can hide it (as ZeRO-0's all-reduce: with a group of one rank this is ZeRO-0).
         const double gathers = m * 2.0 * t.gather, scatters = m * t.scatter;
-        // The forward is one of three passes' worth of compute, one of four where full recompute
-        // reruns it inside the backward.
+        // The forward is one of three passes' worth of compute, 1 / (3 + r) where full recompute
+        // reruns a share r of the layers inside the backward.
         const double recomputed =
             p.recompute == Recompute::Full ? fullRecomputeShare(in.model, p) : 0.0;
         const double forward = computeTime / (3.0 + recomputed), backward = computeTime - forward;

@@ -124,17 +124,20 @@ std::string overlapAssumed(const ParallelConfig& p, Axis axis) {
     case Axis::DP:
         break;
     }
+    // FSDP without backward prefetch: each reduce-scatter queues before the next gather.
+    const bool late = p.zero >= 3 && p.overlapParamGather;
+    if (late && p.backwardPrefetch == BackwardPrefetch::None)
+        return "forward prefetch; backward gathers and reduce-scatters exposed (no backward "
+               "prefetch)";
     std::string text = !p.overlapGradReduce ? "reduce after backward"
                        : p.zero >= 3        ? "reduce in each backward"
                                             : "reduce in last backward";
     if (p.zero >= 1)
-        text += !p.overlapParamGather                         ? ", gather exposed"
-                : p.zero <= 2                                 ? ", gather in next forward"
-                : p.backwardPrefetch == BackwardPrefetch::Pre ? ", prefetch"
-                : p.backwardPrefetch == BackwardPrefetch::Post
-                    ? ", forward prefetch, backward gathers exposed (FSDP BACKWARD_POST)"
-                    : ", forward prefetch, backward gathers and reduce-scatters exposed (no "
-                      "backward prefetch)";
+        text += !p.overlapParamGather ? ", gather exposed"
+                : p.zero <= 2         ? ", gather in next forward"
+                : p.backwardPrefetch == BackwardPrefetch::Pre
+                    ? ", prefetch"
+                    : ", forward prefetch, backward gathers exposed (FSDP BACKWARD_POST)";
     return text;
 }
 
@@ -364,8 +367,8 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
         "; traffic t that overlaps a compute window w adds max(t - w, t k/(1+k)) (k = " +
         n(in.assume.overlapSlowdown * 100) +
         " %; traffic sharing a window is summed, ZeRO-3's backward holds its gathers and "
-        "scatters, or only its scatters where its gathers are not prefetched), traffic that does "
-        "not overlap all of t";
+        "scatters, only its scatters under backward prefetch post and neither under none), "
+        "traffic that does not overlap all of t";
     if (c.groupSize <= 1) {
         x.formula = "no " + toString(axis) + " group";
         x.substituted = toString(axis) + " degree is 1: no communication";
@@ -787,7 +790,10 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                         "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity)";
         }
         if (p.precision.autocastsWeights()) {
-            x.formula += " + weight_cast_bytes / (HBM x memory_efficiency)";
+            // The casts are memory-bound work of each microbatch, beside the elementwise bytes.
+            const std::string loss = "+ loss_bytes)";
+            if (const std::size_t at = x.formula.find(loss); at != std::string::npos)
+                x.formula.replace(at, loss.size(), "+ loss_bytes + weight_cast_bytes)");
             x.substituted += "; autocast over fp32 weights: each GEMM's fp32 weight read and "
                              "written as bf16 per forward run, its gradient back to fp32 in the "
                              "backward, 6 B a parameter each: " +

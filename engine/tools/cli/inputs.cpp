@@ -111,8 +111,9 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
     app.add_option("--backward-prefetch", f.backwardPrefetch,
                    "Under ZeRO-3, when the backward gathers the next layer (FSDP's "
                    "BackwardPrefetch): pre, before the current layer's gradients (hidden; FSDP's "
-                   "default, FSDP2, DeepSpeed); post, after them (exposed; Composer's default); "
-                   "none, no prefetch (gathers and reduce-scatters both exposed)")
+                   "default, FSDP2, DeepSpeed); post, after them (the backward's gathers exposed; "
+                   "Composer's default); none, no prefetch (the backward's gathers and the "
+                   "reduce-scatters exposed). The forward's gathers are prefetched in all three")
         ->capture_default_str();
     app.add_option("--tp-comm-overlap", f.tpCommOverlap,
                    "Hide TP's all-gathers and reduce-scatters behind the GEMMs (Megatron's "

@@ -786,7 +786,7 @@ std::string layoutSummary(const ParallelConfig& p) {
         s << " no-grad-overlap";
     if (!p.overlapParamGather && p.paramGatherMatters())
         s << " no-gather-overlap";
-    else if (p.backwardPrefetch != BackwardPrefetch::Pre && p.backwardPrefetchMatters())
+    else if (p.backwardGathersWait() && p.backwardPrefetchMatters())
         s << " backward-prefetch-" << toString(p.backwardPrefetch);
     if (p.tpCommOverlap && p.tpOverlapMatters())
         s << " tp-overlap";

@@ -231,6 +231,11 @@ struct ParallelConfig {
     bool gradReduceMatters() const { return dp * cp > 1; }
     bool paramGatherMatters() const { return dp * cp > 1 && zero >= 1; }
     bool backwardPrefetchMatters() const { return paramGatherMatters() && zero >= 3; }
+    // Whether ZeRO-3's backward gathers wait in the open: gathers overlapped, but not prefetched
+    // before each layer's gradients (BackwardPrefetch Post or None).
+    bool backwardGathersWait() const {
+        return zero >= 3 && overlapParamGather && backwardPrefetch != BackwardPrefetch::Pre;
+    }
     bool tpOverlapMatters() const { return tp > 1; }
     // Microbatches each pipeline processes per step (gradient accumulation steps).
     int microbatches() const { return (microBatch * dp) > 0 ? globalBatch / (microBatch * dp) : 0; }

@@ -323,14 +323,8 @@ double weightCastBytes(const PlanInputs& in, int stage) {
     const ParallelConfig& p = in.parallel;
     if (!p.precision.autocastsWeights() || m.isBare())
         return 0.0;
-    // The GEMMs' weights on the stage's rank: its layers' less their norms (autocast runs norms
-    // in fp32 and casts nothing for them), and the output head on the last stage, which no
-    // recompute reruns.
-    const ParamCount c = countParameters(m);
-    const double layerNorms = c.normsPerLayer * layersOnStage(m, p, stage);
-    const double layers =
-        paramsOnStage(m, c, p, stage) - nonLayerParamsOnStage(m, c, p, stage) - layerNorms;
-    const double head = stage == p.pp - 1 ? double(m.vocab) * m.hidden / std::max(1, p.tp) : 0.0;
+    // The layers' weights cast per forward run, the head's (which no recompute reruns) once.
+    const GemmWeights w = gemmWeightsOnStage(m, countParameters(m), p, stage);
     // Full recompute of some of the stage's layers casts theirs twice.
     double runs = p.recompute == Recompute::Full ? 1.0 + fullRecomputeShare(m, p, stage) : 1.0;
     if (p.recompute == Recompute::SelectiveOp) { // the projections it reruns cast again
@@ -343,7 +337,7 @@ double weightCastBytes(const PlanInputs& in, int stage) {
         }
         runs += all > 0 ? rerun / all : 0.0;
     }
-    return 6.0 * ((runs + 1.0) * layers + 2.0 * head);
+    return 6.0 * ((runs + 1.0) * w.layers + 2.0 * w.head);
 }
 
 } // namespace shardscope

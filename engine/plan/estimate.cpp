@@ -317,7 +317,7 @@ AxisComm dpComm(const PlanInputs& in, double params, double expertParams, double
         // backward's gathers wait in the open; the forward's are still prefetched. Under
         // BACKWARD_POST each reduce-scatter hides behind the next layer's gradients; with no
         // prefetch it queues before the next gather on NCCL's one stream and waits too.
-        const bool late = overlapParams && p.backwardPrefetch != BackwardPrefetch::Pre;
+        const bool late = p.backwardGathersWait();
         const bool scattersHide = overlapGrads && p.backwardPrefetch != BackwardPrefetch::None;
         c.window = late            ? forward + (scattersHide ? backward : 0.0)
                    : overlapParams ? computeTime
@@ -449,6 +449,7 @@ Estimate evaluate(const PlanInputs& in) {
         }
     }
     const double mbs = std::max(1, p.microbatches());
+    e.slowStage = std::max(0, slowStage);
     e.microbatchCompute = slow.seconds();
     e.computeTime = mbs * e.microbatchCompute;
 

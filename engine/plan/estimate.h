@@ -75,6 +75,7 @@ struct Estimate {
 
     MemoryBreakdown memory; // the most loaded pipeline stage
     int worstStage = 0;
+    int slowStage = 0;    // the pipeline stage whose compute paces the step
     double gpuMemory = 0; // the GPU's memory
     double capacity = 0;  // what a layout may use of it: gpuMemory less the memory headroom
     bool fits = false;

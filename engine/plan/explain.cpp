@@ -125,8 +125,7 @@ std::string overlapAssumed(const ParallelConfig& p, Axis axis) {
         break;
     }
     // FSDP without backward prefetch: each reduce-scatter queues before the next gather.
-    const bool late = p.zero >= 3 && p.overlapParamGather;
-    if (late && p.backwardPrefetch == BackwardPrefetch::None)
+    if (p.backwardGathersWait() && p.backwardPrefetch == BackwardPrefetch::None)
         return "forward prefetch; backward gathers and reduce-scatters exposed (no backward "
                "prefetch)";
     std::string text = !p.overlapGradReduce ? "reduce after backward"
@@ -376,8 +375,7 @@ void explainComm(Explanation& x, const PlanInputs& in, const Estimate& e, Axis a
     }
     switch (axis) {
     case Axis::DP:
-        if (p.backwardPrefetchMatters() && p.overlapParamGather &&
-            p.backwardPrefetch != BackwardPrefetch::Pre)
+        if (p.backwardGathersWait())
             x.source += "; PyTorch FSDP docs, BackwardPrefetch: BACKWARD_POST gathers the next "
                         "layer after the current gradients, NONE overlaps neither";
         if (p.hybridShard()) {
@@ -753,8 +751,11 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                                  : std::string(")")) +
                    " = " + n(g.value);
         };
+        // Autocast's weight casts are memory-bound work of each microbatch, beside the rest.
+        const std::string casts = p.precision.autocastsWeights() ? " + weight_cast_bytes" : "";
         x.formula = "microbatches x (stage_flops / (peak x gemm_efficiency) + (elementwise_bytes "
-                    "+ loss_bytes) / (HBM x memory_efficiency))";
+                    "+ loss_bytes" +
+                    casts + ") / (HBM x memory_efficiency))";
         x.substituted = std::to_string(p.microbatches()) + " x " + s(e.microbatchCompute) +
                         " (peak " + formatRate(cl.gpu.peak(gemmPrecision)) + " x " +
                         efficiencyText(gemmPrecision) + ", HBM " + n(cl.gpu.hbmBandwidth / 1e9) +
@@ -790,15 +791,11 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                         "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity)";
         }
         if (p.precision.autocastsWeights()) {
-            // The casts are memory-bound work of each microbatch, beside the elementwise bytes.
-            const std::string loss = "+ loss_bytes)";
-            if (const std::size_t at = x.formula.find(loss); at != std::string::npos)
-                x.formula.replace(at, loss.size(), "+ loss_bytes + weight_cast_bytes)");
             x.substituted += "; autocast over fp32 weights: each GEMM's fp32 weight read and "
                              "written as bf16 per forward run, its gradient back to fp32 in the "
                              "backward, 6 B a parameter each: " +
-                             b(weightCastBytes(in, e.worstStage < 0 ? 0 : e.worstStage)) +
-                             " a microbatch";
+                             b(weightCastBytes(in, e.slowStage)) + " a microbatch on stage " +
+                             std::to_string(e.slowStage) + ", the slowest";
             x.source += "; PyTorch autocast casts fp32 weights on every use (torch.amp docs, "
                         "CUDA ops that can autocast to lower precision)";
         }

@@ -122,6 +122,16 @@ double nonLayerParamsOnStage(const ModelSpec& m, const ParamCount& c, const Para
     return params;
 }
 
+GemmWeights gemmWeightsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
+                               int stage) {
+    if (m.isBare())
+        return {};
+    GemmWeights w;
+    w.layers = layerParamsOnStage(m, c, p, stage) - c.normsPerLayer * layersOnStage(m, p, stage);
+    w.head = stage == p.pp - 1 ? double(m.vocab) * m.hidden / std::max(1, p.tp) : 0.0;
+    return w;
+}
+
 double meanWeightBytes(const PrecisionPolicy& prec, const GpuSpec& gpu, double params,
                        double nonLayerParams) {
     if (params <= 0)

@@ -64,6 +64,15 @@ double paramsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConf
 // the final norm and the MTP modules' projections (0 for a bare parameter count).
 double nonLayerParamsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
                              int stage);
+// The weights a stage's GEMMs multiply on one rank: its layers' parameters less their norms,
+// and the output head's on the last stage (the embedding lookup multiplies nothing). What
+// autocast over fp32 weights casts to bf16 as each GEMM runs (0 for a bare parameter count).
+struct GemmWeights {
+    double layers = 0;
+    double head = 0;
+};
+GemmWeights gemmWeightsOnStage(const ModelSpec& m, const ParamCount& c, const ParallelConfig& p,
+                               int stage);
 // Bytes a parameter of a rank's weights take on a GPU, on average over `params` of which
 // `nonLayerParams` lie outside the layers. FP8 weights (PrecisionPolicy::fp8Params) are the
 // layers' linear weights, which Transformer Engine quantizes; the embeddings, the output head and

@@ -195,13 +195,12 @@ MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount
     // the head; a recomputed layer's copy lives only while it reruns. Under ZeRO-3 they are
     // copies of the gathered (whole) weights.
     if (prec.autocastsWeights() && !m.isBare()) {
-        const double gemm = params - nonLayer - c.normsPerLayer * mem.layersOnRank;
+        const GemmWeights w = gemmWeightsOnStage(m, c, p, stage);
         const double recomputed =
             p.recompute == Recompute::Full ? fullRecomputeShare(m, p, stage) : 0.0;
-        const double head = last ? double(m.vocab) * m.hidden / t : 0.0;
-        const double oneLayer = mem.layersOnRank > 0 ? gemm / mem.layersOnRank : 0.0;
-        mem.autocastWeightCopies = 2.0 * ((1.0 - recomputed) * gemm * mem.inflightMicrobatches +
-                                          head + (recomputed > 0 ? oneLayer : 0.0));
+        const double oneLayer = mem.layersOnRank > 0 ? w.layers / mem.layersOnRank : 0.0;
+        mem.autocastWeightCopies = 2.0 * ((1.0 - recomputed) * w.layers * mem.inflightMicrobatches +
+                                          w.head + (recomputed > 0 ? oneLayer : 0.0));
     }
     // What one layer's recomputed forward holds during its backward: all of a fully
     // recomputed layer's activations, what op-level recompute did not keep.

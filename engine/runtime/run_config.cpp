@@ -281,8 +281,7 @@ std::string adoptEngineOverlap(ParallelConfig& p) {
               p.zero >= 3 ? "the engine gathers ZeRO-3's next unit ahead of use"
                           : "the engine gathers ZeRO-1/2's updated parameters after the "
                             "optimizer step, before the next forward");
-    if (p.backwardPrefetchMatters() && p.overlapParamGather &&
-        p.backwardPrefetch != BackwardPrefetch::Pre) {
+    if (p.backwardGathersWait() && p.backwardPrefetchMatters()) {
         changed += std::string(changed.empty() ? "" : "; ") + "backward_prefetch pre: " +
                    "the engine gathers ZeRO-3's next unit before the current one's backward";
         p.backwardPrefetch = BackwardPrefetch::Pre;

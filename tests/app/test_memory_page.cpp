@@ -24,6 +24,15 @@ struct Fixture {
     SessionForm* form() { return page.form(); }
     double row(const QString& label) { return figure(page.breakdown(), label); }
     QString verdict() { return page.panel()->verdictText(); }
+    // The lessons' setting: a bare parameter count, no TP or PP, dp GPUs under one ZeRO stage.
+    void bareModel(double billions, int dp, const QString& zero) {
+        choose(form(), "model", "bare");
+        setDouble(form(), "params", billions);
+        choose(form(), "zero", zero);
+        setInt(form(), "tp", 1);
+        setInt(form(), "pp", 1);
+        setInt(form(), "dp", dp);
+    }
 };
 } // namespace
 
@@ -140,12 +149,7 @@ private slots:
     // whether its gradients are reduced in fp32 or bf16; the control names what is held.
     void autocastKeepsFp32WeightsThatAreTheirOwnMaster() {
         Fixture f;
-        choose(f.form(), "model", "bare");
-        setDouble(f.form(), "params", 7);
-        choose(f.form(), "zero", "0");
-        setInt(f.form(), "tp", 1);
-        setInt(f.form(), "pp", 1);
-        setInt(f.form(), "dp", 1);
+        f.bareModel(7, 1, "0");
         for (const char* key : {"amp", "amp-bf16grads"}) {
             choose(f.form(), "precision", key);
             QVERIFY(f.doc.session().parallel.precision.autocastsWeights());
@@ -163,13 +167,8 @@ private slots:
     void lesson2_SevenBillionNeedsTwoH100() {
         // "Parameters 14 GB, gradients 28 GB, Adam 56 GB: ~98 GB. You need at least 2."
         Fixture f;
-        choose(f.form(), "model", "bare");
-        setDouble(f.form(), "params", 7);
+        f.bareModel(7, 1, "0");
         choose(f.form(), "precision", "bf16-fp32grads-nomaster");
-        choose(f.form(), "zero", "0");
-        setInt(f.form(), "tp", 1);
-        setInt(f.form(), "pp", 1);
-        setInt(f.form(), "dp", 1);
         QCOMPARE(f.row("Weights"), 14 * GB);
         QCOMPARE(f.row("Gradients"), 28 * GB);
         QCOMPARE(f.row("Optimizer state"), 56 * GB);
@@ -180,13 +179,8 @@ private slots:
     void lesson1_SevenBillionOnEightGpusNeedsFsdp() {
         // "Small model (7B), 8 GPUs: Pure DP ... ~84 GB - slightly over. Turn on FSDP to fix it."
         Fixture f;
-        choose(f.form(), "model", "bare");
-        setDouble(f.form(), "params", 7);
+        f.bareModel(7, 8, "0");
         choose(f.form(), "precision", "bf16-nomaster");
-        choose(f.form(), "zero", "0");
-        setInt(f.form(), "tp", 1);
-        setInt(f.form(), "pp", 1);
-        setInt(f.form(), "dp", 8);
         const auto state = [&] {
             return f.row("Weights") + f.row("Gradients") + f.row("Optimizer state");
         };

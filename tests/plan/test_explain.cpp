@@ -1,6 +1,7 @@
 // Every figure carries its formula, the numbers substituted and a source.
 #include "core/error.h"
 #include "core/units.h"
+#include "plan/compute.h"
 #include "plan/explain.h"
 #include "plan/formulas.h"
 #include "plan_test_support.h"
@@ -67,6 +68,31 @@ TEST(Explain, Fp8ComputeTimeNamesWhatRunsInFp8) {
         << x.formula;
     EXPECT_NE(x.formula.find("fp8 cast bytes"), std::string::npos) << x.formula;
     EXPECT_NE(x.substituted.find("fp8 1.98 PFLOP/s x 0.600"), std::string::npos) << x.substituted;
+}
+
+// Under autocast over fp32 weights the compute time counts each microbatch's weight casts, and
+// names the stage they were counted on: the one whose compute paces the step (the last, with
+// the output head, here), which need not be the most loaded in memory (the first).
+TEST(Explain, ComputeTimeCountsAutocastsWeightCastsOnTheSlowestStage) {
+    ParallelConfig p = test::layout(2, 8, 4, 512, 1);
+    p.precision = precisionPolicyFromString("amp");
+    PlanInputs in = test::inputs("llama3-70b", "h100-sxm", 8, 8, p);
+    const Estimate e = estimate(in);
+    int slowest = 0;
+    for (int s = 1; s < p.pp; ++s)
+        if (stageCompute(in, s).seconds() > stageCompute(in, slowest).seconds())
+            slowest = s;
+    EXPECT_EQ(e.slowStage, slowest);
+    EXPECT_NE(e.slowStage, e.worstStage); // so the test tells the two apart
+    const Explanation x = explain(in, e, FigureId::ComputeTime);
+    EXPECT_NE(x.formula.find("loss_bytes + weight_cast_bytes) / (HBM"), std::string::npos)
+        << x.formula;
+    EXPECT_NE(x.substituted.find("a microbatch on stage " + std::to_string(slowest)),
+              std::string::npos)
+        << x.substituted;
+    in.parallel.precision = PrecisionPolicy::bf16Mixed();
+    EXPECT_EQ(explain(in, estimate(in), FigureId::ComputeTime).formula.find("weight_cast"),
+              std::string::npos);
 }
 
 // The activation memory's formula says when the projections keep their FP8 casts: FP8 on a GPU

@@ -5,6 +5,7 @@
 #include "plan/published_runs.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <map>
@@ -105,11 +106,12 @@ ComparedParts compareParts() {
 
 // The model may be calibrated on the calibration part; the validation part is never used to
 // tune. docs/validation.md reports both. The target for the validation part is a median
-// of 8 % (p90 20 %), not met yet; it asks the test to fail when the median passes 10 %.
+// of 8 % (p90 20 %), not met yet; it asks the test to fail when the median passes 10 %, and it
+// fails past 9 % since the Nemotron-4 rows took their launcher configs' TP overlap (8.4 %).
 TEST(PublishedRuns, MedianErrorsOfTheCalibrationAndValidationParts) {
     const auto [runs, results, calibration, validation] = compareParts();
     EXPECT_LT(calibration.medianAbsolute, 0.10);
-    EXPECT_LT(validation.medianAbsolute, 0.10);
+    EXPECT_LT(validation.medianAbsolute, 0.09);
     EXPECT_LT(calibration.p90Absolute, 0.25);
     EXPECT_LT(validation.p90Absolute, 0.30);
     for (const RunComparison& c : results)
@@ -193,6 +195,40 @@ TEST(PublishedRuns, LlmFoundrysRowsRunAsComposersFsdpRanThem) {
     };
     EXPECT_LT(std::abs(median(asRun)), 0.10);
     EXPECT_GT(median(asFsdpDefaults), median(asRun) + 0.03);
+}
+
+// Where a row's source quotes the config that ran it turning Transformer Engine's TP
+// communication overlap on (NeMo's launcher YAMLs, `ub_tp_comm_overlap`; Megatron-Bridge's
+// recipes, `CommOverlapConfig(tp_comm_overlap=True)`) or off, the row plans it so. The
+// calibration part's NeMo rows and the validation part's Megatron-Bridge and Nemotron-4 rows
+// rest on the same kind of evidence.
+TEST(PublishedRuns, RowsOverlapTpCommunicationAsTheirQuotedConfigsSay) {
+    const auto lower = [](std::string s) {
+        std::transform(s.begin(), s.end(), s.begin(),
+                       [](unsigned char c) { return char(std::tolower(c)); });
+        return s;
+    };
+    int on = 0, off = 0;
+    std::set<RunSplit> splitsOn;
+    for (const PublishedRun& r : loadPublishedRuns(kRuns)) {
+        const std::string source = lower(r.source);
+        const bool saysOn = source.find("ub_tp_comm_overlap: true") != std::string::npos ||
+                            source.find("tp_comm_overlap=true") != std::string::npos;
+        const bool saysOff = source.find("ub_tp_comm_overlap: false") != std::string::npos;
+        ASSERT_FALSE(saysOn && saysOff) << r.name;
+        if (saysOn) {
+            ++on;
+            splitsOn.insert(r.split);
+            EXPECT_TRUE(r.parallel.tpCommOverlap) << r.name;
+        }
+        if (saysOff) {
+            ++off;
+            EXPECT_FALSE(r.parallel.tpCommOverlap) << r.name;
+        }
+    }
+    EXPECT_GE(on, 17);
+    EXPECT_GE(off, 1);
+    EXPECT_EQ(splitsOn.size(), 2u);
 }
 
 const PublishedRun& runNamed(const std::vector<PublishedRun>& runs, const std::string& name) {

@@ -425,8 +425,11 @@ void addLayoutControls(SessionForm& form, LayoutFollows follows, bool withSchedu
         "attention-kernel", "Attention kernel",
         "Which fused attention kernel runs attention's core, at its published speed on this GPU "
         "(FlashAttention-3 paper, H100). Auto: cuDNN on Hopper, as Transformer Engine picks for "
-        "Megatron-Core and NeMo, FlashAttention-2 before it; FlashAttention-3 runs on Hopper only",
+        "Megatron-Core and NeMo, FlashAttention-2 before it; FlashAttention-3 runs on Hopper only; "
+        "FlashAttention-1 (flash-attn 1.x, 2023's Triton kernels) at half FlashAttention-2's "
+        "speed, as the FlashAttention-2 paper measured",
         {{"Auto", "auto"},
+         {"FlashAttention-1", "flash1"},
          {"FlashAttention-2", "flash2"},
          {"FlashAttention-3", "flash3"},
          {"cuDNN fused", "cudnn"}},

@@ -172,6 +172,8 @@ std::string toString(AttentionKernel k) {
     switch (k) {
     case AttentionKernel::Auto:
         return "auto";
+    case AttentionKernel::Flash1:
+        return "flash1";
     case AttentionKernel::Flash2:
         return "flash2";
     case AttentionKernel::Flash3:
@@ -202,8 +204,9 @@ Optimizer optimizerFromString(const std::string& s) {
 }
 
 AttentionKernel attentionKernelFromString(const std::string& s) {
-    static constexpr AttentionKernel all[] = {AttentionKernel::Auto, AttentionKernel::Flash2,
-                                              AttentionKernel::Flash3, AttentionKernel::Cudnn};
+    static constexpr AttentionKernel all[] = {AttentionKernel::Auto, AttentionKernel::Flash1,
+                                              AttentionKernel::Flash2, AttentionKernel::Flash3,
+                                              AttentionKernel::Cudnn};
     return fromString(s, all, "attention kernel");
 }
 

@@ -32,8 +32,9 @@ enum class Optimizer { AdamW, SgdMomentum };
 // Which fused attention kernel runs attention's core (when flashAttention is on): its speed is
 // its own, measured per GPU architecture (engine/plan/attention_kernels.h). Auto is what current
 // frameworks pick: cuDNN's fused attention on Hopper (Transformer Engine's first choice),
-// FlashAttention-2 on earlier GPUs.
-enum class AttentionKernel { Auto, Flash2, Flash3, Cudnn };
+// FlashAttention-2 on earlier GPUs. Flash1 is the first generation (flash-attn 1.x, and the
+// Triton kernels written to its algorithm, as MPT's of 2023), which 2023's stacks still ran.
+enum class AttentionKernel { Auto, Flash1, Flash2, Flash3, Cudnn };
 // When ZeRO-3 (FSDP) gathers the next layer's weights in the backward, as PyTorch FSDP's
 // BackwardPrefetch names it. Pre: before the current layer's gradients are computed, so the
 // gather hides behind them (FSDP's BACKWARD_PRE, FSDP2, DeepSpeed ZeRO-3's prefetch). Post:

@@ -39,6 +39,11 @@ constexpr HopperCurves kFlash3[2] = {{{333, 392, 460, 476, 496, 497},
                                       {292, 423, 521, 579, 602, 616},
                                       {316, 424, 501, 542, 559, 561}}};
 
+// FlashAttention-2 "is around 2x faster than FlashAttention" (Dao 2023, arXiv 2307.08691, Sec.
+// 4.1, forward and backward on A100; 1.7-3.0x in its Sec. 4 summary): the first generation runs
+// at FA2's speed over this.
+constexpr double kFlash2OverFlash1 = 2.0;
+
 // Linear in log2 of the length between the measured points; the ends held beyond them.
 double at(const Curve& c, double seqLen) {
     const double x = std::log2(std::clamp(seqLen, kLengths[0], kLengths[5]) / kLengths[0]);
@@ -48,6 +53,8 @@ double at(const Curve& c, double seqLen) {
 
 std::string kernelName(AttentionKernel k) {
     switch (k) {
+    case AttentionKernel::Flash1:
+        return "FlashAttention-1";
     case AttentionKernel::Flash2:
         return "FlashAttention-2";
     case AttentionKernel::Flash3:
@@ -77,11 +84,17 @@ AttentionSpeed attentionSpeed(AttentionKernel kernel, const GpuSpec& gpu, double
         s.kernel = AttentionKernel::Flash2;
         s.flash3Unavailable = true;
     }
-    if (!hopper || gpu.peak(Precision::Bf16) <= 0)
+    const double slowdown = s.kernel == AttentionKernel::Flash1 ? kFlash2OverFlash1 : 1.0;
+    if (!hopper || gpu.peak(Precision::Bf16) <= 0) {
+        s.gemmShare = 1.0 / slowdown;
         return s;
+    }
     // The nearer of the measured head dimensions (64, 128); a tie takes the slower 64.
     const int d = std::abs(headDim - 128) < std::abs(headDim - 64) ? 1 : 0;
-    const HopperCurves& c = s.kernel == AttentionKernel::Flash2   ? kFlash2[d]
+    // FlashAttention-1 was not measured on Hopper by the FA3 paper: FA2's curves, slowed.
+    const bool fa2Curves =
+        s.kernel == AttentionKernel::Flash2 || s.kernel == AttentionKernel::Flash1;
+    const HopperCurves& c = fa2Curves                             ? kFlash2[d]
                             : s.kernel == AttentionKernel::Flash3 ? kFlash3[d]
                                                                   : kCudnn[d];
     const double forward = at(causal ? c.forwardCausal : c.forward, seqLen);
@@ -91,8 +104,8 @@ AttentionSpeed attentionSpeed(AttentionKernel kernel, const GpuSpec& gpu, double
         backward *= at(c.forwardCausal, seqLen) / at(c.forward, seqLen);
     // As fractions of the H100 SXM5 peak they were measured against, carried to this Hopper
     // part's own peak (H200 and H100 PCIe share the SM; their clocks set their peaks).
-    s.forward = forward / kH100Bf16Peak;
-    s.backward = backward / kH100Bf16Peak;
+    s.forward = forward / kH100Bf16Peak / slowdown;
+    s.backward = backward / kH100Bf16Peak / slowdown;
     s.measured = true;
     return s;
 }
@@ -101,15 +114,19 @@ std::string describeAttentionSpeed(const AttentionSpeed& s, const GpuSpec& gpu) 
     const std::string fallback =
         s.flash3Unavailable ? "FlashAttention-3 runs on Hopper only, so FlashAttention-2 runs; "
                             : "";
+    const bool flash1 = s.kernel == AttentionKernel::Flash1;
     if (!s.measured)
         return fallback + kernelName(s.kernel) + "'s speed by sequence length is held for " +
                "Hopper only (FlashAttention-3 paper); on " + gpu.id +
-               " attention's core runs at the GEMM efficiency";
+               " attention's core runs at the GEMM efficiency" +
+               (flash1 ? " over 2 (FlashAttention-2 is about 2x as fast, Dao 2023)" : "");
     const double peak = gpu.peak(Precision::Bf16) / 1e12;
     return fallback + kernelName(s.kernel) + " at " + std::to_string(int(std::lround(s.seqLen))) +
            " tokens, " + std::to_string(int(std::lround(s.forward * peak))) + "/" +
-           std::to_string(int(std::lround(s.backward * peak))) +
-           " TFLOP/s forward/backward (Shah et al. 2024)";
+           std::to_string(int(std::lround(s.backward * peak))) + " TFLOP/s forward/backward" +
+           (flash1 ? " (FlashAttention-2's, Shah et al. 2024, over 2: FA2 is about 2x as fast, "
+                     "Dao 2023)"
+                   : " (Shah et al. 2024)");
 }
 
 } // namespace shardscope

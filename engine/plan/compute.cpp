@@ -302,7 +302,7 @@ StageCompute stageCompute(const PlanInputs& in, int stage, const TokenFlops& f) 
         s.attentionSeconds = layers * f.attentionCore * share / bf16Peak *
                              (forwardRuns / kernel.forward + 2.5 / kernel.backward);
     } else if (peak > 0) {
-        s.attentionSeconds = coreFlops / peak;
+        s.attentionSeconds = coreFlops / (peak * kernel.gemmShare);
     }
     if (peak > 0 && projectionPeak > 0)
         s.gemmSeconds = projectionFlops / projectionPeak + headFlops / peak + s.attentionSeconds;

@@ -805,7 +805,12 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
             if (kernel.measured)
                 x.formula += " + attention_core_flops x (forward_runs / fused_forward_rate + "
                              "2.5 / fused_backward_rate), the core taken out of the GEMM term";
+            else if (kernel.gemmShare < 1.0)
+                x.formula += ", attention's core at gemm_share x its GEMM rate";
             x.substituted += "; attention: " + describeAttentionSpeedFor(in);
+            if (kernel.kernel == AttentionKernel::Flash1)
+                x.source += "; Dao 2023, FlashAttention-2 (arXiv 2307.08691), Sec. 4.1: FA2 is "
+                            "around 2x faster than FlashAttention";
         }
         x.formula += "; each GEMM efficiency = calibrated_efficiency x matmul_ceiling / "
                      "calibration_gpu_ceiling";

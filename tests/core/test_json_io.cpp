@@ -503,7 +503,8 @@ TEST(ParallelConfigJson, RoundTripsEveryEnumValue) {
     p.precision = PrecisionPolicy::fp8Weights();
     p.optimizer = Optimizer::SgdMomentum;
     expectSame(roundTrip(p), p);
-    for (auto k : {AttentionKernel::Flash2, AttentionKernel::Flash3, AttentionKernel::Cudnn}) {
+    for (auto k : {AttentionKernel::Flash1, AttentionKernel::Flash2, AttentionKernel::Flash3,
+                   AttentionKernel::Cudnn}) {
         p.attentionKernel = k;
         expectSame(roundTrip(p), p);
     }

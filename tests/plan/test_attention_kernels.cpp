@@ -137,3 +137,47 @@ TEST(AttentionKernels, SetsTheCoresComputeTime) {
     const double cp2 = perRank / 319e12 + 2.5 * perRank / (310e12 * 319 / 368);
     EXPECT_NEAR(stageCompute(in, 0).attentionSeconds, cp2, 0.005 * cp2);
 }
+
+// FlashAttention-2 "is around 2x faster than FlashAttention" (Dao 2023, arXiv 2307.08691,
+// Sec. 4.1): on Hopper the first generation runs FA2's measured curves at half their rate, forward
+// and backward, at every length and head dimension; where nothing was measured (A100) the core
+// runs at half the GEMM efficiency, so it takes twice FA2's time there too.
+TEST(AttentionKernels, FlashAttention1RunsAtHalfFlashAttention2sSpeed) {
+    const GpuSpec& h100 = findGpuPreset("h100-sxm");
+    for (const double s : {512.0, 2048.0, 3000.0, 8192.0, 65536.0})
+        for (const int d : {64, 128})
+            for (const bool causal : {false, true}) {
+                const AttentionSpeed fa1 =
+                    attentionSpeed(AttentionKernel::Flash1, h100, s, d, causal);
+                const AttentionSpeed fa2 =
+                    attentionSpeed(AttentionKernel::Flash2, h100, s, d, causal);
+                ASSERT_TRUE(fa1.measured);
+                EXPECT_EQ(fa1.kernel, AttentionKernel::Flash1);
+                EXPECT_NEAR(fa1.forward, fa2.forward / 2, 1e-12) << s << " " << d;
+                EXPECT_NEAR(fa1.backward, fa2.backward / 2, 1e-12) << s << " " << d;
+            }
+    // Head dim 128 at 2k, causal: the FA3 paper's FA2 bar (298 TFLOP/s forward), halved.
+    EXPECT_NEAR(
+        tflops(attentionSpeed(AttentionKernel::Flash1, h100, 2048, 128, true).forward, h100), 149,
+        0.5);
+    const AttentionSpeed fa1 = attentionSpeed(AttentionKernel::Flash1, h100, 2048, 128, true);
+    EXPECT_NE(describeAttentionSpeed(fa1, h100).find("Dao 2023"), std::string::npos);
+
+    const GpuSpec& a100 = findGpuPreset("a100-80gb");
+    const AttentionSpeed ampere = attentionSpeed(AttentionKernel::Flash1, a100, 2048, 128, true);
+    EXPECT_FALSE(ampere.measured);
+    EXPECT_EQ(ampere.kernel, AttentionKernel::Flash1);
+    EXPECT_DOUBLE_EQ(ampere.gemmShare, 0.5);
+    EXPECT_DOUBLE_EQ(attentionSpeed(AttentionKernel::Flash2, a100, 2048, 128, true).gemmShare, 1.0);
+    EXPECT_NE(describeAttentionSpeed(ampere, a100).find("over 2"), std::string::npos);
+
+    PlanInputs in = test::inputs("llama3-8b", "a100-80gb", 8, 1, test::layout(8, 1, 1, 64));
+    in.parallel.attentionKernel = AttentionKernel::Flash2;
+    const StageCompute second = stageCompute(in, 0);
+    in.parallel.attentionKernel = AttentionKernel::Flash1;
+    const StageCompute first = stageCompute(in, 0);
+    EXPECT_NEAR(first.attentionSeconds, 2.0 * second.attentionSeconds,
+                1e-9 * first.attentionSeconds);
+    EXPECT_NEAR(first.seconds() - second.seconds(), second.attentionSeconds,
+                1e-9 * first.seconds()); // only the core changed
+}

@@ -106,14 +106,15 @@ ComparedParts compareParts() {
 
 // The model may be calibrated on the calibration part; the validation part is never used to
 // tune. docs/validation.md reports both. The target for the validation part is a median
-// of 8 % (p90 20 %), not met yet; it asks the test to fail when the median passes 10 %, and it
-// fails past 9 % since the Nemotron-4 rows took their launcher configs' TP overlap (8.4 %).
+// of 8 % (p90 20 %), met since llm-foundry's rows run FlashAttention-1 (5.2 %, p90 19.3 %); it
+// asks the test to fail when the median passes 10 %. The bounds hold today's figures with a
+// little room: 7 % and 21 %.
 TEST(PublishedRuns, MedianErrorsOfTheCalibrationAndValidationParts) {
     const auto [runs, results, calibration, validation] = compareParts();
     EXPECT_LT(calibration.medianAbsolute, 0.10);
-    EXPECT_LT(validation.medianAbsolute, 0.09);
+    EXPECT_LT(validation.medianAbsolute, 0.07);
     EXPECT_LT(calibration.p90Absolute, 0.25);
-    EXPECT_LT(validation.p90Absolute, 0.30);
+    EXPECT_LT(validation.p90Absolute, 0.21);
     for (const RunComparison& c : results)
         EXPECT_GT(c.predicted, 0);
 }
@@ -153,6 +154,21 @@ TEST(PublishedRuns, TheFp8GemmEfficiencySitsAtItsCalibrationSourcesZero) {
     }
 }
 
+// The rows of one source.
+std::vector<PublishedRun> rowsFrom(const std::string& sourceId) {
+    std::vector<PublishedRun> rows = loadPublishedRuns(kRuns);
+    rows.erase(std::remove_if(rows.begin(), rows.end(),
+                              [&](const PublishedRun& r) { return r.sourceId != sourceId; }),
+               rows.end());
+    return rows;
+}
+
+// The median of an even count of signed errors (llm-foundry's 30 rows).
+double medianOf(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 // llm-foundry's tables ran on Composer's FSDP: its mixed-precision mode "DEFAULT" kept fp32
 // weights under bf16 autocast and reduced in bf16, "PURE" ran bf16 throughout, and its
 // backward_prefetch default was BACKWARD_POST. Each row's settings follow the MP Mode and
@@ -162,9 +178,7 @@ TEST(PublishedRuns, TheFp8GemmEfficiencySitsAtItsCalibrationSourcesZero) {
 TEST(PublishedRuns, LlmFoundrysRowsRunAsComposersFsdpRanThem) {
     std::vector<double> asRun, asFsdpDefaults;
     int defaultMode = 0, pureMode = 0;
-    for (const PublishedRun& r : loadPublishedRuns(kRuns)) {
-        if (r.sourceId != "llmfoundry")
-            continue;
+    for (const PublishedRun& r : rowsFrom("llmfoundry")) {
         const bool fullShard = r.source.find("| FULL_SHARD |") != std::string::npos;
         EXPECT_EQ(fullShard, r.parallel.zero == 3) << r.name;
         EXPECT_EQ(r.parallel.backwardPrefetch,
@@ -189,12 +203,35 @@ TEST(PublishedRuns, LlmFoundrysRowsRunAsComposersFsdpRanThem) {
     ASSERT_EQ(asRun.size(), 30u);
     EXPECT_EQ(defaultMode, 20); // and 3 in FP8 (amp_fp8), which keep the fp8 policy
     EXPECT_EQ(pureMode, 7);
-    const auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-    };
-    EXPECT_LT(std::abs(median(asRun)), 0.10);
-    EXPECT_GT(median(asFsdpDefaults), median(asRun) + 0.03);
+    EXPECT_LT(std::abs(medianOf(asRun)), 0.10);
+    EXPECT_GT(medianOf(asFsdpDefaults), medianOf(asRun) + 0.03);
+}
+
+// llm-foundry's 2023 tables ran MPT's attention of the first FlashAttention generation: the
+// launchers of the time default attn_impl to triton (MPT's Triton kernel of FlashAttention-1's
+// algorithm), the gpu extra pinned flash-attn 1.0.3, and FlashAttention-2 came to llm-foundry
+// in October 2023. Each row says so and cites the default. FlashAttention-2 runs about twice
+// as fast (Dao 2023, Sec. 4.1), and planned with it the rows come out too fast by what
+// attention's share of their FLOPs grows with (the small models, the 8K rows): the source's
+// median signed error moves off zero and its worst row past 25 %.
+TEST(PublishedRuns, LlmFoundrysRowsRunFlashAttentionsFirstGeneration) {
+    std::vector<double> asRun, asFlash2;
+    double worst = 0, worstFlash2 = 0;
+    for (const PublishedRun& r : rowsFrom("llmfoundry")) {
+        EXPECT_EQ(r.parallel.attentionKernel, AttentionKernel::Flash1) << r.name;
+        EXPECT_NE(r.source.find("--attn_impl default 'triton'"), std::string::npos) << r.name;
+        asRun.push_back(compareRun(r).error);
+        PublishedRun flash2 = r;
+        flash2.parallel.attentionKernel = AttentionKernel::Flash2;
+        asFlash2.push_back(compareRun(flash2).error);
+        worst = std::max(worst, std::abs(asRun.back()));
+        worstFlash2 = std::max(worstFlash2, std::abs(asFlash2.back()));
+    }
+    ASSERT_EQ(asRun.size(), 30u);
+    EXPECT_LT(std::abs(medianOf(asRun)), 0.03);
+    EXPECT_GT(medianOf(asFlash2), medianOf(asRun) + 0.04);
+    EXPECT_LT(worst, 0.15);
+    EXPECT_GT(worstFlash2, 0.25);
 }
 
 // Where a row's source quotes the config that ran it turning Transformer Engine's TP

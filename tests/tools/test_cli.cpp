@@ -528,8 +528,9 @@ TEST(CliPlan, OverlapFlagsMoveTheStepAndAreExplained) {
 
 // The attention kernel (--attention-kernel): on H100 at 8K tokens FlashAttention-3 runs the
 // attention core faster than FlashAttention-2 (Shah et al. 2024, Figs. 5-6), so the step is
-// shorter; the explanation names the kernel; on an A100, which has no measured rates, the choice
-// leaves the step alone; an unknown kernel is refused with exit 2.
+// shorter, and FlashAttention-1 (half FA2's speed, Dao 2023) longer; the explanation names the
+// kernel; on an A100, which has no measured rates, FA3 falls back to FA2 and leaves the step
+// alone, while FA1 still runs at half the rate; an unknown kernel is refused with exit 2.
 TEST(CliPlan, TheAttentionKernelSetsTheAttentionCoresSpeed) {
     const std::vector<std::string> layout = {"--model", "llama3-8b", "--seq", "8192"};
     auto step = [&](const std::vector<std::string>& extra) {
@@ -547,6 +548,11 @@ TEST(CliPlan, TheAttentionKernelSetsTheAttentionCoresSpeed) {
     EXPECT_EQ(step({}).second, "auto");
     EXPECT_DOUBLE_EQ(step({"--gpu", "a100-80gb", "--attention-kernel", "flash2"}).first,
                      step({"--gpu", "a100-80gb", "--attention-kernel", "flash3"}).first);
+    const auto fa1 = step({"--attention-kernel", "flash1"});
+    EXPECT_EQ(fa1.second, "flash1");
+    EXPECT_GT(fa1.first, fa2.first);
+    EXPECT_GT(step({"--gpu", "a100-80gb", "--attention-kernel", "flash1"}).first,
+              step({"--gpu", "a100-80gb", "--attention-kernel", "flash2"}).first);
 
     std::vector<std::string> explainArgs = {"explain", "time.compute", "--attention-kernel",
                                             "flash3"};

@@ -90,10 +90,11 @@ void addLayoutFlags(CLI::App& app, LayoutFlags& f, bool searchOnly) {
                    "Fused attention: no stored or re-read attention scores (true/false)")
         ->capture_default_str();
     app.add_option("--attention-kernel", f.attentionKernel,
-                   "Which fused attention kernel runs (with --flash-attention): flash2, flash3 "
-                   "(Hopper only), cudnn, or auto (cuDNN on Hopper, as Transformer Engine picks; "
-                   "FlashAttention-2 before it); its speed is the kernel's published one "
-                   "(docs/validation.md)")
+                   "Which fused attention kernel runs (with --flash-attention): flash1 "
+                   "(FlashAttention-1 or a Triton kernel of its algorithm, at half FA2's speed), "
+                   "flash2, flash3 (Hopper only), cudnn, or auto (cuDNN on Hopper, as "
+                   "Transformer Engine picks; FlashAttention-2 before it); its speed is the "
+                   "kernel's published one (docs/validation.md)")
         ->capture_default_str();
     app.add_option("--fused-elementwise", f.fusedElementwise,
                    "Norms, adds, rotary and the activation run as fused kernels (torch.compile, "

@@ -31,8 +31,8 @@ struct AttentionSpeed {
 // per-length measurement is held: `measured` is false and the caller keeps its GEMM efficiency
 // (times gemmShare). FlashAttention-1 runs at half FlashAttention-2's speed everywhere: Dao 2023
 // (FlashAttention-2, arXiv 2307.08691, Sec. 4.1) measured FA2 "around 2x faster than
-// FlashAttention" over lengths 512-16k and head dimensions 64 and 128 on A100, and its H100
-// figure shows the same.
+// FlashAttention" over lengths 512-16k and head dimensions 64 and 128 on A100; the ratio is
+// carried to Hopper, where no measurement of the first generation is held.
 AttentionSpeed attentionSpeed(AttentionKernel kernel, const GpuSpec& gpu, double seqLen,
                               int headDim, bool causal);
 // In words, with its source: which kernel runs, at what rate, or why no rate is held. Apart from

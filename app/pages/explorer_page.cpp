@@ -336,7 +336,9 @@ void ExplorerPage::refresh() {
             {qs(p.label), p.seconds,
              p.label == "Compute"  ? explanationTooltip(explain(in, e, FigureId::ComputeTime))
              : p.label == "Bubble" ? explanationTooltip(explain(in, e, FigureId::Bubble))
-                                   : QString()});
+             : p.label == "Host-bound wait"
+                 ? explanationTooltip(explain(in, e, FigureId::HostBound))
+                 : QString()});
     stepBar_->setSegments(std::move(parts), ValueKind::Seconds);
 
     memoryChart_->setBars({{QString("stage %1").arg(e.worstStage), e.memory}}, e.capacity,
@@ -491,6 +493,8 @@ QString ExplorerPage::reportHtml() const {
     QStringList sources;
     QString rows;
     for (const Explanation& x : explainAll(in, doc_->estimate(), allFigures())) {
+        if (!figureApplies(doc_->estimate(), x.id))
+            continue;
         const QString source = qs(x.source);
         qsizetype cite = sources.indexOf(source);
         if (cite < 0) {

@@ -46,6 +46,17 @@ struct Assumptions {
     // 18.9 % average slowdown over GPT and Llama layers on A100, H100, MI250 and MI210.
     // Which communication overlaps at all is the layout's (ParallelConfig's overlap flags).
     double overlapSlowdown = 0.189;
+    // Host time of one token-dropless MoE layer for one microbatch, forward and backward: the
+    // Python, PyTorch and launch work of its many small kernels (router, permutation, the
+    // grouped GEMMs of each local expert, their casts), which the GPU cannot run ahead of
+    // because dropless routing copies the token counts to the host and synchronises once per
+    // layer (Megatron-Core's alltoall and DeepEP dispatchers). A microbatch on a pipeline stage
+    // takes at least its MoE layers times this, however fast its GPU work: the host roof.
+    // Calibrated on the calibration part of tests/data/published_runs.csv: Megatron-MoE-
+    // ModelZoo's Qwen3-235B-A22B on 256 H100s with EP 8 inside a node (TP 4, PP 8, VPP 4, micro
+    // batch 1, 16 experts a rank), whose 29.0 s step is host-bound on the planner's own GPU
+    // time (docs/validation.md).
+    double moeLayerHostSeconds = 9.4e-3;
     // Memory the planner cannot attribute to a tensor: CUDA context, cuBLAS workspaces, NCCL
     // buffers (fixed), and caching-allocator fragmentation (fraction of everything else).
     double runtimeOverheadBytes = 1.0e9;
@@ -77,5 +88,9 @@ struct Assumptions {
     // counts what runs whatever the convention.
     FlopsConvention flopsConvention = FlopsConvention::Causal;
 };
+
+// The most host time a dropless MoE layer may be given, in ms (--moe-host-ms, sessions): a
+// second a layer is past any framework and keeps step times finite.
+inline constexpr double kMaxMoeLayerHostMs = 1000;
 
 } // namespace shardscope

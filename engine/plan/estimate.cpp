@@ -413,6 +413,20 @@ MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, const ParamCount& c,
     return worst;
 }
 
+// Dropless routing syncs the host once per MoE layer, so the host cannot run ahead of the GPU
+// and a microbatch on a stage lasts at least the host time of its MoE layers. Token dropping
+// (a capacity factor) sizes every buffer in advance: no sync, no roof.
+double hostMicrobatchSeconds(const PlanInputs& in) {
+    const ModelSpec& m = in.model;
+    const ParallelConfig& p = in.parallel;
+    if (!m.moe.enabled() || p.expertCapacityFactor > 0)
+        return 0.0;
+    int moeLayers = 0;
+    for (const int s : candidateStages(m, p))
+        moeLayers = std::max(moeLayers, stageLayers(m, p, s).moe);
+    return moeLayers * in.assume.moeLayerHostSeconds;
+}
+
 Estimate evaluate(const PlanInputs& in) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
@@ -472,7 +486,10 @@ Estimate evaluate(const PlanInputs& in) {
     // pipeline bubble at that pace, then the exposed PP and DP transfers and the optimizer.
     const double perMicrobatchWait =
         (e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed + e.axis(Axis::EP).exposed) / mbs;
-    const double paced = e.microbatchCompute + perMicrobatchWait;
+    const double gpuPaced = e.microbatchCompute + perMicrobatchWait;
+    e.hostMicrobatch = hostMicrobatchSeconds(in);
+    const double paced = std::max(gpuPaced, e.hostMicrobatch);
+    e.hostWait = mbs * (paced - gpuPaced);
     e.bubbleTime = pipelineBubbleMicrobatches(p.schedule, p.pp, int(mbs), p.vpp,
                                               in.assume.optimizerPostValidation) *
                    paced;
@@ -536,6 +553,7 @@ std::vector<StepPart> stepTimeParts(const Estimate& e) {
     std::vector<StepPart> parts = {{"Compute", e.computeTime}};
     for (Axis a : {Axis::TP, Axis::CP, Axis::EP, Axis::PP, Axis::DP})
         parts.push_back({"Exposed " + toString(a), e.axis(a).exposed});
+    parts.push_back({"Host-bound wait", e.hostWait});
     parts.push_back({"Bubble", e.bubbleTime});
     parts.push_back({"Optimizer", e.optimizerTime});
     return parts;

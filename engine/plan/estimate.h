@@ -92,6 +92,11 @@ struct Estimate {
     std::array<AxisComm, kAxes.size()> comm; // indexed by Axis
     double bubbleFraction = 0;
     double bubbleTime = 0;
+    // Dropless MoE: the least a microbatch takes on a stage, its MoE layers x the host time of
+    // one (Assumptions::moeLayerHostSeconds), and what the step waits beyond the GPU's own work
+    // for it, over every microbatch (0 where the GPU is the slower).
+    double hostMicrobatch = 0;
+    double hostWait = 0;
     double exposedComm = 0;
     double stepTime = 0;
 
@@ -133,6 +138,9 @@ struct StepPart {
 std::vector<StepPart> stepTimeParts(const Estimate& e);
 
 // Pieces, exposed for tests and for the explanation of single figures.
+// The host roof of a dropless MoE layout: the host time of the MoE layers one microbatch runs
+// on the stage that holds the most of them (0 for dense models and token dropping).
+double hostMicrobatchSeconds(const PlanInputs& in);
 MemoryBreakdown memoryForStage(const PlanInputs& in, int stage);
 // The same with the model's parameters already counted (the search plans several stages).
 MemoryBreakdown memoryForStage(const PlanInputs& in, int stage, const ParamCount& c);

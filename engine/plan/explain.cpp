@@ -43,6 +43,7 @@ constexpr std::array kFigures = {
     FigureInfo{FigureId::CommCP, "comm.cp", "Context-parallel communication"},
     FigureInfo{FigureId::CommEP, "comm.ep", "Expert-parallel communication"},
     FigureInfo{FigureId::Bubble, "pipeline.bubble", "Pipeline bubble"},
+    FigureInfo{FigureId::HostBound, "time.host_bound", "Host-bound wait"},
     FigureInfo{FigureId::StepTime, "time.step", "Step time"},
     FigureInfo{FigureId::TokensPerSecond, "throughput.tokens_per_s", "Throughput"},
     FigureInfo{FigureId::TflopsPerGpu, "throughput.tflops_per_gpu", "Model FLOP/s per GPU"},
@@ -515,6 +516,10 @@ void explainElementwiseTraffic(Explanation& x, const PlanInputs& in) {
 
 } // namespace
 
+bool figureApplies(const Estimate& e, FigureId id) {
+    return id != FigureId::HostBound || e.hostMicrobatch > 0;
+}
+
 const std::vector<FigureId>& allFigures() {
     static const std::vector<FigureId> ids = [] {
         std::vector<FigureId> v;
@@ -873,6 +878,35 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                                    "--post-validation assumes it does not)";
         x.source = kBubbleSource;
         break;
+    case FigureId::HostBound: {
+        x.value = e.hostWait;
+        x.unit = "s";
+        x.formula = "microbatches x max(0, host_per_microbatch - (microbatch_compute + TP/CP/EP "
+                    "waits per microbatch)); host_per_microbatch = MoE layers on the stage x "
+                    "host time of one (dropless routing only)";
+        const int moeLayers =
+            in.assume.moeLayerHostSeconds > 0
+                ? int(std::lround(e.hostMicrobatch / in.assume.moeLayerHostSeconds))
+                : 0;
+        if (e.hostMicrobatch <= 0)
+            x.substituted = !m.moe.enabled()
+                                ? "no MoE layers: no host roof"
+                                : "token dropping (capacity factor " + n(p.expertCapacityFactor) +
+                                      "): no host sync, no host roof";
+        else
+            x.substituted =
+                std::to_string(moeLayers) + " MoE layers x " + s(in.assume.moeLayerHostSeconds) +
+                " = " + s(e.hostMicrobatch) + " a microbatch on the host, against " +
+                s(e.microbatchCompute +
+                  (e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed + e.axis(Axis::EP).exposed) /
+                      std::max(1, p.microbatches())) +
+                " on the GPU -> " + s(e.hostWait) + " waited per step" +
+                (e.hostWait > 0 ? " (host-bound)" : " (the GPU is the slower)");
+        x.source = "Dropless routing syncs the host once per MoE layer (Megatron-Core "
+                   "token_dispatcher.py); host time calibrated on Megatron-MoE-ModelZoo's "
+                   "Qwen3-235B on 256 H100s (docs/validation.md)";
+        break;
+    }
     case FigureId::StepTime:
         x.value = e.stepTime;
         x.unit = "s";
@@ -886,12 +920,13 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                        "Appendix B";
             break;
         }
-        x.formula = "compute + exposed TP/CP/EP + bubble + exposed PP + exposed DP + optimizer";
+        x.formula = "compute + exposed TP/CP/EP + host-bound wait + bubble + exposed PP + "
+                    "exposed DP + optimizer";
         x.substituted = s(e.computeTime) + " + " + s(e.axis(Axis::TP).exposed) + " + " +
                         s(e.axis(Axis::CP).exposed) + " + " + s(e.axis(Axis::EP).exposed) + " + " +
-                        s(e.bubbleTime) + " + " + s(e.axis(Axis::PP).exposed) + " + " +
-                        s(e.axis(Axis::DP).exposed) + " + " + s(e.optimizerTime) + " = " +
-                        s(e.stepTime);
+                        s(e.hostWait) + " + " + s(e.bubbleTime) + " + " +
+                        s(e.axis(Axis::PP).exposed) + " + " + s(e.axis(Axis::DP).exposed) + " + " +
+                        s(e.optimizerTime) + " = " + s(e.stepTime);
         x.source = "Shardscope step model, docs/formulas.md";
         break;
     case FigureId::TokensPerSecond:

@@ -29,6 +29,7 @@ enum class FigureId {
     CommCP,
     CommEP,
     Bubble,
+    HostBound,
     StepTime,
     TokensPerSecond,
     TflopsPerGpu,
@@ -61,6 +62,10 @@ std::string figureKey(FigureId id);
 FigureId figureFromKey(const std::string& key); // throws InputError listing the known keys
 
 Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id);
+// Whether a figure says something about this plan: every figure does but the host-bound wait,
+// which only a dropless MoE layout has. The printed report leaves the others out; lists and
+// --explain keep every figure.
+bool figureApplies(const Estimate& e, FigureId id);
 
 // What a layout may use of each GPU, for people: "80.0 GB", or with a memory headroom
 // "72.0 GB (80.0 GB less a 10.0 % headroom)".

@@ -1137,6 +1137,15 @@ TEST(Estimate, InvalidLayoutIsReportedNotCrashing) {
     EXPECT_TRUE(std::isfinite(e.memory.total()));
 }
 
+// The part of a step with this label.
+double stepPart(const Estimate& e, const std::string& label) {
+    for (const StepPart& p : stepTimeParts(e))
+        if (p.label == label)
+            return p.seconds;
+    ADD_FAILURE() << "no step part " << label;
+    return 0;
+}
+
 TEST(StepTimeParts, AddUpToTheStepTime) {
     for (const char* model : {"llama3-8b", "llama3-70b"}) {
         PlanInputs in = test::inputs(model, "h100-sxm", 8, 8, test::layout(4, 4, 4, 256, 1));
@@ -1147,8 +1156,66 @@ TEST(StepTimeParts, AddUpToTheStepTime) {
             sum += p.seconds;
         EXPECT_NEAR(sum, e.stepTime, 1e-9 * e.stepTime) << model;
         EXPECT_DOUBLE_EQ(stepTimeParts(e).front().seconds, e.computeTime);
-        EXPECT_GT(stepTimeParts(e)[5].seconds, 0.0) << "pp 4 has a bubble";
+        EXPECT_GT(stepPart(e, "Bubble"), 0.0) << "pp 4 has a bubble";
+        EXPECT_EQ(stepPart(e, "Host-bound wait"), 0.0) << "a dense model has no host roof";
     }
+}
+
+// DeepSeekMoE 16B (a dense first layer, then 27 MoE layers) on 8 B200s, pp 2 x ep 4: stage 0
+// holds the dense layer and 13 MoE layers, stage 1 the other 14. Dropless routing syncs the host
+// once per MoE layer, so a microbatch takes at least 14 layers' host time; token dropping and a
+// dense model have no roof.
+PlanInputs deepSeekMoeOnB200(int microBatch) {
+    PlanInputs in = test::inputs("llama3-8b", "b200", 8, 1, test::layout(4, 1, 2, 256, 1));
+    in.model = test::deepSeekMoe16b();
+    in.parallel.ep = 4;
+    in.parallel.microBatch = microBatch;
+    return in;
+}
+
+TEST(HostRoof, ADroplessMicrobatchTakesAtLeastItsMoeLayersHostTime) {
+    PlanInputs in = deepSeekMoeOnB200(1);
+    const double layer = in.assume.moeLayerHostSeconds;
+    ASSERT_GT(layer, 0);
+    EXPECT_DOUBLE_EQ(hostMicrobatchSeconds(in), 14 * layer);
+    const Estimate e = estimate(in);
+    ASSERT_TRUE(e.valid());
+    EXPECT_DOUBLE_EQ(e.hostMicrobatch, 14 * layer);
+    const int microbatches = in.parallel.microbatches();
+    EXPECT_EQ(microbatches, 64);
+    EXPECT_GE(e.stepTime, microbatches * e.hostMicrobatch);
+    double sum = 0;
+    for (const StepPart& p : stepTimeParts(e))
+        sum += p.seconds;
+    EXPECT_NEAR(sum, e.stepTime, 1e-9 * e.stepTime);
+    EXPECT_DOUBLE_EQ(stepPart(e, "Host-bound wait"), e.hostWait);
+
+    PlanInputs dropping = in;
+    dropping.parallel.expertCapacityFactor = 1.0;
+    EXPECT_EQ(hostMicrobatchSeconds(dropping), 0.0);
+    EXPECT_EQ(estimate(dropping).hostWait, 0.0);
+    PlanInputs dense = in;
+    dense.model = test::withoutExperts(in.model);
+    dense.parallel.ep = 1;
+    EXPECT_EQ(hostMicrobatchSeconds(dense), 0.0);
+}
+
+// Where the host sets the pace, a larger micro batch (fewer microbatches for the same batch)
+// pays the host time fewer times: four times the micro batch is well over twice as fast. With a
+// host that costs nothing the same change gains little, as the GPU's work is the same.
+TEST(HostRoof, AHostBoundLayoutGainsFromLargerMicroBatches) {
+    const Estimate one = estimate(deepSeekMoeOnB200(1));
+    const Estimate four = estimate(deepSeekMoeOnB200(4));
+    ASSERT_TRUE(one.valid() && four.valid());
+    EXPECT_GT(one.hostWait, 0.5 * one.stepTime);
+    EXPECT_GT(four.tokensPerSecond, 2.0 * one.tokensPerSecond);
+
+    PlanInputs freeOne = deepSeekMoeOnB200(1), freeFour = deepSeekMoeOnB200(4);
+    freeOne.assume.moeLayerHostSeconds = freeFour.assume.moeLayerHostSeconds = 0;
+    const Estimate a = estimate(freeOne), b = estimate(freeFour);
+    EXPECT_EQ(a.hostWait, 0.0);
+    EXPECT_LT(b.tokensPerSecond, 1.3 * a.tokensPerSecond);
+    EXPECT_GT(a.tokensPerSecond, one.tokensPerSecond);
 }
 
 } // namespace

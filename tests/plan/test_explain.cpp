@@ -252,6 +252,33 @@ TEST(Explain, BareModelSaysWhatItOmits) {
     }
 }
 
+// The host-bound wait says what a dropless MoE layout waits for its host, and where there is no
+// host roof (a dense model, token dropping) says why; reports leave it out there.
+TEST(Explain, TheHostBoundWaitSaysWhereTheHostSetsThePace) {
+    PlanInputs in = test::inputs("llama3-8b", "b200", 8, 1, test::layout(8, 1, 1, 512, 1));
+    in.model = test::deepSeekMoe16b();
+    in.parallel.ep = 8;
+    const Estimate e = estimate(in);
+    ASSERT_TRUE(e.valid());
+    const Explanation x = explain(in, e, FigureId::HostBound);
+    EXPECT_EQ(x.key, "time.host_bound");
+    EXPECT_DOUBLE_EQ(x.value, e.hostWait);
+    EXPECT_GT(x.value, 0);
+    EXPECT_NE(x.substituted.find("27 MoE layers x"), std::string::npos) << x.substituted;
+    EXPECT_NE(x.substituted.find("(host-bound)"), std::string::npos) << x.substituted;
+    EXPECT_TRUE(figureApplies(e, FigureId::HostBound));
+    EXPECT_NE(explain(in, e, FigureId::StepTime).substituted.find(" + " + x.display + " + "),
+              std::string::npos)
+        << explain(in, e, FigureId::StepTime).substituted;
+
+    in.parallel.expertCapacityFactor = 1.25;
+    const Estimate dropping = estimate(in);
+    EXPECT_NE(explain(in, dropping, FigureId::HostBound).substituted.find("token dropping"),
+              std::string::npos);
+    EXPECT_FALSE(figureApplies(dropping, FigureId::HostBound));
+    EXPECT_TRUE(figureApplies(dropping, FigureId::Bubble));
+}
+
 TEST(Explain, PipelineBubbleFromTheShapeAlone) {
     const Explanation x = explainPipelineBubble(PipelineSchedule::OneFOneB, 4, 8, 1);
     EXPECT_DOUBLE_EQ(x.value, 3.0 / 11);

@@ -113,10 +113,10 @@ TEST(PublishedRuns, MedianErrorsOfTheCalibrationAndValidationParts) {
     const auto [runs, results, calibration, validation] = compareParts();
     EXPECT_LT(calibration.medianAbsolute, 0.10);
     EXPECT_LT(validation.medianAbsolute, 0.07);
-    // Megatron-MoE-ModelZoo's Qwen3-235B rows, from -33 % to +122 % (docs/validation.md), took
-    // the calibration part's p90 from 19 % to 33 %.
+    // Megatron-MoE-ModelZoo's Qwen3-235B rows, from -33 % to +64 % (docs/validation.md), took
+    // the calibration part's p90 from 19 % to 32 %.
     EXPECT_LT(calibration.p90Absolute, 0.35);
-    EXPECT_LT(validation.p90Absolute, 0.21);
+    EXPECT_LT(validation.p90Absolute, 0.18);
     for (const RunComparison& c : results)
         EXPECT_GT(c.predicted, 0);
 }
@@ -165,10 +165,60 @@ std::vector<PublishedRun> rowsFrom(const std::string& sourceId) {
     return rows;
 }
 
-// The median of an even count of signed errors (llm-foundry's 30 rows).
+// The median of signed errors: the middle one, or the mean of the middle two.
 double medianOf(std::vector<double> v) {
     std::sort(v.begin(), v.end());
-    return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    const std::size_t half = v.size() / 2;
+    return v.size() % 2 ? v[half] : (v[half - 1] + v[half]) / 2;
+}
+
+// The host time of a dropless MoE layer is what Megatron-MoE-ModelZoo's Qwen3-235B run with its
+// experts inside a node (TP 4, EP 8, PP 8 x VPP 4) took a layer and microbatch: its published
+// step over 256 microbatches of the 12 MoE layers a stage holds, less the interleaved bubble,
+// 7 / (4 x 256) of the rest. The planner's GPU work for that row is under half of it, so the row
+// is host-bound, and at the default it is predicted within 3 % of what ran.
+TEST(PublishedRuns, TheMoeHostTimeIsWhatTheModelZoosHostBoundRowTook) {
+    const std::vector<PublishedRun> zoo = rowsFrom("megatron-moe-modelzoo");
+    const auto row = std::find_if(zoo.begin(), zoo.end(), [](const PublishedRun& r) {
+        return r.name == "modelzoo-qwen3-235b-a22b-h100-256gpu-deepep-ep8-tp4";
+    });
+    ASSERT_NE(row, zoo.end());
+    EXPECT_EQ(row->split, RunSplit::Calibration);
+    const double step = 2048.0 * 4096 / (256 * row->reportedTokensPerGpu);
+    EXPECT_NEAR(step, 29.0, 0.05); // the readme's step time
+    const double perLayer = step / (256 * 12) / (1 + 7.0 / (4 * 256));
+    EXPECT_NEAR(Assumptions{}.moeLayerHostSeconds, perLayer, 0.01 * perLayer);
+
+    const RunComparison c = compareRun(*row);
+    EXPECT_LT(std::abs(c.error), 0.03);
+    EXPECT_GT(c.estimate.hostWait, 0.5 * c.estimate.stepTime);
+    EXPECT_NEAR(c.estimate.hostMicrobatch, 12 * perLayer, 0.01 * 12 * perLayer);
+}
+
+// Megatron-Bridge's dropless Qwen3 rows on B200 run their microbatches at the host's pace: with
+// the host roof the source's median signed error is within the 10 %; without it (a host
+// that costs nothing) the planner has them over 50 % too fast. The H100 rows, whose all-to-alls
+// cross nodes, are GPU-bound and move by less than a point.
+TEST(PublishedRuns, DroplessMoeRowsOnFastGpusRunAtTheHostsPace) {
+    const std::vector<PublishedRun> rows = rowsFrom("megatron-bridge-moe");
+    ASSERT_EQ(rows.size(), 7u);
+    Assumptions noHost;
+    noHost.moeLayerHostSeconds = 0;
+    std::vector<double> withRoof, without;
+    for (const PublishedRun& r : rows) {
+        const RunComparison roofed = compareRun(r), unroofed = compareRun(r, noHost);
+        withRoof.push_back(roofed.error);
+        without.push_back(unroofed.error);
+        EXPECT_LE(roofed.predicted, unroofed.predicted * (1 + 1e-12)) << r.name;
+        if (r.gpuId == "b200") {
+            EXPECT_GT(roofed.estimate.hostWait, 0) << r.name;
+            EXPECT_LT(roofed.error, unroofed.error - 0.3) << r.name;
+        } else if (r.name.find("235b") != std::string::npos) {
+            EXPECT_NEAR(roofed.error, unroofed.error, 0.01) << r.name;
+        }
+    }
+    EXPECT_LT(std::abs(medianOf(withRoof)), 0.10);
+    EXPECT_GT(medianOf(without), 0.5);
 }
 
 // llm-foundry's tables ran on Composer's FSDP: its mixed-precision mode "DEFAULT" kept fp32

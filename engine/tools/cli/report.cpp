@@ -67,6 +67,7 @@ nlohmann::json planJson(const PlanInputs& in, const Estimate& e) {
     j["summary"] = {{"step_time_s", e.stepTime},
                     {"compute_time_s", e.computeTime},
                     {"bubble_fraction", e.bubbleFraction},
+                    {"host_wait_s", e.hostWait},
                     {"tokens_per_second", e.tokensPerSecond},
                     {"tflops_per_gpu", e.tflopsPerGpu / 1e12},
                     {"hardware_tflops_per_gpu", e.hardwareFlopsPerGpu / 1e12},
@@ -139,6 +140,9 @@ void printPlan(std::ostream& out, const PlanInputs& in, const Estimate& e, bool 
     time.add({"pipeline bubble",
               formatSeconds(e.bubbleTime) + " (" + formatPercent(e.bubbleFraction) + ")"});
     time.add({"exposed communication", formatSeconds(e.exposedComm)});
+    if (e.hostMicrobatch > 0)
+        time.add({"host-bound wait", formatSeconds(e.hostWait) + " (MoE host time " +
+                                         formatSeconds(e.hostMicrobatch) + " a microbatch)"});
     time.add({"optimizer step", formatSeconds(e.optimizerTime)});
     if (e.mfuAssumed)
         time.add({"step time", formatSeconds(e.stepTime) + " at the assumed MFU (modelled: " +

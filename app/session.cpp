@@ -269,6 +269,8 @@ nlohmann::json sessionToJson(const Session& s) {
         j["optimizer_post_validation"] = true;
     if (s.memoryHeadroom > 0)
         j["memory_headroom"] = s.memoryHeadroom;
+    if (s.moeLayerHostSeconds != Assumptions{}.moeLayerHostSeconds)
+        j["moe_layer_host_ms"] = s.moeLayerHostSeconds * 1e3;
     return j;
 }
 
@@ -349,6 +351,15 @@ Session sessionFromJson(const nlohmann::json& j) {
                              "each GPU's memory kept free, not " +
                              std::to_string(headroom));
         s.memoryHeadroom = headroom;
+    }
+    if (j.contains("moe_layer_host_ms")) {
+        const double ms = readPart<double>(j, "moe_layer_host_ms");
+        if (!std::isfinite(ms) || ms < 0 || ms > kMaxMoeLayerHostMs)
+            throw InputError("session: \"moe_layer_host_ms\" must be from 0 to 1000 ms of host "
+                             "time a dropless MoE layer takes a microbatch (0: no host roof), "
+                             "not " +
+                             std::to_string(ms));
+        s.moeLayerHostSeconds = ms / 1e3;
     }
     if (j.contains("flops_convention")) {
         try {

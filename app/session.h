@@ -103,6 +103,8 @@ struct Session {
     bool optimizerPostValidation = false;
     // Both pages' "Memory headroom" (Assumptions::memoryHeadroom): 0 uses the whole memory.
     double memoryHeadroom = 0;
+    // The Explorer's "MoE layer host time" (Assumptions::moeLayerHostSeconds).
+    double moeLayerHostSeconds = Assumptions{}.moeLayerHostSeconds;
 
     PlanInputs planInputs() const {
         Assumptions assume;
@@ -110,6 +112,7 @@ struct Session {
         assume.flopsConvention = flopsConvention;
         assume.optimizerPostValidation = optimizerPostValidation;
         assume.memoryHeadroom = memoryHeadroom;
+        assume.moeLayerHostSeconds = moeLayerHostSeconds;
         return {model, cluster, parallel, train, assume};
     }
 };

@@ -450,6 +450,18 @@ void addKernelControls(SessionForm& form) {
         "without --training.compile): about three times the memory traffic of a Llama layer",
         [](const Session& s) { return s.parallel.fusedElementwise; },
         [](Session& s, bool on) { s.parallel.fusedElementwise = on; });
+    QDoubleSpinBox* host = form.addDouble(
+        "moe-host-time", "MoE layer host time",
+        "Host time of one token-dropless MoE layer for one microbatch, forward and backward: "
+        "dropless routing syncs the host once a layer, so a microbatch takes at least its MoE "
+        "layers times this (the host roof). 9.4 ms is Megatron-Core's with DeepEP on H100 "
+        "(Megatron-MoE-ModelZoo, docs/validation.md); HybridEP or CUDA-graphed routers need "
+        "less. 0: no host roof",
+        0, 1000, 2, " ms", [](const Session& s) { return s.moeLayerHostSeconds * 1e3; },
+        [](Session& s, double v) { s.moeLayerHostSeconds = v / 1e3; });
+    form.setEnabledWhen(host, [](const Session& s) {
+        return s.model.moe.enabled() && s.parallel.expertCapacityFactor <= 0;
+    });
 }
 
 void addOverlapControls(SessionForm& form) {

@@ -46,6 +46,26 @@ private slots:
         QCOMPARE(f.page.communication()->rowCount(), 5); // DP, TP, PP, CP and EP
     }
 
+    // The host time of a dropless MoE layer is a control of the MoE model only: long enough,
+    // the step waits for the host (the figure and the step bar say how long); 0 takes the roof
+    // away, and token dropping, which has no roof, turns the control off.
+    void moeHostTimeSetsTheHostRoof() {
+        Fixture f;
+        QVERIFY(!f.form()->control("moe-host-time")->isEnabled());
+        setInt(f.form(), "experts", 16);
+        setInt(f.form(), "top-k", 2);
+        QVERIFY(f.form()->control("moe-host-time")->isEnabled());
+        setDouble(f.form(), "moe-host-time", 200);
+        QCOMPARE(f.doc.session().moeLayerHostSeconds, 0.2);
+        QVERIFY(f.value("Host-bound wait") > 0);
+        const double step = f.value("Step time");
+        setDouble(f.form(), "moe-host-time", 0);
+        QCOMPARE(f.value("Host-bound wait"), 0.0);
+        QVERIFY(f.value("Step time") < step);
+        setDouble(f.form(), "capacity-factor", 1.5);
+        QVERIFY(!f.form()->control("moe-host-time")->isEnabled());
+    }
+
     // A user makes the model a mixture of experts and splits the experts: the MoE fields keep
     // the model one a session file takes, ep and the capacity factor wake up with experts, EP's
     // all-to-alls appear and each GPU holds fewer weights.

@@ -252,6 +252,31 @@ TEST(Session, MemoryHeadroomRoundTripsAndIsChecked) {
     }
 }
 
+TEST(Session, MoeLayerHostTimeRoundTripsAndIsChecked) {
+    Session s = defaultSession();
+    EXPECT_EQ(s.planInputs().assume.moeLayerHostSeconds, Assumptions{}.moeLayerHostSeconds);
+    EXPECT_FALSE(sessionToJson(s).contains("moe_layer_host_ms"));
+    s.moeLayerHostSeconds = 0.004;
+    EXPECT_DOUBLE_EQ(sessionToJson(s).at("moe_layer_host_ms").get<double>(), 4.0);
+    const Session back = sessionFromJson(sessionToJson(s));
+    EXPECT_DOUBLE_EQ(back.moeLayerHostSeconds, 0.004);
+    EXPECT_DOUBLE_EQ(back.planInputs().assume.moeLayerHostSeconds, 0.004);
+    s.moeLayerHostSeconds = 0; // no host roof is a choice of its own, and is kept
+    EXPECT_EQ(sessionFromJson(sessionToJson(s)).moeLayerHostSeconds, 0.0);
+    for (const nlohmann::json& bad :
+         {nlohmann::json(-1.0), nlohmann::json(1001.0), nlohmann::json("fast")}) {
+        nlohmann::json j = sessionToJson(s);
+        j["moe_layer_host_ms"] = bad;
+        try {
+            sessionFromJson(j);
+            ADD_FAILURE() << "accepted moe_layer_host_ms " << bad.dump();
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find("moe_layer_host_ms"), std::string::npos)
+                << e.what();
+        }
+    }
+}
+
 // A session written before models carried their rotary settings: a preset model takes its
 // preset's (Llama 3 70B's base is 500000), anything else keeps what it says or the defaults.
 TEST(Session, OlderPresetModelsTakeTheirPresetsRotarySettings) {

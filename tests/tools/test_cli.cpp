@@ -101,17 +101,25 @@ TEST(CliHelp, EveryCommandsHelpExitsZeroAndNamesItsFlags) {
         std::vector<std::string> flags;
     };
     const std::vector<Case> cases = {
-        {"plan",
-         concat({model, cluster, layout, run, {"--json", "--explain", "--memory-headroom"}})},
+        {"plan", concat({model,
+                         cluster,
+                         layout,
+                         run,
+                         {"--json", "--explain", "--memory-headroom", "--moe-host-ms"}})},
         {"search",
-         concat(
-             {model, cluster, run, {"--top", "--tp-within-node", "--json", "--memory-headroom"}})},
-        {"explain",
-         concat({model, cluster, layout, run, {"--json", "figure", "--memory-headroom"}})},
+         concat({model,
+                 cluster,
+                 run,
+                 {"--top", "--tp-within-node", "--json", "--memory-headroom", "--moe-host-ms"}})},
+        {"explain", concat({model,
+                            cluster,
+                            layout,
+                            run,
+                            {"--json", "figure", "--memory-headroom", "--moe-host-ms"}})},
         {"models", {"--json"}},
         {"gpus", {"--json"}},
         {"devices", {"--json"}},
-        {"validate", {"--markdown", "--json", "--run", "--explain", "runs"}},
+        {"validate", {"--markdown", "--json", "--run", "--explain", "--moe-host-ms", "runs"}},
         {"schedule",
          {"--schedule", "--pp", "--microbatches", "--vpp", "--forward", "--backward-input",
           "--backward-weight", "--p2p", "--ops", "--json"}},
@@ -310,6 +318,51 @@ TEST(CliPlan, MemoryHeadroomKeepsPartOfEachGpuFree) {
         const CliResult refused = run({"plan", "--memory-headroom", bad});
         EXPECT_EQ(refused.code, 2) << bad;
         EXPECT_CONTAINS(refused.err, "--memory-headroom must be a fraction");
+    }
+}
+
+// --moe-host-ms sets the host time of a dropless MoE layer: Mixtral 8x7B at tp 8 on 8 B200s
+// waits for its host at the default, a longer host time waits longer (and the step time with it),
+// 0 takes the roof away, and a token-dropping layout has none whatever it is set to.
+TEST(CliPlan, MoeHostTimeSetsTheHostRoof) {
+    const std::vector<std::string> mixtral = {"plan",  "--model", "mixtral-8x7b",
+                                              "--gpu", "b200",    "--gpus-per-node",
+                                              "8",     "--nodes", "1",
+                                              "--tp",  "8",       "--pp",
+                                              "1",     "--dp",    "1",
+                                              "--seq", "4096",    "--global-batch",
+                                              "64",    "--json"};
+    const auto plan = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = mixtral;
+        args.insert(args.end(), extra.begin(), extra.end());
+        const CliResult r = shardscope::testing::runCliWith(args);
+        EXPECT_EQ(r.code, 0) << r.err;
+        return parseOrFail(r.out).at("summary");
+    };
+    const json byDefault = plan({}), longer = plan({"--moe-host-ms", "30"}),
+               none = plan({"--moe-host-ms", "0"});
+    EXPECT_GT(byDefault.at("host_wait_s").get<double>(), 0);
+    EXPECT_GT(longer.at("host_wait_s").get<double>(), byDefault.at("host_wait_s").get<double>());
+    EXPECT_GT(longer.at("step_time_s").get<double>(), byDefault.at("step_time_s").get<double>());
+    EXPECT_EQ(none.at("host_wait_s").get<double>(), 0);
+    EXPECT_LT(none.at("step_time_s").get<double>(), byDefault.at("step_time_s").get<double>());
+    // 64 microbatches of 32 MoE layers at 30 ms each: the step is at least that.
+    EXPECT_GE(longer.at("step_time_s").get<double>(), 64 * 32 * 0.030);
+    // No roof for token dropping.
+    std::vector<std::string> dropping = mixtral;
+    dropping.insert(dropping.end(), {"--capacity-factor", "1.25", "--moe-host-ms", "30"});
+    const CliResult d = shardscope::testing::runCliWith(dropping);
+    ASSERT_EQ(d.code, 0) << d.err;
+    EXPECT_EQ(parseOrFail(d.out).at("summary").at("host_wait_s").get<double>(), 0);
+
+    std::vector<std::string> text(mixtral.begin(), mixtral.end() - 1);
+    const CliResult t = shardscope::testing::runCliWith(text);
+    ASSERT_EQ(t.code, 0) << t.err;
+    EXPECT_CONTAINS(t.out, "host-bound wait");
+    for (const char* bad : {"-1", "1001", "nan"}) {
+        const CliResult refused = run({"plan", "--moe-host-ms", bad});
+        EXPECT_EQ(refused.code, 2) << bad;
+        EXPECT_CONTAINS(refused.err, "--moe-host-ms must be from 0 to 1000 ms");
     }
 }
 

@@ -35,8 +35,16 @@ struct Options {
     bool postValidation = false; // Assumptions::optimizerPostValidation
     std::optional<double> mfu;   // --mfu: the step time from an assumed MFU
     double memoryHeadroom = 0;   // --memory-headroom: a fraction of each GPU's memory kept free
+    double moeHostMs = Assumptions{}.moeLayerHostSeconds * 1e3; // --moe-host-ms
     std::string flopsConvention = "causal";
 };
+
+// --moe-host-ms, as plan, search, explain and validate take it.
+void checkMoeHostMs(double ms) {
+    if (!std::isfinite(ms) || ms < 0 || ms > kMaxMoeLayerHostMs)
+        throw InputError("--moe-host-ms must be from 0 to 1000 ms of host time a dropless MoE "
+                         "layer takes a microbatch, e.g. --moe-host-ms 5; 0 for no host roof");
+}
 
 PlanInputs buildInputs(const Options& o) {
     PlanInputs in;
@@ -55,6 +63,8 @@ PlanInputs buildInputs(const Options& o) {
         throw InputError("--memory-headroom must be a fraction from 0 to 0.9, e.g. "
                          "--memory-headroom 0.1 to keep 10% of each GPU's memory free");
     in.assume.memoryHeadroom = o.memoryHeadroom;
+    checkMoeHostMs(o.moeHostMs);
+    in.assume.moeLayerHostSeconds = o.moeHostMs / 1e3;
     in.assume.flopsConvention = flopsConventionFromString(o.flopsConvention);
     return in;
 }
@@ -128,9 +138,13 @@ struct ValidateOptions {
     bool markdown = false;
     std::string run; // one run's whole plan instead of the table
     bool explain = false;
+    double moeHostMs = Assumptions{}.moeLayerHostSeconds * 1e3; // --moe-host-ms
 };
 
 int runValidate(const ValidateOptions& o, bool json, std::ostream& out, std::ostream& err) {
+    checkMoeHostMs(o.moeHostMs);
+    Assumptions assume;
+    assume.moeLayerHostSeconds = o.moeHostMs / 1e3;
     const std::vector<PublishedRun> runs = loadPublishedRuns(o.path);
     if (runs.empty()) {
         // A median over no runs would read as a perfect 0 % error.
@@ -146,8 +160,8 @@ int runValidate(const ValidateOptions& o, bool json, std::ostream& out, std::ost
                 << o.path << "` lists the names in its first column\n";
             return 2;
         }
-        const PlanInputs in = planInputs(*it);
-        const RunComparison c = compareRun(*it);
+        const PlanInputs in = planInputs(*it, assume);
+        const RunComparison c = compareRun(*it, assume);
         if (json)
             out << validationRunJson(*it, c, in).dump(2) << '\n';
         else
@@ -156,7 +170,7 @@ int runValidate(const ValidateOptions& o, bool json, std::ostream& out, std::ost
     }
     std::vector<RunComparison> results;
     for (const PublishedRun& run : runs)
-        results.push_back(compareRun(run));
+        results.push_back(compareRun(run, assume));
     if (json)
         out << validationJson(runs, results).dump(2) << '\n';
     else
@@ -289,6 +303,12 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
         "Keep this fraction of each GPU's memory free (e.g. 0.1): a layout fits only within the "
         "rest, and the search ranks only those; default 0";
     plan->add_option("--memory-headroom", o.memoryHeadroom, headroomHelp);
+    static const char* moeHostHelp =
+        "Host time of one token-dropless MoE layer for one microbatch, forward and backward, in "
+        "ms: dropless routing syncs the host once a layer, so a microbatch takes at least its "
+        "MoE layers times this (Megatron-Core with DeepEP on H100; less with HybridEP or "
+        "CUDA-graphed routers); 0 for no host roof";
+    plan->add_option("--moe-host-ms", o.moeHostMs, moeHostHelp)->capture_default_str();
 
     auto* search = app.add_subcommand("search", "Rank every valid layout by predicted throughput");
     addModelFlags(*search, o.model);
@@ -301,6 +321,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
                      "Explorer's \"Try zero-bubble\")");
     search->add_flag("--post-validation", o.postValidation, postValidationHelp);
     search->add_option("--memory-headroom", o.memoryHeadroom, headroomHelp);
+    search->add_option("--moe-host-ms", o.moeHostMs, moeHostHelp)->capture_default_str();
     search->add_flag("--json", o.json, "Machine-readable output");
     search->add_option("--flops-convention", o.flopsConvention, conventionHelp)
         ->capture_default_str();
@@ -313,6 +334,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
         ->capture_default_str();
     explainCmd->add_flag("--post-validation", o.postValidation, postValidationHelp);
     explainCmd->add_option("--memory-headroom", o.memoryHeadroom, headroomHelp);
+    explainCmd->add_option("--moe-host-ms", o.moeHostMs, moeHostHelp)->capture_default_str();
     addModelFlags(*explainCmd, o.model);
     addClusterFlags(*explainCmd, o.cluster);
     addLayoutFlags(*explainCmd, o.layout);
@@ -393,6 +415,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
         ->add_flag("--explain", vo.explain, "With --run: the formula and source of every figure")
         ->needs(runOption);
     validateCmd->add_flag("--json", o.json, "Machine-readable output");
+    validateCmd->add_option("--moe-host-ms", vo.moeHostMs, moeHostHelp)->capture_default_str();
 
     std::string runDir;
     RunReportOptions ro;

@@ -208,6 +208,20 @@ TEST(Session, MalformedFilesNameTheProblem) {
     }
 }
 
+// Each value of a setting that a session file must refuse, with an error that names the setting.
+void expectRefused(const Session& s, const char* key, std::initializer_list<nlohmann::json> bad) {
+    for (const nlohmann::json& value : bad) {
+        nlohmann::json j = sessionToJson(s);
+        j[key] = value;
+        try {
+            sessionFromJson(j);
+            ADD_FAILURE() << "accepted " << key << " " << value.dump();
+        } catch (const InputError& e) {
+            EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+        }
+    }
+}
+
 // The Explorer's "Assume MFU" what-if travels with the session and into the planner's inputs;
 // a session without it plans with the modelled MFU.
 TEST(Session, AssumedMfuRoundTripsAndIsChecked) {
@@ -218,17 +232,8 @@ TEST(Session, AssumedMfuRoundTripsAndIsChecked) {
     const Session back = sessionFromJson(sessionToJson(s));
     EXPECT_DOUBLE_EQ(back.assumedMfu, 0.42);
     EXPECT_DOUBLE_EQ(back.planInputs().assume.assumedMfu, 0.42);
-    for (const nlohmann::json& bad :
-         {nlohmann::json(1.5), nlohmann::json(-0.1), nlohmann::json("forty")}) {
-        nlohmann::json j = sessionToJson(s);
-        j["assumed_mfu"] = bad;
-        try {
-            sessionFromJson(j);
-            ADD_FAILURE() << "accepted assumed_mfu " << bad.dump();
-        } catch (const InputError& e) {
-            EXPECT_NE(std::string(e.what()).find("assumed_mfu"), std::string::npos) << e.what();
-        }
-    }
+    expectRefused(s, "assumed_mfu",
+                  {nlohmann::json(1.5), nlohmann::json(-0.1), nlohmann::json("forty")});
 }
 
 TEST(Session, MemoryHeadroomRoundTripsAndIsChecked) {
@@ -239,17 +244,8 @@ TEST(Session, MemoryHeadroomRoundTripsAndIsChecked) {
     const Session back = sessionFromJson(sessionToJson(s));
     EXPECT_DOUBLE_EQ(back.memoryHeadroom, 0.15);
     EXPECT_DOUBLE_EQ(back.planInputs().assume.memoryHeadroom, 0.15);
-    for (const nlohmann::json& bad :
-         {nlohmann::json(0.95), nlohmann::json(-0.1), nlohmann::json("some")}) {
-        nlohmann::json j = sessionToJson(s);
-        j["memory_headroom"] = bad;
-        try {
-            sessionFromJson(j);
-            ADD_FAILURE() << "accepted memory_headroom " << bad.dump();
-        } catch (const InputError& e) {
-            EXPECT_NE(std::string(e.what()).find("memory_headroom"), std::string::npos) << e.what();
-        }
-    }
+    expectRefused(s, "memory_headroom",
+                  {nlohmann::json(0.95), nlohmann::json(-0.1), nlohmann::json("some")});
 }
 
 TEST(Session, MoeLayerHostTimeRoundTripsAndIsChecked) {
@@ -263,18 +259,8 @@ TEST(Session, MoeLayerHostTimeRoundTripsAndIsChecked) {
     EXPECT_DOUBLE_EQ(back.planInputs().assume.moeLayerHostSeconds, 0.004);
     s.moeLayerHostSeconds = 0; // no host roof is a choice of its own, and is kept
     EXPECT_EQ(sessionFromJson(sessionToJson(s)).moeLayerHostSeconds, 0.0);
-    for (const nlohmann::json& bad :
-         {nlohmann::json(-1.0), nlohmann::json(1001.0), nlohmann::json("fast")}) {
-        nlohmann::json j = sessionToJson(s);
-        j["moe_layer_host_ms"] = bad;
-        try {
-            sessionFromJson(j);
-            ADD_FAILURE() << "accepted moe_layer_host_ms " << bad.dump();
-        } catch (const InputError& e) {
-            EXPECT_NE(std::string(e.what()).find("moe_layer_host_ms"), std::string::npos)
-                << e.what();
-        }
-    }
+    expectRefused(s, "moe_layer_host_ms",
+                  {nlohmann::json(-1.0), nlohmann::json(1001.0), nlohmann::json("fast")});
 }
 
 // A session written before models carried their rotary settings: a preset model takes its

@@ -416,15 +416,19 @@ MemoryBreakdown mostLoadedStageMemory(const PlanInputs& in, const ParamCount& c,
 // Dropless routing syncs the host once per MoE layer, so the host cannot run ahead of the GPU
 // and a microbatch on a stage lasts at least the host time of its MoE layers. Token dropping
 // (a capacity factor) sizes every buffer in advance: no sync, no roof.
-double hostMicrobatchSeconds(const PlanInputs& in) {
+int hostBoundMoeLayers(const PlanInputs& in) {
     const ModelSpec& m = in.model;
     const ParallelConfig& p = in.parallel;
-    if (!m.moe.enabled() || p.expertCapacityFactor > 0)
-        return 0.0;
+    if (!m.moe.enabled() || p.expertCapacityFactor > 0 || in.assume.moeLayerHostSeconds <= 0)
+        return 0;
     int moeLayers = 0;
     for (const int s : candidateStages(m, p))
         moeLayers = std::max(moeLayers, stageLayers(m, p, s).moe);
-    return moeLayers * in.assume.moeLayerHostSeconds;
+    return moeLayers;
+}
+
+double hostMicrobatchSeconds(const PlanInputs& in) {
+    return hostBoundMoeLayers(in) * in.assume.moeLayerHostSeconds;
 }
 
 Estimate evaluate(const PlanInputs& in) {
@@ -486,10 +490,11 @@ Estimate evaluate(const PlanInputs& in) {
     // pipeline bubble at that pace, then the exposed PP and DP transfers and the optimizer.
     const double perMicrobatchWait =
         (e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed + e.axis(Axis::EP).exposed) / mbs;
-    const double gpuPaced = e.microbatchCompute + perMicrobatchWait;
-    e.hostMicrobatch = hostMicrobatchSeconds(in);
-    const double paced = std::max(gpuPaced, e.hostMicrobatch);
-    e.hostWait = mbs * (paced - gpuPaced);
+    e.gpuMicrobatch = e.microbatchCompute + perMicrobatchWait;
+    e.hostMoeLayers = hostBoundMoeLayers(in);
+    e.hostMicrobatch = e.hostMoeLayers * in.assume.moeLayerHostSeconds;
+    const double paced = std::max(e.gpuMicrobatch, e.hostMicrobatch);
+    e.hostWait = mbs * (paced - e.gpuMicrobatch);
     e.bubbleTime = pipelineBubbleMicrobatches(p.schedule, p.pp, int(mbs), p.vpp,
                                               in.assume.optimizerPostValidation) *
                    paced;

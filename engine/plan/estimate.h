@@ -95,7 +95,10 @@ struct Estimate {
     // Dropless MoE: the least a microbatch takes on a stage, its MoE layers x the host time of
     // one (Assumptions::moeLayerHostSeconds), and what the step waits beyond the GPU's own work
     // for it, over every microbatch (0 where the GPU is the slower).
+    // The GPU's own pace beside it: the microbatch's compute and its TP/CP/EP waits.
+    int hostMoeLayers = 0; // the MoE layers the roof counts (0: no roof)
     double hostMicrobatch = 0;
+    double gpuMicrobatch = 0;
     double hostWait = 0;
     double exposedComm = 0;
     double stepTime = 0;
@@ -138,8 +141,9 @@ struct StepPart {
 std::vector<StepPart> stepTimeParts(const Estimate& e);
 
 // Pieces, exposed for tests and for the explanation of single figures.
-// The host roof of a dropless MoE layout: the host time of the MoE layers one microbatch runs
-// on the stage that holds the most of them (0 for dense models and token dropping).
+// The host roof of a dropless MoE layout: the MoE layers one microbatch runs on the stage that
+// holds the most of them, and their host time (both 0 for dense models and token dropping).
+int hostBoundMoeLayers(const PlanInputs& in);
 double hostMicrobatchSeconds(const PlanInputs& in);
 MemoryBreakdown memoryForStage(const PlanInputs& in, int stage);
 // The same with the model's parameters already counted (the search plans several stages).

@@ -878,35 +878,29 @@ Explanation explain(const PlanInputs& in, const Estimate& e, FigureId id) {
                                    "--post-validation assumes it does not)";
         x.source = kBubbleSource;
         break;
-    case FigureId::HostBound: {
+    case FigureId::HostBound:
         x.value = e.hostWait;
         x.unit = "s";
         x.formula = "microbatches x max(0, host_per_microbatch - (microbatch_compute + TP/CP/EP "
                     "waits per microbatch)); host_per_microbatch = MoE layers on the stage x "
                     "host time of one (dropless routing only)";
-        const int moeLayers =
-            in.assume.moeLayerHostSeconds > 0
-                ? int(std::lround(e.hostMicrobatch / in.assume.moeLayerHostSeconds))
-                : 0;
-        if (e.hostMicrobatch <= 0)
-            x.substituted = !m.moe.enabled()
-                                ? "no MoE layers: no host roof"
-                                : "token dropping (capacity factor " + n(p.expertCapacityFactor) +
-                                      "): no host sync, no host roof";
+        if (!m.moe.enabled())
+            x.substituted = "no MoE layers: no host roof";
+        else if (p.expertCapacityFactor > 0)
+            x.substituted = "token dropping (capacity factor " + n(p.expertCapacityFactor) +
+                            "): no host sync, no host roof";
+        else if (e.hostMicrobatch <= 0)
+            x.substituted = "host time of an MoE layer set to 0 (--moe-host-ms): no host roof";
         else
-            x.substituted =
-                std::to_string(moeLayers) + " MoE layers x " + s(in.assume.moeLayerHostSeconds) +
-                " = " + s(e.hostMicrobatch) + " a microbatch on the host, against " +
-                s(e.microbatchCompute +
-                  (e.axis(Axis::TP).exposed + e.axis(Axis::CP).exposed + e.axis(Axis::EP).exposed) /
-                      std::max(1, p.microbatches())) +
-                " on the GPU -> " + s(e.hostWait) + " waited per step" +
-                (e.hostWait > 0 ? " (host-bound)" : " (the GPU is the slower)");
+            x.substituted = std::to_string(e.hostMoeLayers) + " MoE layers x " +
+                            s(in.assume.moeLayerHostSeconds) + " = " + s(e.hostMicrobatch) +
+                            " a microbatch on the host, against " + s(e.gpuMicrobatch) +
+                            " on the GPU -> " + s(e.hostWait) + " waited per step" +
+                            (e.hostWait > 0 ? " (host-bound)" : " (the GPU is the slower)");
         x.source = "Dropless routing syncs the host once per MoE layer (Megatron-Core "
                    "token_dispatcher.py); host time calibrated on Megatron-MoE-ModelZoo's "
                    "Qwen3-235B on 256 H100s (docs/validation.md)";
         break;
-    }
     case FigureId::StepTime:
         x.value = e.stepTime;
         x.unit = "s";

@@ -271,6 +271,13 @@ TEST(Explain, TheHostBoundWaitSaysWhereTheHostSetsThePace) {
               std::string::npos)
         << explain(in, e, FigureId::StepTime).substituted;
 
+    PlanInputs noHost = in;
+    noHost.assume.moeLayerHostSeconds = 0;
+    const Estimate unroofed = estimate(noHost);
+    EXPECT_EQ(unroofed.hostMoeLayers, 0);
+    EXPECT_NE(explain(noHost, unroofed, FigureId::HostBound).substituted.find("set to 0"),
+              std::string::npos);
+
     in.parallel.expertCapacityFactor = 1.25;
     const Estimate dropping = estimate(in);
     EXPECT_NE(explain(in, dropping, FigureId::HostBound).substituted.find("token dropping"),
